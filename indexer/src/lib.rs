@@ -3,3 +3,7 @@
 //! parse (text with pages) → chunk (sentence boundaries, generator-token budget) → index (BM25 and dense)
 //! → retrieve (hybrid fusion). The indexer knows nothing of the inference engine: embeddings and token
 //! counts come in through small traits that the service wires to the engine.
+
+pub mod error;
+
+pub use error::{IndexerError, Result};
