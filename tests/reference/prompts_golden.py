@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from gguf import GGUFReader
@@ -146,6 +147,12 @@ def build(gguf: Path) -> dict:
     }
 
 
+def to_json(result: dict) -> str:
+    """Indented JSON with each list of numbers kept on one line (token ids stay readable)."""
+    text = json.dumps(result, ensure_ascii=False, indent=1)
+    return re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", type=Path, default=None, help="GGUF file (default: fetched into .cache/)")
@@ -153,7 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     result = build(args.gguf or gguf_path())
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    args.out.write_text(to_json(result), encoding="utf-8")
     summary = ", ".join(f"{p['id']}={p['n_tokens']}" for p in result["prompts"])
     print(f"wrote {args.out}: {summary}")
 
