@@ -89,7 +89,12 @@ def load_model(gguf: Path, device: str) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, attn_implementation="eager", **dtype_arg
     )
-    return model.float().to(device).eval()
+    # transformers marks GGUF-loaded models as quantised and refuses `.float()`; the weights are already
+    # dequantised to the float32 asked for above, which this check makes sure of.
+    dtypes = {p.dtype for p in model.parameters()}
+    if dtypes != {torch.float32}:
+        raise SystemExit(f"expected float32 weights from the GGUF, got {dtypes}")
+    return model.to(device).eval()
 
 
 def rope_theta(config) -> float | None:
