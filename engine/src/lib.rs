@@ -8,3 +8,5 @@
 pub mod error;
 
 pub use error::{EngineError, Result};
+pub mod gguf;
+pub mod convert;
