@@ -10,3 +10,6 @@ pub mod error;
 pub use error::{EngineError, Result};
 pub mod gguf;
 pub mod convert;
+pub mod fetch;
+pub mod sampling;
+pub mod text;
