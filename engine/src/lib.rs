@@ -8,3 +8,8 @@
 pub mod error;
 
 pub use error::{EngineError, Result};
+pub mod gguf;
+pub mod convert;
+pub mod fetch;
+pub mod sampling;
+pub mod text;
