@@ -36,7 +36,8 @@ impl WeightDtype {
 
 struct Entry {
     file: usize,
-    dtype: WeightDtype,
+    /// The dtype, or its name when the engine cannot read it (reported when the tensor is asked for).
+    dtype: std::result::Result<WeightDtype, String>,
     shape: Vec<usize>,
     start: usize,
     end: usize,
@@ -185,18 +186,14 @@ impl Weights {
         let base = 8 + header_len;
         for (name, info) in metadata.tensors() {
             let dtype = match info.dtype {
-                Dtype::F32 => WeightDtype::F32,
-                Dtype::BF16 => WeightDtype::Bf16,
-                Dtype::F16 => WeightDtype::F16,
-                other => {
-                    return Err(EngineError::UnsupportedDtype {
-                        name,
-                        dtype: format!("{other:?}"),
-                    });
-                }
+                Dtype::F32 => Ok(WeightDtype::F32),
+                Dtype::BF16 => Ok(WeightDtype::Bf16),
+                Dtype::F16 => Ok(WeightDtype::F16),
+                other => Err(format!("{other:?}")),
             };
             let (start, end) = (base + info.data_offsets.0, base + info.data_offsets.1);
-            if end - start != info.shape.iter().product::<usize>() * dtype.size() {
+            let size = dtype.as_ref().map_or(0, |d| d.size());
+            if size > 0 && end - start != info.shape.iter().product::<usize>() * size {
                 return Err(bad(format!(
                     "tensor {name} has {} bytes for shape {:?}",
                     end - start,
@@ -227,9 +224,16 @@ impl Weights {
             .entries
             .get_key_value(name)
             .ok_or_else(|| EngineError::MissingTensor { name: name.into() })?;
+        let dtype = e
+            .dtype
+            .clone()
+            .map_err(|dtype| EngineError::UnsupportedDtype {
+                name: name.into(),
+                dtype,
+            })?;
         Ok(TensorRef {
             name: key,
-            dtype: e.dtype,
+            dtype,
             shape: &e.shape,
             bytes: &self.maps[e.file][e.start..e.end],
         })
