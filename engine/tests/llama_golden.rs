@@ -17,7 +17,11 @@ fn greedy_chatml_answer_names_paris() {
     let model = Llama::load(CpuBackend::new(), &dir).expect("load model");
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).expect("tokenizer");
     let prompt = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
-    let ids = tok.encode(prompt, false).expect("encode").get_ids().to_vec();
+    let ids = tok
+        .encode(prompt, false)
+        .expect("encode")
+        .get_ids()
+        .to_vec();
     let mut seq = SingleSequence::new(&model, 256, 256, KvDtype::F32).expect("driver");
     let out = seq.greedy(&ids, 24).expect("generate");
     let text = tok.decode(&out, true).expect("decode");

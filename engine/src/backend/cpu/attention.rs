@@ -1,14 +1,18 @@
 //! CPU attention: causal attention over the paged KV pool and bidirectional varlen attention.
 //!
-//! One task per (query row, head), parallel on rayon. Each task streams its keys in chunks of 32 with an
-//! online softmax (running max and sum, rescaled once per chunk), so nothing is allocated and the score
-//! vector never materialises. The inner loops are written with 16 independent lanes and compiled with
-//! AVX-512 enabled when the CPU has it (run-time detection), the same code without it otherwise.
+//! With AVX-512 (run-time detection) and a head width that is a multiple of 16, the blocked kernel in
+//! `avx512` runs one task per (sequence, KV head, block of query rows). Otherwise, and as the reference,
+//! the portable path runs one task per (query row, head), streaming keys in chunks of 32 with an
+//! online softmax (running max and sum, rescaled once per chunk); nothing is allocated and the score
+//! vector never materialises.
 
 use rayon::prelude::*;
 
 use super::kv::KvElem;
 use crate::backend::AttnShape;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Keys scored per online-softmax step.
 const CHUNK: usize = 32;
@@ -82,18 +86,81 @@ impl KeyValues for Dense<'_> {
     }
 }
 
-/// Runs `item(row, head, out_head)` for every (query row, head) of `out[rows, num_heads * head_dim]`.
-pub(crate) fn for_each_head(
+/// Attention of `q[rows, num_heads * head_dim]` for a varlen batch: sequence `s` owns query rows
+/// `qsl[s]..qsl[s + 1]`, sees `ctx(s)` keys in total, and `kv_for(s, kv_head)` finds them. With `causal`
+/// the last row of a sequence sees all `ctx(s)` keys and each earlier row one fewer.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run<S: KeyValues>(
+    q: &[f32],
     out: &mut [f32],
-    rows: usize,
+    qsl: &[u32],
+    ctx: impl Fn(usize) -> usize + Sync,
+    kv_for: impl Fn(usize, usize) -> S + Sync,
     shape: AttnShape,
-    item: impl Fn(usize, usize, &mut [f32]) + Sync,
+    causal: bool,
 ) {
+    let num_seqs = qsl.len() - 1;
+    let rows = qsl[num_seqs] as usize;
+    assert!(
+        out.len() >= rows * shape.num_heads * shape.head_dim && q.len() >= out.len().min(q.len())
+    );
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && shape.head_dim % 16 == 0 {
+        return run_blocked(q, out, qsl, ctx, kv_for, shape, causal);
+    }
+    let group = shape.num_heads / shape.num_kv_heads;
     out[..rows * shape.num_heads * shape.head_dim]
         .par_chunks_mut(shape.head_dim)
         .enumerate()
         .for_each(|(i, o)| {
-            item(i / shape.num_heads, i % shape.num_heads, o);
+            let (t, h) = (i / shape.num_heads, i % shape.num_heads);
+            let s = qsl.partition_point(|&x| x as usize <= t) - 1;
+            let (i, q_len) = (t - qsl[s] as usize, (qsl[s + 1] - qsl[s]) as usize);
+            let visible = if causal {
+                ctx(s) - q_len + i + 1
+            } else {
+                ctx(s)
+            };
+            let qv = &q[(t * shape.num_heads + h) * shape.head_dim..][..shape.head_dim];
+            attend(qv, &kv_for(s, h / group), visible, shape.scale, o);
+        });
+}
+
+#[cfg(target_arch = "x86_64")]
+fn run_blocked<S: KeyValues>(
+    q: &[f32],
+    out: &mut [f32],
+    qsl: &[u32],
+    ctx: impl Fn(usize) -> usize + Sync,
+    kv_for: impl Fn(usize, usize) -> S + Sync,
+    shape: AttnShape,
+    causal: bool,
+) {
+    let num_seqs = qsl.len() - 1;
+    let kvh = shape.num_kv_heads;
+    let max_q = qsl
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as usize)
+        .max()
+        .unwrap_or(0);
+    let blocks = max_q.div_ceil(avx512::QB);
+    let out_ptr = avx512::OutPtr(out.as_mut_ptr());
+    (0..num_seqs * blocks * kvh)
+        .into_par_iter()
+        .for_each(|task| {
+            let (s, b, g) = (task / (blocks * kvh), task / kvh % blocks, task % kvh);
+            let span = avx512::Span {
+                q_start: qsl[s] as usize,
+                q_len: (qsl[s + 1] - qsl[s]) as usize,
+                ctx: ctx(s),
+            };
+            let r0 = b * avx512::QB;
+            if r0 < span.q_len {
+                let rows = r0..(r0 + avx512::QB).min(span.q_len);
+                // SAFETY: avx512f detected, head_dim % 16 == 0, out covers every row (asserted by the
+                // caller), and tasks own disjoint (row, head) slices.
+                unsafe { avx512::task(q, out_ptr, &kv_for(s, g), span, rows, g, shape, causal) }
+            }
         });
 }
 

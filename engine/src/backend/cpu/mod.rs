@@ -15,7 +15,7 @@ use crate::backend::{AttnShape, Backend, KvShape, PagedAttnMeta};
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
-use attention::{Dense, Paged, attend, for_each_head};
+use attention::{Dense, Paged};
 pub use kv::{CpuKv, KvStore};
 use matmul::{MatmulDims, WeightSlice};
 
@@ -271,47 +271,43 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let qsl = &meta.query_start_loc[..meta.num_seqs + 1];
-        let (hd, group, mb) = (
-            shape.head_dim,
-            shape.num_heads / shape.num_kv_heads,
-            meta.max_blocks_per_seq,
-        );
-        let block_size = k_cache.shape.block_size;
-        for_each_head(out, meta.num_tokens, shape, |t, h, o| {
-            let s = qsl.partition_point(|&x| x as usize <= t) - 1;
-            let q_len = (qsl[s + 1] - qsl[s]) as usize;
-            let ctx = meta.seq_lens[s] as usize - (q_len - 1 - (t - qsl[s] as usize));
-            let qv = &q[(t * shape.num_heads + h) * hd..][..hd];
-            let blocks = &meta.block_table[s * mb..(s + 1) * mb];
-            let (row_stride, head_off) = (shape.num_kv_heads * hd, (h / group) * hd);
-            match (&k_cache.store, &v_cache.store) {
-                (KvStore::F32(k), KvStore::F32(v)) => {
-                    let kv = Paged {
+        let (hd, mb) = (shape.head_dim, meta.max_blocks_per_seq);
+        let (block_size, row_stride) = (k_cache.shape.block_size, shape.num_kv_heads * hd);
+        let ctx = |s: usize| meta.seq_lens[s] as usize;
+        let out = &mut out[..meta.num_tokens * shape.num_heads * hd];
+        match (&k_cache.store, &v_cache.store) {
+            (KvStore::F32(k), KvStore::F32(v)) => {
+                let kv_for = |s: usize, g: usize| {
+                    let blocks = &meta.block_table[s * mb..(s + 1) * mb];
+                    Paged {
                         k,
                         v,
                         blocks,
                         block_size,
                         row_stride,
-                        head_off,
+                        head_off: g * hd,
                         head_dim: hd,
-                    };
-                    attend(qv, &kv, ctx, shape.scale, o)
-                }
-                (KvStore::Bf16(k), KvStore::Bf16(v)) => {
-                    let kv = Paged {
-                        k,
-                        v,
-                        blocks,
-                        block_size,
-                        row_stride,
-                        head_off,
-                        head_dim: hd,
-                    };
-                    attend(qv, &kv, ctx, shape.scale, o)
-                }
-                _ => panic!("K and V pools of one layer must share a dtype"),
+                    }
+                };
+                attention::run(q, out, qsl, ctx, kv_for, shape, true);
             }
-        });
+            (KvStore::Bf16(k), KvStore::Bf16(v)) => {
+                let kv_for = |s: usize, g: usize| {
+                    let blocks = &meta.block_table[s * mb..(s + 1) * mb];
+                    Paged {
+                        k,
+                        v,
+                        blocks,
+                        block_size,
+                        row_stride,
+                        head_off: g * hd,
+                        head_dim: hd,
+                    }
+                };
+                attention::run(q, out, qsl, ctx, kv_for, shape, true);
+            }
+            _ => panic!("K and V pools of one layer must share a dtype"),
+        }
         Ok(())
     }
 
@@ -327,22 +323,25 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let qsl = &query_start_loc[..num_seqs + 1];
         let rows = qsl[num_seqs] as usize;
-        let (hd, group) = (shape.head_dim, shape.num_heads / shape.num_kv_heads);
-        for_each_head(out, rows, shape, |t, h, o| {
-            let s = qsl.partition_point(|&x| x as usize <= t) - 1;
-            let (start, len) = (qsl[s] as usize, (qsl[s + 1] - qsl[s]) as usize);
-            let qv = &q[(t * shape.num_heads + h) * hd..][..hd];
-            let (row_stride, head_off) = (shape.num_kv_heads * hd, (h / group) * hd);
-            let kv = Dense {
-                k,
-                v,
-                start,
-                row_stride,
-                head_off,
-                head_dim: hd,
-            };
-            attend(qv, &kv, len, shape.scale, o);
-        });
+        let (hd, row_stride) = (shape.head_dim, shape.num_kv_heads * shape.head_dim);
+        let ctx = |s: usize| (qsl[s + 1] - qsl[s]) as usize;
+        let kv_for = |s: usize, g: usize| Dense {
+            k,
+            v,
+            start: qsl[s] as usize,
+            row_stride,
+            head_off: g * hd,
+            head_dim: hd,
+        };
+        attention::run(
+            q,
+            &mut out[..rows * shape.num_heads * hd],
+            qsl,
+            ctx,
+            kv_for,
+            shape,
+            false,
+        );
         Ok(())
     }
 }
