@@ -6,5 +6,7 @@
 //! model directories ([`fetch`], [`gguf`], [`convert`]).
 
 pub mod error;
+pub mod kv;
+pub mod scheduler;
 
 pub use error::{EngineError, Result};

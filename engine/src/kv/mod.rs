@@ -1,0 +1,5 @@
+//! The paged KV cache: block hashes, the block pool, and the per-request manager.
+
+pub mod block_hash;
+pub mod block_pool;
+pub mod manager;
