@@ -45,7 +45,9 @@ pub enum EngineError {
         type_id: u32,
     },
     /// A tensor's data range lies (partly) outside the file.
-    #[error("tensor {tensor}: data [{start}, {end}) lies outside the tensor data section of {len} bytes")]
+    #[error(
+        "tensor {tensor}: data [{start}, {end}) lies outside the tensor data section of {len} bytes"
+    )]
     GgufTensorOutOfBounds {
         /// The tensor name.
         tensor: String,
@@ -188,8 +190,30 @@ pub enum EngineError {
         /// Blocks free.
         free: usize,
     },
+    /// An engine setting is out of range.
+    #[error("invalid engine configuration: {0}")]
+    InvalidConfig(String),
+    /// A request needs more KV blocks than the whole cache has, so it could never run.
+    #[error("request of {tokens} tokens cannot fit in a KV cache of {capacity_tokens} tokens")]
+    RequestTooLarge {
+        /// Prompt plus the tokens it may generate.
+        tokens: usize,
+        /// Tokens the whole cache holds.
+        capacity_tokens: usize,
+    },
+    /// The waiting queue is full; try again later.
+    #[error("engine overloaded: {queued} requests already waiting")]
+    Overloaded {
+        /// Requests in the queue.
+        queued: usize,
+    },
+    /// The request id is not known to the engine (finished, cancelled, or never added).
+    #[error("unknown request {0}")]
+    UnknownRequest(u64),
+    /// An internal invariant broke; this is a bug in docqa.
+    #[error("internal engine error: {0}")]
+    Internal(String),
 }
-
 
 impl EngineError {
     /// Wraps an I/O error with the path it concerns.

@@ -61,7 +61,9 @@ impl TensorInfo {
         self.dims
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| EngineError::GgufMalformed(format!("tensor {}: element count overflows", self.name)))
+            .ok_or_else(|| {
+                EngineError::GgufMalformed(format!("tensor {}: element count overflows", self.name))
+            })
     }
 
     /// Number of elements.
@@ -182,33 +184,41 @@ impl GgufFile {
     /// The unsigned integer at `key`, or a typed error when absent or mistyped.
     pub fn get_u64(&self, key: &str) -> Result<u64> {
         let v = self.require(key)?;
-        v.as_u64()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected an unsigned integer, found {}", v.type_name())))
+        v.as_u64().ok_or_else(|| {
+            EngineError::metadata(
+                key,
+                format!("expected an unsigned integer, found {}", v.type_name()),
+            )
+        })
     }
 
     /// The float at `key`, or a typed error when absent or mistyped.
     pub fn get_f64(&self, key: &str) -> Result<f64> {
         let v = self.require(key)?;
-        v.as_f64()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected a number, found {}", v.type_name())))
+        v.as_f64().ok_or_else(|| {
+            EngineError::metadata(key, format!("expected a number, found {}", v.type_name()))
+        })
     }
 
     /// The string at `key`, or a typed error when absent or mistyped.
     pub fn get_str(&self, key: &str) -> Result<&str> {
         let v = self.require(key)?;
-        v.as_str()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected a string, found {}", v.type_name())))
+        v.as_str().ok_or_else(|| {
+            EngineError::metadata(key, format!("expected a string, found {}", v.type_name()))
+        })
     }
 
     /// The array at `key`, or a typed error when absent or mistyped.
     pub fn get_array(&self, key: &str) -> Result<&[MetadataValue]> {
         let v = self.require(key)?;
-        v.as_array()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected an array, found {}", v.type_name())))
+        v.as_array().ok_or_else(|| {
+            EngineError::metadata(key, format!("expected an array, found {}", v.type_name()))
+        })
     }
 
     fn require(&self, key: &str) -> Result<&MetadataValue> {
-        self.get(key).ok_or_else(|| EngineError::metadata(key, "missing"))
+        self.get(key)
+            .ok_or_else(|| EngineError::metadata(key, "missing"))
     }
 
     /// All tensor infos in file order.
@@ -234,9 +244,9 @@ impl GgufFile {
 
     /// Dequantises the tensor named `name` into `f32`, in row-major order.
     pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
-        let info = self
-            .tensor_info(name)
-            .ok_or_else(|| EngineError::Convert(format!("tensor {name} is not in the GGUF file")))?;
+        let info = self.tensor_info(name).ok_or_else(|| {
+            EngineError::Convert(format!("tensor {name} is not in the GGUF file"))
+        })?;
         dequant::dequantize(info, self.tensor_bytes(info))
     }
 }
