@@ -197,3 +197,16 @@ fn a_line_ending_without_punctuation_ends_a_sentence_when_lines_are_not_wrapped(
         ]
     );
 }
+
+#[test]
+fn a_sentence_starting_late_in_a_wrapped_line_continues_on_the_next_line() {
+    let text = "It was a cold winter morning and the snow lay deep on the fields. Then the\n\
+King rode out with all his huntsmen and his dogs, and the Queen watched\n\
+from the window of the tower until she could see them no more. At last\n\
+she turned away and sat down by the fire with her spinning wheel and\n\
+thought of her home far over the sea.";
+    let got = sentences(text);
+    assert_eq!(got.len(), 3, "{got:#?}");
+    assert!(got[1].starts_with("Then the\nKing rode out"));
+    assert!(got[2].starts_with("At last\nshe turned"));
+}

@@ -113,8 +113,10 @@ fn joins(text: &str, cur: &Range<usize>, next: &Range<usize>, profile: WrapProfi
     match cur_text[body.len()..].matches('\n').count() {
         0 => space_joins(body, next_text, cur_text.len() == body.len()),
         1 => {
+            let body_end = cur.start + body.len();
+            let line_start = text[..body_end].rfind('\n').map_or(0, |i| i + 1);
             let next_line = text[next.start..].split('\n').next().unwrap_or(next_text);
-            line_break_joins(body, next_line, profile)
+            line_break_joins(&text[line_start..body_end], next_line, profile)
         }
         _ => false,
     }
@@ -141,22 +143,19 @@ fn space_joins(body: &str, next: &str, tight: bool) -> bool {
     latin_end && ends_terminal(body) && starts_lowercase(next)
 }
 
-/// A break at a single line break; `next` is the whole next line.
-fn line_break_joins(body: &str, next: &str, profile: WrapProfile) -> bool {
+/// A break at a single line break between the whole `line` before it and the whole `next` line.
+fn line_break_joins(line: &str, next: &str, profile: WrapProfile) -> bool {
     if starts_turn_or_item(next) {
         return false;
     }
-    if ends_terminal(body) {
-        return profile.wrapped && space_joins(body, next, false);
+    if ends_terminal(line) {
+        return profile.wrapped && space_joins(line, next, false);
     }
     if starts_lowercase(next) {
         return true;
     }
-    if !profile.wrapped {
-        return false;
-    }
-    let last_line = body.rsplit('\n').next().unwrap_or(body);
-    2 * last_line.chars().count() >= profile.median_width
+    // In wrapped text a line much shorter than the wrap width is a heading or a last line.
+    profile.wrapped && 2 * line.chars().count() >= profile.median_width
 }
 
 /// Pushes the range without its leading and trailing whitespace, if anything is left.

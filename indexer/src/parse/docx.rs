@@ -172,11 +172,7 @@ impl Walker {
         }
         match e.local_name().as_ref() {
             "tab" => self.paragraph.push('\t'),
-            "br" | "cr" if is_page_break(e) => {
-                if !self.rendered_breaks {
-                    self.page_break();
-                }
-            }
+            "br" | "cr" if is_page_break(e) => self.explicit_page_break(),
             "br" | "cr" => self.paragraph.push('\n'),
             "lastRenderedPageBreak" => self.page_break(),
             "pStyle" => self.title_style = attr(e, "val").is_some_and(is_title_style),
@@ -240,6 +236,13 @@ impl Walker {
         match self.tables.last_mut() {
             Some(t) => t.cell.push_str(s),
             None => self.pages.last_mut().map_or((), |p| p.push_str(s)),
+        }
+    }
+
+    /// An explicit page break counts only in files without rendered page breaks.
+    fn explicit_page_break(&mut self) {
+        if !self.rendered_breaks {
+            self.page_break();
         }
     }
 
