@@ -40,6 +40,18 @@ fn truncated_pdf_is_not_a_silent_success() {
 }
 
 #[test]
+fn pdfs_cut_anywhere_give_text_or_a_typed_error_and_never_panic() {
+    let bytes = pdf_bytes(&mut text_pdf("T", &[&["Alpha beta."], &["Gamma delta."]]));
+    for cut in (8..bytes.len()).step_by(bytes.len() / 40) {
+        match parse_document(&bytes[..cut], None, None) {
+            Ok(doc) => assert!(!doc.text.trim().is_empty()),
+            Err(IndexerError::Corrupt { .. } | IndexerError::EmptyDocument(_)) => {}
+            Err(other) => panic!("cut at {cut}: unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn pdf_with_a_user_password_is_an_encrypted_error() {
     let mut pdf = text_pdf("Secret", &[&["Confidential figures."]]);
     let state = lopdf::EncryptionState::try_from(lopdf::EncryptionVersion::V2 {

@@ -4,7 +4,9 @@
 
 mod parse_support;
 
-use docqa_indexer::{DocumentFormat, ParsedDocument, parse_document};
+use docqa_indexer::{
+    ChunkerConfig, DocumentFormat, ParsedDocument, chunk_document, parse_document,
+};
 use parse_support::{docx, page_break, para, pdf_bytes, table, text_pdf};
 
 /// Character offset of `needle` in the document text.
@@ -65,6 +67,42 @@ fn pdf_page_map_covers_every_character_of_the_page() {
     assert_eq!(doc.pages.page_of(last_of_first), 1);
     assert_eq!(doc.pages.page_of(second), 2);
     assert_eq!(doc.pages.page_starts()[1], second);
+}
+
+#[test]
+fn pdf_chunks_carry_the_pages_of_their_sentences() {
+    let pages: [&[&str]; 3] = [
+        &[
+            "Costs fell sharply this year.",
+            "The outlook for the next year depends on",
+        ],
+        &[
+            "the price of energy and on demand.",
+            "Staffing stays level.",
+        ],
+        &["Nothing else changes."],
+    ];
+    let bytes = pdf_bytes(&mut text_pdf("Outlook", &pages));
+    let doc = parse_document(&bytes, None, None).unwrap();
+    let words = |t: &str| t.split_whitespace().count();
+    let cfg = ChunkerConfig {
+        max_tokens: 16,
+        overlap_tokens: 0,
+    };
+    let chunks = chunk_document(&doc, &words, &cfg);
+    let spanning = chunks
+        .iter()
+        .find(|c| c.text.contains("depends on\nthe price"))
+        .unwrap_or_else(|| panic!("no chunk holds the sentence across pages: {chunks:#?}"));
+    assert_eq!(
+        (spanning.page_start, spanning.page_end),
+        (1, 2),
+        "{spanning:?}"
+    );
+    let last = chunks.last().unwrap();
+    assert_eq!(last.text, "Staffing stays level.\nNothing else changes.");
+    assert_eq!((last.page_start, last.page_end), (2, 3), "{last:?}");
+    assert_eq!(chunks[0].page_start, 1);
 }
 
 #[test]

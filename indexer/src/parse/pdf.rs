@@ -16,8 +16,14 @@ use super::normalize::Extracted;
 use crate::document::DocumentFormat;
 use crate::error::{IndexerError, Result};
 
-/// Parses PDF bytes into one text per page.
+/// Parses PDF bytes into one text per page. A panic inside the PDF libraries (malformed input)
+/// is caught and reported as a corrupt file.
 pub(crate) fn parse(bytes: &[u8]) -> Result<Extracted> {
+    catch_unwind(AssertUnwindSafe(|| parse_pages(bytes)))
+        .unwrap_or_else(|_| Err(corrupt("the file structure cannot be read".to_owned())))
+}
+
+fn parse_pages(bytes: &[u8]) -> Result<Extracted> {
     let doc = load(bytes)?;
     let pages = doc.get_pages();
     if pages.is_empty() {
