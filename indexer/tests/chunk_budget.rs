@@ -141,6 +141,17 @@ fn oversize_pieces_are_never_repeated_as_overlap() {
 }
 
 #[test]
+fn a_megabyte_of_abbreviations_is_chunked_in_linear_time() {
+    let text = "Dr. ".repeat(250_000);
+    let start = std::time::Instant::now();
+    let got = chunk(&text, &words, 256, 32);
+    let secs = start.elapsed().as_secs_f64();
+    assert!(got.iter().all(|c| c.oversize_split && c.token_count <= 256));
+    assert_eq!(got.iter().map(|c| words(&c.text)).sum::<usize>(), 250_000);
+    assert!(secs < 5.0, "{secs:.2} s for 1 MB");
+}
+
+#[test]
 fn chunking_runs_at_several_megabytes_per_second() {
     let path = chunk_support::data_dir().join("qa/squad2_articles_dev.jsonl");
     let Ok(content) = std::fs::read_to_string(&path) else {

@@ -124,8 +124,7 @@ fn joins(text: &str, cur: &Range<usize>, next: &Range<usize>, profile: WrapProfi
 
 /// A break after punctuation followed by spaces (or nothing, `tight`).
 fn space_joins(body: &str, next: &str, tight: bool) -> bool {
-    let last_line = body.rsplit('\n').next().unwrap_or(body);
-    if is_enumerator(last_line) {
+    if is_enumerator(last_line_tail(body)) {
         return true;
     }
     let last = body.chars().next_back();
@@ -141,6 +140,21 @@ fn space_joins(body: &str, next: &str, tight: bool) -> bool {
     }
     let latin_end = last.is_some_and(|c| !is_cjk(c));
     latin_end && ends_terminal(body) && starts_lowercase(next)
+}
+
+/// The end of the last line of `s`, at most 16 bytes long (enough for an enumerator), found
+/// without scanning a long sentence from its start.
+fn last_line_tail(s: &str) -> &str {
+    let mut start = s.len().saturating_sub(16);
+    while !s.is_char_boundary(start) {
+        start -= 1;
+    }
+    let tail = &s[start..];
+    match tail.rfind('\n') {
+        Some(i) => &tail[i + 1..],
+        None if start == 0 => tail,
+        None => "",
+    }
 }
 
 /// A break at a single line break between the whole `line` before it and the whole `next` line.
