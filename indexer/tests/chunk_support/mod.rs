@@ -101,24 +101,23 @@ pub fn data_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
 }
 
-/// The `i`-th document of a QA file, parsed as a plain-text upload; `None` when the data set is
-/// not there.
+/// The `i`-th document of a QA file, parsed as a plain-text upload; `None` only when the data
+/// set is not there (a record that is there but cannot be read fails the test).
 pub fn qa_document(file: &str, i: usize) -> Option<ParsedDocument> {
     let path = data_dir().join("qa").join(file);
     let Ok(content) = std::fs::read_to_string(&path) else {
         eprintln!("SKIPPED: {} not found", path.display());
         return None;
     };
-    let line = content.lines().nth(i)?;
-    let record: serde_json::Value = serde_json::from_str(line).ok()?;
-    let text = record["text"].as_str()?;
+    let line = content
+        .lines()
+        .nth(i)
+        .expect("document index within the file");
+    let record: serde_json::Value = serde_json::from_str(line).expect("a JSON record");
+    let text = record["text"].as_str().expect("a text field");
     let title = record["title"].as_str().unwrap_or("doc");
-    parse_document(
-        text.as_bytes(),
-        Some(&format!("{title}.txt")),
-        Some("text/plain"),
-    )
-    .ok()
+    let name = format!("{title}.txt");
+    Some(parse_document(text.as_bytes(), Some(&name), Some("text/plain")).expect("parses"))
 }
 
 /// Number of documents in a QA file (0 when absent).
