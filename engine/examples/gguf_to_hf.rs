@@ -12,6 +12,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let start = Instant::now();
     docqa_engine::convert::convert_gguf_to_hf(&PathBuf::from(gguf), &PathBuf::from(&out))?;
-    println!("converted into {} in {:.2?}", PathBuf::from(out).display(), start.elapsed());
+    println!(
+        "converted into {} in {:.2?}",
+        PathBuf::from(out).display(),
+        start.elapsed()
+    );
     Ok(())
 }

@@ -45,7 +45,9 @@ pub enum EngineError {
         type_id: u32,
     },
     /// A tensor's data range lies (partly) outside the file.
-    #[error("tensor {tensor}: data [{start}, {end}) lies outside the tensor data section of {len} bytes")]
+    #[error(
+        "tensor {tensor}: data [{start}, {end}) lies outside the tensor data section of {len} bytes"
+    )]
     GgufTensorOutOfBounds {
         /// The tensor name.
         tensor: String,

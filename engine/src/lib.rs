@@ -5,11 +5,11 @@
 //! [`kv`], sampling, tokenisation, and the pipeline that turns the published model wheels into HF-style
 //! model directories ([`fetch`], [`gguf`], [`convert`]).
 
-pub mod error;
-
-pub use error::{EngineError, Result};
-pub mod gguf;
 pub mod convert;
+pub mod error;
 pub mod fetch;
+pub mod gguf;
 pub mod sampling;
 pub mod text;
+
+pub use error::{EngineError, Result};

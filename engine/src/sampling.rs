@@ -105,13 +105,19 @@ impl Sampler {
     fn filtered_probabilities(&mut self, logits: &[f32]) -> &[(u32, f32)] {
         let inv_t = 1.0 / self.params.temperature;
         self.candidates.clear();
-        self.candidates.extend(
-            logits
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| (i as u32, if l.is_nan() { f32::NEG_INFINITY } else { l * inv_t })),
-        );
-        let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        self.candidates
+            .extend(logits.iter().enumerate().map(|(i, &l)| {
+                (
+                    i as u32,
+                    if l.is_nan() {
+                        f32::NEG_INFINITY
+                    } else {
+                        l * inv_t
+                    },
+                )
+            }));
+        let by_logit_desc =
+            |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = self.params.top_k;
         if k > 0 && k < self.candidates.len() {
             self.candidates.select_nth_unstable_by(k - 1, by_logit_desc);
@@ -154,7 +160,10 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// Replaces logits by probabilities (numerically stable: the max is subtracted first).
 fn softmax_in_place(items: &mut [(u32, f32)]) {
-    let max = items.iter().map(|&(_, l)| l).fold(f32::NEG_INFINITY, f32::max);
+    let max = items
+        .iter()
+        .map(|&(_, l)| l)
+        .fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         let uniform = 1.0 / items.len().max(1) as f32;
         items.iter_mut().for_each(|(_, p)| *p = uniform);

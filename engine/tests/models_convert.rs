@@ -69,10 +69,24 @@ fn applying_the_gguf_permutation_to_the_output_gives_back_the_gguf_rows() {
     let st = SafeTensors::deserialize(&bytes).unwrap();
     for layer in [0, 17, 29] {
         for (gguf_part, hf_part, heads) in [("attn_q", "q_proj", 9), ("attn_k", "k_proj", 3)] {
-            let original = round_to_bf16(&gguf.tensor_f32(&format!("blk.{layer}.{gguf_part}.weight")).unwrap());
-            let converted = bf16_values(&st, &format!("model.layers.{layer}.self_attn.{hf_part}.weight"));
-            assert_ne!(converted, original, "layer {layer} {hf_part} was not reordered");
-            assert_eq!(permute_rows(&converted, 576, heads).unwrap(), original, "layer {layer} {hf_part}");
+            let original = round_to_bf16(
+                &gguf
+                    .tensor_f32(&format!("blk.{layer}.{gguf_part}.weight"))
+                    .unwrap(),
+            );
+            let converted = bf16_values(
+                &st,
+                &format!("model.layers.{layer}.self_attn.{hf_part}.weight"),
+            );
+            assert_ne!(
+                converted, original,
+                "layer {layer} {hf_part} was not reordered"
+            );
+            assert_eq!(
+                permute_rows(&converted, 576, heads).unwrap(),
+                original,
+                "layer {layer} {hf_part}"
+            );
         }
     }
 }
@@ -126,10 +140,19 @@ fn config_json_describes_smollm2_135m() {
 #[test]
 fn tokenizer_config_and_generation_config_carry_the_chat_template_and_end_ids() {
     let dir = real_model::converted_dir();
-    let tc: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap()).unwrap();
+    let tc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap())
+            .unwrap();
     assert_eq!(tc["eos_token"], "<|im_end|>");
     assert_eq!(tc["bos_token"], "<|im_start|>");
-    assert!(tc["chat_template"].as_str().unwrap().contains("<|im_start|>"));
-    let gc: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("generation_config.json")).unwrap()).unwrap();
+    assert!(
+        tc["chat_template"]
+            .as_str()
+            .unwrap()
+            .contains("<|im_start|>")
+    );
+    let gc: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("generation_config.json")).unwrap())
+            .unwrap();
     assert_eq!(gc["eos_token_id"], serde_json::json!([2, 0]));
 }

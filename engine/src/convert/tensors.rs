@@ -105,7 +105,12 @@ fn reorder_rows(
     src: impl Fn(usize, usize) -> usize + Sync,
 ) -> Result<Vec<f32>> {
     let rows = data.len() / cols.max(1);
-    if cols == 0 || n_heads == 0 || rows * cols != data.len() || rows % n_heads != 0 || (rows / n_heads) % 2 != 0 {
+    if cols == 0
+        || n_heads == 0
+        || rows * cols != data.len()
+        || !rows.is_multiple_of(n_heads)
+        || !(rows / n_heads).is_multiple_of(2)
+    {
         return Err(EngineError::Convert(format!(
             "cannot split {rows} rows of {cols} into {n_heads} heads of even size"
         )));
@@ -123,9 +128,11 @@ fn reorder_rows(
 /// Rounds to bf16 (round to nearest, ties to even) and returns little-endian bytes.
 pub fn to_bf16_bytes(values: &[f32]) -> Vec<u8> {
     let mut out = vec![0u8; values.len() * 2];
-    out.par_chunks_mut(2).zip(values.par_iter()).for_each(|(o, &v)| {
-        o.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
-    });
+    out.par_chunks_mut(2)
+        .zip(values.par_iter())
+        .for_each(|(o, &v)| {
+            o.copy_from_slice(&bf16::from_f32(v).to_le_bytes());
+        });
     out
 }
 
@@ -155,6 +162,8 @@ pub fn write_safetensors(gguf: &GgufFile, heads: HeadCounts, path: &Path) -> Res
     }
     let has_lm_head = converted.iter().any(|(n, _)| n == "lm_head.weight");
     let meta = HashMap::from([("format".to_owned(), "pt".to_owned())]);
-    safetensors::serialize_to_file(converted.iter().map(|(n, t)| (n.as_str(), t)), Some(meta), path)?;
+    // Serialised in memory and written with std, so the file gets the usual umask-based permissions.
+    let bytes = safetensors::serialize(converted.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))?;
+    std::fs::write(path, bytes).map_err(|e| EngineError::io(path, e))?;
     Ok(has_lm_head)
 }

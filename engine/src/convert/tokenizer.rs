@@ -37,17 +37,28 @@ impl GgufVocab {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
         let model = gguf.get_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
-            return Err(EngineError::Convert(format!("tokenizer model {model} is not supported (only gpt2 BPE)")));
+            return Err(EngineError::Convert(format!(
+                "tokenizer model {model} is not supported (only gpt2 BPE)"
+            )));
         }
-        let pre = gguf.get("tokenizer.ggml.pre").and_then(|v| v.as_str()).unwrap_or("default");
+        let pre = gguf
+            .get("tokenizer.ggml.pre")
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
         if pre != "smollm" {
-            return Err(EngineError::Convert(format!("pre-tokenizer {pre} is not supported (only smollm)")));
+            return Err(EngineError::Convert(format!(
+                "pre-tokenizer {pre} is not supported (only smollm)"
+            )));
         }
         let tokens = strings(gguf, "tokenizer.ggml.tokens")?;
         let token_types = gguf
             .get_array("tokenizer.ggml.token_type")?
             .iter()
-            .map(|v| v.as_i64().ok_or_else(|| EngineError::metadata("tokenizer.ggml.token_type", "expected integers")))
+            .map(|v| {
+                v.as_i64().ok_or_else(|| {
+                    EngineError::metadata("tokenizer.ggml.token_type", "expected integers")
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         if token_types.len() != tokens.len() {
             return Err(EngineError::metadata(
@@ -72,21 +83,32 @@ impl GgufVocab {
     }
 
     fn ids_of_type(&self, ty: i64) -> Vec<u32> {
-        (0..self.tokens.len() as u32).filter(|&i| self.token_types[i as usize] == ty).collect()
+        (0..self.tokens.len() as u32)
+            .filter(|&i| self.token_types[i as usize] == ty)
+            .collect()
     }
 }
 
 fn strings(gguf: &GgufFile, key: &str) -> Result<Vec<String>> {
     gguf.get_array(key)?
         .iter()
-        .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| EngineError::metadata(key, "expected strings")))
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| EngineError::metadata(key, "expected strings"))
+        })
         .collect()
 }
 
 fn split_merge(merge: &str) -> Result<(String, String)> {
     match merge.split_once(' ') {
-        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => Ok((a.to_owned(), b.to_owned())),
-        _ => Err(EngineError::metadata("tokenizer.ggml.merges", format!("bad merge {merge:?}"))),
+        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
+            Ok((a.to_owned(), b.to_owned()))
+        }
+        _ => Err(EngineError::metadata(
+            "tokenizer.ggml.merges",
+            format!("bad merge {merge:?}"),
+        )),
     }
 }
 
@@ -94,15 +116,21 @@ fn split_merge(merge: &str) -> Result<(String, String)> {
 pub fn build_tokenizer(vocab: &GgufVocab) -> Result<Tokenizer> {
     let map: Vocab = vocab.tokens.iter().cloned().zip(0u32..).collect();
     if map.len() != vocab.tokens.len() {
-        return Err(EngineError::Convert("the GGUF vocabulary contains duplicate tokens".into()));
+        return Err(EngineError::Convert(
+            "the GGUF vocabulary contains duplicate tokens".into(),
+        ));
     }
     let bpe = BPE::builder()
         .vocab_and_merges(map, vocab.merges.clone())
         .build()
         .map_err(|e| EngineError::Tokenizer(format!("cannot build BPE model: {e}")))?;
-    let tok_err = |e: tokenizers::Error| EngineError::Tokenizer(format!("cannot add special tokens: {e}"));
+    let tok_err =
+        |e: tokenizers::Error| EngineError::Tokenizer(format!("cannot add special tokens: {e}"));
     let mut tokenizer = Tokenizer::new(bpe);
-    let pre = Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]);
+    let pre = Sequence::new(vec![
+        Digits::new(true).into(),
+        ByteLevel::new(false, true, true).into(),
+    ]);
     tokenizer.with_pre_tokenizer(Some(pre));
     tokenizer.with_post_processor(Some(ByteLevel::new(true, false, true)));
     tokenizer.with_decoder(Some(ByteLevel::new(true, true, true)));
@@ -113,8 +141,12 @@ pub fn build_tokenizer(vocab: &GgufVocab) -> Result<Tokenizer> {
             .map(|&i| AddedToken::from(vocab.tokens[i as usize].clone(), special))
             .collect()
     };
-    tokenizer.add_special_tokens(added(TOKEN_TYPE_CONTROL, true)).map_err(tok_err)?;
-    tokenizer.add_tokens(added(TOKEN_TYPE_USER_DEFINED, false)).map_err(tok_err)?;
+    tokenizer
+        .add_special_tokens(added(TOKEN_TYPE_CONTROL, true))
+        .map_err(tok_err)?;
+    tokenizer
+        .add_tokens(added(TOKEN_TYPE_USER_DEFINED, false))
+        .map_err(tok_err)?;
     Ok(tokenizer)
 }
 

@@ -62,24 +62,34 @@ pub fn sync_tree(dir: &Path) -> Result<()> {
         if path.is_dir() {
             sync_tree(&path)?;
         } else {
-            File::open(&path).and_then(|f| f.sync_all()).map_err(|e| EngineError::io(&path, e))?;
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| EngineError::io(&path, e))?;
         }
     }
     sync_dir(dir)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).map_err(|e| EngineError::io(dir, e))
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| EngineError::io(dir, e))
 }
 
 /// Moves the finished `staging` directory to `target`, replacing any previous directory there.
 /// Call with the [`DirLock`] held.
 pub fn install(staging: TempDir, target: &Path) -> Result<()> {
     let staged = staging.keep();
-    let parent = target.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let parent = target
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
     let mut retired = None;
     if target.exists() {
-        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let old = parent.join(format!(".{name}.old-{}", std::process::id()));
         std::fs::rename(target, &old).map_err(|e| EngineError::io(target, e))?;
         retired = Some(old);

@@ -87,11 +87,19 @@ impl Manifest {
 }
 
 /// Checks `dir` against its manifest; `Ok(None)` when valid, `Ok(Some(reason))` when not.
-pub fn verify_dir(dir: &Path, package: &str, version: &str, progress: &dyn FetchProgress) -> Result<Option<String>> {
+pub fn verify_dir(
+    dir: &Path,
+    package: &str,
+    version: &str,
+    progress: &dyn FetchProgress,
+) -> Result<Option<String>> {
     let Some(manifest) = Manifest::read(dir) else {
         return Ok(Some("no readable manifest".into()));
     };
-    if manifest.format != MANIFEST_FORMAT || manifest.source.package != package || manifest.source.version != version {
+    if manifest.format != MANIFEST_FORMAT
+        || manifest.source.package != package
+        || manifest.source.version != version
+    {
         return Ok(Some("manifest is for another source or format".into()));
     }
     let present = list_files(dir)?;

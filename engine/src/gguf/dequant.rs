@@ -34,9 +34,15 @@ pub fn dequantize(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<f32>> {
     }
     let mut out = vec![0f32; info.len() as usize];
     match info.dtype {
-        GgmlType::F32 => per_element::<4>(bytes, &mut out, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        GgmlType::F16 => per_element::<2>(bytes, &mut out, |b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
-        GgmlType::BF16 => per_element::<2>(bytes, &mut out, |b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        GgmlType::F32 => per_element::<4>(bytes, &mut out, |b| {
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        }),
+        GgmlType::F16 => per_element::<2>(bytes, &mut out, |b| {
+            f16::from_le_bytes([b[0], b[1]]).to_f32()
+        }),
+        GgmlType::BF16 => per_element::<2>(bytes, &mut out, |b| {
+            bf16::from_le_bytes([b[0], b[1]]).to_f32()
+        }),
         GgmlType::Q8_0 => per_block(bytes, &mut out, Q8_0_BLOCK_BYTES, dequantize_q8_0_block),
         GgmlType::Q4_1 => per_block(bytes, &mut out, Q4_1_BLOCK_BYTES, dequantize_q4_1_block),
         other => {
@@ -72,7 +78,10 @@ fn per_block(bytes: &[u8], out: &mut [f32], block_bytes: usize, f: fn(&[u8], &mu
     out.par_chunks_mut(QK * BLOCKS_PER_TASK)
         .zip(bytes.par_chunks(block_bytes * BLOCKS_PER_TASK))
         .for_each(|(out, bytes)| {
-            for (o, b) in out.chunks_exact_mut(QK).zip(bytes.chunks_exact(block_bytes)) {
+            for (o, b) in out
+                .chunks_exact_mut(QK)
+                .zip(bytes.chunks_exact(block_bytes))
+            {
                 f(b, o);
             }
         });

@@ -45,7 +45,7 @@ impl TensorInfo {
             offset,
         };
         let n = info.checked_len()?;
-        if info.dims[0] % dtype.block_len() != 0 || n % dtype.block_len() != 0 {
+        if !info.dims[0].is_multiple_of(dtype.block_len()) || !n.is_multiple_of(dtype.block_len()) {
             return Err(EngineError::GgufMalformed(format!(
                 "tensor {}: row length {} is not a multiple of the {:?} block length {}",
                 info.name,
@@ -61,7 +61,9 @@ impl TensorInfo {
         self.dims
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| EngineError::GgufMalformed(format!("tensor {}: element count overflows", self.name)))
+            .ok_or_else(|| {
+                EngineError::GgufMalformed(format!("tensor {}: element count overflows", self.name))
+            })
     }
 
     /// Number of elements.
@@ -148,7 +150,7 @@ impl GgufFile {
         let data_len = (self.storage.bytes().len() as u64).saturating_sub(self.data_offset);
         for t in &self.tensors {
             let end = t.offset.checked_add(t.byte_len());
-            if t.offset % self.alignment != 0 {
+            if !t.offset.is_multiple_of(self.alignment) {
                 return Err(EngineError::GgufMalformed(format!(
                     "tensor {}: offset {} is not a multiple of the alignment {}",
                     t.name, t.offset, self.alignment
@@ -182,33 +184,41 @@ impl GgufFile {
     /// The unsigned integer at `key`, or a typed error when absent or mistyped.
     pub fn get_u64(&self, key: &str) -> Result<u64> {
         let v = self.require(key)?;
-        v.as_u64()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected an unsigned integer, found {}", v.type_name())))
+        v.as_u64().ok_or_else(|| {
+            EngineError::metadata(
+                key,
+                format!("expected an unsigned integer, found {}", v.type_name()),
+            )
+        })
     }
 
     /// The float at `key`, or a typed error when absent or mistyped.
     pub fn get_f64(&self, key: &str) -> Result<f64> {
         let v = self.require(key)?;
-        v.as_f64()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected a number, found {}", v.type_name())))
+        v.as_f64().ok_or_else(|| {
+            EngineError::metadata(key, format!("expected a number, found {}", v.type_name()))
+        })
     }
 
     /// The string at `key`, or a typed error when absent or mistyped.
     pub fn get_str(&self, key: &str) -> Result<&str> {
         let v = self.require(key)?;
-        v.as_str()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected a string, found {}", v.type_name())))
+        v.as_str().ok_or_else(|| {
+            EngineError::metadata(key, format!("expected a string, found {}", v.type_name()))
+        })
     }
 
     /// The array at `key`, or a typed error when absent or mistyped.
     pub fn get_array(&self, key: &str) -> Result<&[MetadataValue]> {
         let v = self.require(key)?;
-        v.as_array()
-            .ok_or_else(|| EngineError::metadata(key, format!("expected an array, found {}", v.type_name())))
+        v.as_array().ok_or_else(|| {
+            EngineError::metadata(key, format!("expected an array, found {}", v.type_name()))
+        })
     }
 
     fn require(&self, key: &str) -> Result<&MetadataValue> {
-        self.get(key).ok_or_else(|| EngineError::metadata(key, "missing"))
+        self.get(key)
+            .ok_or_else(|| EngineError::metadata(key, "missing"))
     }
 
     /// All tensor infos in file order.
@@ -234,9 +244,9 @@ impl GgufFile {
 
     /// Dequantises the tensor named `name` into `f32`, in row-major order.
     pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
-        let info = self
-            .tensor_info(name)
-            .ok_or_else(|| EngineError::Convert(format!("tensor {name} is not in the GGUF file")))?;
+        let info = self.tensor_info(name).ok_or_else(|| {
+            EngineError::Convert(format!("tensor {name} is not in the GGUF file"))
+        })?;
         dequant::dequantize(info, self.tensor_bytes(info))
     }
 }

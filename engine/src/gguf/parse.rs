@@ -6,9 +6,9 @@
 //! and the tensor data. Every read is bounds-checked so that a truncated file gives
 //! [`EngineError::GgufTruncated`] rather than a panic.
 
+use super::TensorInfo;
 use super::dtype::GgmlType;
 use super::value::MetadataValue;
-use super::TensorInfo;
 use crate::error::{EngineError, Result};
 
 /// The four magic bytes every GGUF file starts with.
@@ -111,13 +111,17 @@ impl<'a> Cursor<'a> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
-            b => Err(EngineError::GgufMalformed(format!("bool byte {b} is neither 0 nor 1"))),
+            b => Err(EngineError::GgufMalformed(format!(
+                "bool byte {b} is neither 0 nor 1"
+            ))),
         }
     }
 
     fn array_value(&mut self, depth: u32) -> Result<MetadataValue> {
         if depth >= MAX_ARRAY_NESTING {
-            return Err(EngineError::GgufMalformed("arrays nested too deeply".into()));
+            return Err(EngineError::GgufMalformed(
+                "arrays nested too deeply".into(),
+            ));
         }
         let elem_type = self.u32()?;
         let count = self.u64()?;
@@ -146,13 +150,16 @@ impl<'a> Cursor<'a> {
                 "tensor {name} has {n_dims} dimensions (1..={MAX_DIMS} allowed)"
             )));
         }
-        let dims = (0..n_dims).map(|_| self.u64()).collect::<Result<Vec<_>>>()?;
+        let dims = (0..n_dims)
+            .map(|_| self.u64())
+            .collect::<Result<Vec<_>>>()?;
         let type_id = self.u32()?;
         let offset = self.u64()?;
-        let dtype = GgmlType::from_id(type_id).ok_or_else(|| EngineError::GgufUnknownTensorType {
-            tensor: name.clone(),
-            type_id,
-        })?;
+        let dtype =
+            GgmlType::from_id(type_id).ok_or_else(|| EngineError::GgufUnknownTensorType {
+                tensor: name.clone(),
+                type_id,
+            })?;
         TensorInfo::new(name, dims, dtype, offset)
     }
 }

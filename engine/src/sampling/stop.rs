@@ -51,7 +51,10 @@ impl StopStringMatcher {
         let safe = safe_prefix_len(&self.pending, &self.stops);
         let emit = self.pending[..safe].to_owned();
         self.pending.drain(..safe);
-        StopScan { emit, stopped: false }
+        StopScan {
+            emit,
+            stopped: false,
+        }
     }
 
     /// Ends the stream (e.g. on an end-of-sequence token): returns the held-back text.

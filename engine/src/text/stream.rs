@@ -5,12 +5,20 @@
 //! of recent tokens and emits the new suffix only when it does not end in a replacement character.
 
 use tokenizers::DecodeStream;
-use tokenizers::{DecoderWrapper, ModelWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper};
+use tokenizers::{
+    DecoderWrapper, ModelWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper,
+};
 
 use crate::error::{EngineError, Result};
 
-type Inner<'a> =
-    DecodeStream<'a, ModelWrapper, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, DecoderWrapper>;
+type Inner<'a> = DecodeStream<
+    'a,
+    ModelWrapper,
+    NormalizerWrapper,
+    PreTokenizerWrapper,
+    PostProcessorWrapper,
+    DecoderWrapper,
+>;
 
 /// Turns generated token ids into text pieces, one call per token.
 pub struct StreamDecoder<'a> {

@@ -37,7 +37,11 @@ impl TextTokenizer {
             let config = read_json(&dir.join(file))?;
             collect_ids(config.get("eos_token_id"), &mut eos_ids);
         }
-        if let Some(id) = template_tokens.eos_token.as_deref().and_then(|t| inner.token_to_id(t)) {
+        if let Some(id) = template_tokens
+            .eos_token
+            .as_deref()
+            .and_then(|t| inner.token_to_id(t))
+        {
             push_unique(&mut eos_ids, id);
         }
         let chat_template = chat_template(dir, &tokenizer_config)?;
@@ -91,12 +95,20 @@ impl TextTokenizer {
     }
 
     /// Renders the model's chat template for `messages`.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .chat_template
-            .as_deref()
-            .ok_or_else(|| EngineError::ChatTemplate("the model directory has no chat template".into()))?;
-        render_chat_template(template, messages, add_generation_prompt, &self.template_tokens)
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let template = self.chat_template.as_deref().ok_or_else(|| {
+            EngineError::ChatTemplate("the model directory has no chat template".into())
+        })?;
+        render_chat_template(
+            template,
+            messages,
+            add_generation_prompt,
+            &self.template_tokens,
+        )
     }
 }
 
@@ -125,7 +137,11 @@ fn collect_ids(value: Option<&Value>, out: &mut Vec<u32>) {
         Some(v) => vec![v],
         None => Vec::new(),
     };
-    for id in ids.into_iter().filter_map(Value::as_u64).filter_map(|v| u32::try_from(v).ok()) {
+    for id in ids
+        .into_iter()
+        .filter_map(Value::as_u64)
+        .filter_map(|v| u32::try_from(v).ok())
+    {
         push_unique(out, id);
     }
 }

