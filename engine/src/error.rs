@@ -15,7 +15,7 @@ pub enum EngineError {
     },
 
     /// The file does not start with the GGUF magic bytes.
-    #[error("not a GGUF file: magic bytes are {found:02x?}, expected \"GGUF\"")]
+    #[error("not a GGUF file: it starts with \"{}\" instead of \"GGUF\"", found.escape_ascii())]
     GgufBadMagic {
         /// The first four bytes found.
         found: [u8; 4],

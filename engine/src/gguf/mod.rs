@@ -1,6 +1,6 @@
 //! A reader for GGUF v3 files, the single-file model format of llama.cpp.
 //!
-//! [`GgufFile::open`] memory-maps the file, parses the header ([`parse`]) and checks that every tensor's
+//! [`GgufFile::open`] memory-maps the file, parses the header (module `parse`) and checks that every tensor's
 //! data lies inside the file; [`GgufFile::tensor_f32`] dequantises one tensor ([`dequant`]). Tensor
 //! dimensions are kept in GGUF order (`dims[0]` is the fastest-varying, i.e. the number of columns);
 //! [`TensorInfo::shape`] gives the row-major order that HF and safetensors use.
