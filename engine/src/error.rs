@@ -89,6 +89,10 @@ pub enum EngineError {
     #[error("chat template error: {0}")]
     ChatTemplate(String),
 
+    /// Sampling parameters out of range (negative temperature, top_p outside (0, 1], ...).
+    #[error("invalid sampling parameters: {0}")]
+    InvalidSampling(String),
+
     /// The Python interpreter used to run pip could not be started.
     #[error("cannot run {python} (set DOCQA_PYTHON to a Python 3 with pip): {source}")]
     PythonMissing {

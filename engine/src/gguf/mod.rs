@@ -44,6 +44,12 @@ impl TensorInfo {
             dtype,
             offset,
         };
+        if info.dims.is_empty() {
+            return Err(EngineError::GgufMalformed(format!(
+                "tensor {} has no dimensions",
+                info.name
+            )));
+        }
         let n = info.checked_len()?;
         if !info.dims[0].is_multiple_of(dtype.block_len()) || !n.is_multiple_of(dtype.block_len()) {
             return Err(EngineError::GgufMalformed(format!(
