@@ -15,7 +15,7 @@ pub enum EngineError {
     },
 
     /// The file does not start with the GGUF magic bytes.
-    #[error("not a GGUF file: magic bytes are {found:02x?}, expected \"GGUF\"")]
+    #[error("not a GGUF file: it starts with \"{}\" instead of \"GGUF\"", found.escape_ascii())]
     GgufBadMagic {
         /// The first four bytes found.
         found: [u8; 4],
@@ -88,6 +88,10 @@ pub enum EngineError {
     /// The chat template could not be found, parsed or rendered.
     #[error("chat template error: {0}")]
     ChatTemplate(String),
+
+    /// Sampling parameters out of range (negative temperature, top_p outside (0, 1], ...).
+    #[error("invalid sampling parameters: {0}")]
+    InvalidSampling(String),
 
     /// The Python interpreter used to run pip could not be started.
     #[error("cannot run {python} (set DOCQA_PYTHON to a Python 3 with pip): {source}")]

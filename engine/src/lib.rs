@@ -7,16 +7,16 @@
 
 pub mod backend;
 pub mod config;
+pub mod convert;
 pub mod error;
+pub mod fetch;
+pub mod gguf;
 pub mod kv;
 pub mod models;
+pub mod sampling;
 pub mod scheduler;
 pub mod serving;
+pub mod text;
 pub mod weights;
 
 pub use error::{EngineError, Result};
-pub mod convert;
-pub mod fetch;
-pub mod gguf;
-pub mod sampling;
-pub mod text;

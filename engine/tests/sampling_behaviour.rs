@@ -1,6 +1,7 @@
 //! Sampler behaviour: greedy, top-k, top-p, seeding, agreement with softmax, HF repetition penalty, and
 //! stop strings over a text stream.
 
+use docqa_engine::EngineError;
 use docqa_engine::sampling::{
     Sampler, SamplingParams, StopStringMatcher, apply_repetition_penalty, stop::safe_prefix_len,
 };
@@ -116,7 +117,7 @@ fn repetition_penalty_changes_the_greedy_choice() {
         repetition_penalty: 1.5,
         ..params(0.0, 0, 1.0, 0)
     });
-    assert_eq!(sampler.sample(&mut vec![3.0, 2.5, 0.0], &[0]), 1);
+    assert_eq!(sampler.sample(&mut [3.0, 2.5, 0.0], &[0]), 1);
 }
 
 #[test]
@@ -145,4 +146,41 @@ fn safe_prefix_never_splits_a_multi_byte_character() {
     let safe = safe_prefix_len(text, &stops);
     assert!(text.is_char_boundary(safe));
     assert_eq!(&text[..safe], "私は");
+}
+
+#[test]
+fn out_of_range_parameters_are_refused_and_defaults_are_accepted() {
+    assert!(SamplingParams::default().validate().is_ok());
+    let cases = [
+        SamplingParams {
+            temperature: -0.1,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            temperature: f32::NAN,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            top_p: 0.0,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            top_p: 1.5,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            repetition_penalty: 0.0,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            max_tokens: 0,
+            ..SamplingParams::default()
+        },
+    ];
+    for params in cases {
+        assert!(
+            matches!(params.validate(), Err(EngineError::InvalidSampling(_))),
+            "{params:?} accepted"
+        );
+    }
 }

@@ -108,8 +108,8 @@ fn reorder_rows(
     if cols == 0
         || n_heads == 0
         || rows * cols != data.len()
-        || rows % n_heads != 0
-        || (rows / n_heads) % 2 != 0
+        || !rows.is_multiple_of(n_heads)
+        || !(rows / n_heads).is_multiple_of(2)
     {
         return Err(EngineError::Convert(format!(
             "cannot split {rows} rows of {cols} into {n_heads} heads of even size"
@@ -162,10 +162,8 @@ pub fn write_safetensors(gguf: &GgufFile, heads: HeadCounts, path: &Path) -> Res
     }
     let has_lm_head = converted.iter().any(|(n, _)| n == "lm_head.weight");
     let meta = HashMap::from([("format".to_owned(), "pt".to_owned())]);
-    safetensors::serialize_to_file(
-        converted.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(meta),
-        path,
-    )?;
+    // Serialised in memory and written with std, so the file gets the usual umask-based permissions.
+    let bytes = safetensors::serialize(converted.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))?;
+    std::fs::write(path, bytes).map_err(|e| EngineError::io(path, e))?;
     Ok(has_lm_head)
 }

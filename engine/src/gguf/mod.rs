@@ -1,6 +1,6 @@
 //! A reader for GGUF v3 files, the single-file model format of llama.cpp.
 //!
-//! [`GgufFile::open`] memory-maps the file, parses the header ([`parse`]) and checks that every tensor's
+//! [`GgufFile::open`] memory-maps the file, parses the header (module `parse`) and checks that every tensor's
 //! data lies inside the file; [`GgufFile::tensor_f32`] dequantises one tensor ([`dequant`]). Tensor
 //! dimensions are kept in GGUF order (`dims[0]` is the fastest-varying, i.e. the number of columns);
 //! [`TensorInfo::shape`] gives the row-major order that HF and safetensors use.
@@ -44,8 +44,14 @@ impl TensorInfo {
             dtype,
             offset,
         };
+        if info.dims.is_empty() {
+            return Err(EngineError::GgufMalformed(format!(
+                "tensor {} has no dimensions",
+                info.name
+            )));
+        }
         let n = info.checked_len()?;
-        if info.dims[0] % dtype.block_len() != 0 || n % dtype.block_len() != 0 {
+        if !info.dims[0].is_multiple_of(dtype.block_len()) || !n.is_multiple_of(dtype.block_len()) {
             return Err(EngineError::GgufMalformed(format!(
                 "tensor {}: row length {} is not a multiple of the {:?} block length {}",
                 info.name,
@@ -150,7 +156,7 @@ impl GgufFile {
         let data_len = (self.storage.bytes().len() as u64).saturating_sub(self.data_offset);
         for t in &self.tensors {
             let end = t.offset.checked_add(t.byte_len());
-            if t.offset % self.alignment != 0 {
+            if !t.offset.is_multiple_of(self.alignment) {
                 return Err(EngineError::GgufMalformed(format!(
                     "tensor {}: offset {} is not a multiple of the alignment {}",
                     t.name, t.offset, self.alignment

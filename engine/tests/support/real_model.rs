@@ -38,7 +38,8 @@ pub fn smollm2_gguf() -> &'static Path {
 pub fn converted_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let name = format!("smollm2-hf-{}", std::process::id());
+        // One directory per test binary, overwritten on every run.
+        let name = format!("smollm2-hf-{}", env!("CARGO_CRATE_NAME"));
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
         convert_gguf_to_hf(smollm2_gguf(), &dir).unwrap();
         dir

@@ -1,9 +1,11 @@
-//! `docqa models …`: fetch the shipped models into the models directory, with a progress display.
+//! `docqa models …`: fetch the shipped models into the models directory (with a progress display), or
+//! convert a GGUF file of one's own.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use docqa_engine::convert::convert_gguf_to_hf;
 use docqa_engine::fetch::{FetchProgress, ModelPaths, default_models_dir, ensure_models};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -23,12 +25,25 @@ enum ModelsCommand {
         #[arg(long, env = "DOCQA_MODELS_DIR")]
         models_dir: Option<PathBuf>,
     },
+    /// Convert a llama-architecture GGUF file (byte-level BPE vocabulary) into an HF-style directory.
+    Convert {
+        /// The GGUF file to read.
+        gguf: PathBuf,
+        /// The directory to write (created if needed; existing files are overwritten).
+        out_dir: PathBuf,
+    },
 }
 
 /// Runs `docqa models …`.
 pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
     match args.command {
         ModelsCommand::Fetch { models_dir } => fetch(models_dir.unwrap_or_else(default_models_dir)),
+        ModelsCommand::Convert { gguf, out_dir } => {
+            convert_gguf_to_hf(&gguf, &out_dir)
+                .with_context(|| format!("converting {}", gguf.display()))?;
+            println!("converted: {}", out_dir.display());
+            Ok(())
+        }
     }
 }
 
