@@ -112,3 +112,40 @@ fn multi_byte_characters_split_over_tokens_wait_for_their_last_byte() {
         "the first byte-level token is not a whole character"
     );
 }
+
+#[test]
+fn rebuilt_tokenizer_gives_llama_cpps_ids_for_every_multilingual_golden_string() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/golden/tokenizer_llamacpp.json"
+    );
+    let golden: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(
+        golden.len() >= 40,
+        "the golden file holds {} strings",
+        golden.len()
+    );
+    let tok = tokenizer();
+    let mut mismatches = Vec::new();
+    for case in &golden {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let got = tok.encode(text, false).unwrap();
+        if got != want {
+            mismatches.push(format!("{text:?}: docqa {got:?}, llama.cpp {want:?}"));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} differ:\n{}",
+        mismatches.len(),
+        golden.len(),
+        mismatches.join("\n")
+    );
+}
