@@ -7,11 +7,12 @@ llama.cpp's Q/K row permutation itself, so the reference is independent of docqa
 The forward pass runs in float32 (TF32 off, eager attention) on CUDA when present, else on the CPU. For
 every prompt of ``llama_prompts.json`` it records the logits at the last position, and for prompts that
 list ``positions`` (the ~2,000-token passage) the logits at each of those positions. It also
-greedy-decodes the France prompt for 16 tokens.
+greedy-decodes the two France prompts (chat template with its default system message, and plain ChatML
+without one) for 16 tokens each, not stopping at end-of-sequence.
 Outputs (in ``--out``):
   llama_logits.safetensors   f32 tensors ``<prompt_id>.last`` and ``<prompt_id>.pos<N>``, each [vocab]
   llama_logits_meta.json     per tensor: prompt, position, top-10 ids and values; versions, device,
-                             config checks, and the greedy decode (ids and text)
+                             config checks, and the greedy decodes (ids and text, per prompt id)
 Needs: torch, transformers >= 4.46, numpy, safetensors, and the ``gguf`` package. Offline machines without
 ``gguf``: put its wheel into ``.whl/`` first (on a machine with network:
 ``python3 -m pip download --no-deps --only-binary=:all: -d .whl gguf==0.19.0``); this script then adds
@@ -61,8 +62,9 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from gguf_text import GgufDetokenizer  # noqa: E402
 
-GREEDY_PROMPT = "france_chatml"
+GREEDY_PROMPTS = ("france_chatml", "france_chatml_no_system")
 GREEDY_TOKENS = 16
+EOS_ID = 2
 TOP_K = 10
 EXPECTED = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
             "num_key_value_heads": 3, "vocab_size": 49152}
@@ -194,10 +196,14 @@ def main() -> None:
     for prompt in prompts:
         record_prompt(model, prompt, args.device, tensors, per_tensor)
 
-    france = next(p for p in prompts if p["id"] == GREEDY_PROMPT)
-    generated = greedy(model, france["ids"], GREEDY_TOKENS, args.device)
-    text = GgufDetokenizer(reader).decode(generated)
-    print(f"greedy {GREEDY_PROMPT}: {generated} -> {text!r}")
+    detok = GgufDetokenizer(reader)
+    decoded = {}
+    for prompt in (p for p in prompts if p["id"] in GREEDY_PROMPTS):
+        generated = greedy(model, prompt["ids"], GREEDY_TOKENS, args.device)
+        text = detok.decode(generated)
+        decoded[prompt["id"]] = {"new_tokens": GREEDY_TOKENS, "ids": generated, "text": text, "eos_id": EOS_ID,
+                                 "first_eos": generated.index(EOS_ID) if EOS_ID in generated else None}
+        print(f"greedy {prompt['id']}: {generated} -> {text!r}")
 
     meta = {
         "model": {"file": gguf.name, "sha256": sha256(gguf)},
@@ -209,8 +215,7 @@ def main() -> None:
         "dtype": "float32", "tf32": False, "attn_implementation": "eager",
         "checks": checks,
         "tensors": per_tensor,
-        "greedy": {"prompt_id": GREEDY_PROMPT, "new_tokens": GREEDY_TOKENS, "ids": generated, "text": text,
-                   "eos_id": 2, "stops_at": generated.index(2) if 2 in generated else None},
+        "greedy": decoded,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(args.out / "llama_logits.safetensors"),

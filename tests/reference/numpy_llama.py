@@ -5,7 +5,7 @@ What: dequantises every tensor with the ``gguf`` package and runs the Llama deco
 layout: Q/K rows stay as llama.cpp stores them and RoPE rotates adjacent pairs (2i, 2i+1), which is the
 rotation that layout is permuted for, so nothing is un-permuted. It shares no code with transformers or
 with docqa, so agreement between it and ``logits_golden.py`` checks both.
-Uses: prints top-5 next tokens and the greedy continuation of the France prompt of ``llama_prompts.json``;
+Uses: prints top-5 next tokens and the greedy continuations of the France prompts of ``llama_prompts.json``;
 with ``--check FILE.safetensors`` it compares its logits with the recorded ones (max abs difference).
 Needs: numpy, ``gguf``, ``safetensors`` (``tests/reference/venv.sh`` provides them). CPU only.
 Run:   "$(tests/reference/venv.sh)" tests/reference/numpy_llama.py [--gguf PATH] [--check tests/golden/llama_logits.safetensors]
@@ -125,11 +125,12 @@ def main() -> None:
         row = model.logits(prompt["ids"], [len(prompt["ids"]) - 1])[0]
         top = np.argsort(-row)[:5]
         print(f"{prompt['id']}: top-5 {[(int(i), detok.decode([int(i)]), round(float(row[i]), 3)) for i in top]}")
-    seq = list(next(p for p in prompts if p["id"] == "france_chatml")["ids"])
-    start = len(seq)
-    for _ in range(args.greedy):
-        seq.append(int(model.logits(seq, [len(seq) - 1])[0].argmax()))
-    print(f"greedy france_chatml: {seq[start:]} -> {detok.decode(seq[start:])!r}")
+    for prompt in (p for p in prompts if p["id"].startswith("france_chatml")):
+        seq = list(prompt["ids"])
+        for _ in range(args.greedy):
+            seq.append(int(model.logits(seq, [len(seq) - 1])[0].argmax()))
+        new = seq[len(prompt["ids"]):]
+        print(f"greedy {prompt['id']}: {new} -> {detok.decode(new)!r}")
 
 
 if __name__ == "__main__":

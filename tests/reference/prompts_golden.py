@@ -6,7 +6,8 @@ What: the prompts whose logits ``logits_golden.py`` records, each with its token
 ChatML conversation (system + user + assistant + user, ending ``<|im_start|>assistant\\n``), a ~2,000-token
 passage of a document in ``../shared/data/qa/`` (file, id and character range recorded), and the France
 question rendered with the model's own chat template (``tokenizer.chat_template`` from the GGUF, which
-adds a default system message when none is given). The long passage also lists 8 evenly spaced positions
+adds a default system message when none is given) and, as the design's sanity check, the same question in
+ChatML without any system message. The long passage also lists 8 evenly spaced positions
 (first to last token) whose logits are recorded.
 Needs: llama.cpp built by ``tests/reference/build_llama_cpp.sh``; the ``gguf`` and ``jinja2`` packages
 (``tests/reference/venv.sh`` provides them); ``../shared/data/qa``.
@@ -48,6 +49,7 @@ CONVERSATION = [
     {"role": "user", "content": "And when was it published?"},
 ]
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+FRANCE_NO_SYSTEM = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def chat_template(gguf: Path) -> str:
@@ -136,6 +138,9 @@ def build(gguf: Path) -> dict:
                        "char_end": long_end},
                positions=evenly_spaced(len(long_ids), NUM_POSITIONS)),
         prompt("france_chatml", "chatml", france, tokenize(gguf, france), messages=FRANCE,
+               note="chat template with its default system message; greedy top-1 is a near tie"),
+        prompt("france_chatml_no_system", "chatml", FRANCE_NO_SYSTEM, tokenize(gguf, FRANCE_NO_SYSTEM),
+               messages=FRANCE, note="ChatML written by hand, no system message",
                expected_answer="The capital of France is Paris."),
     ]
     version = (ROOT / ".cache" / "llama.cpp" / "VERSION").read_text().strip()
