@@ -47,27 +47,33 @@ def ensure_gguf() -> str:
 
 GGUF_SOURCE = ensure_gguf()
 
-import argparse  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-from importlib.metadata import version  # noqa: E402
+import argparse
+import hashlib
+import json
+from importlib.metadata import version
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from gguf import GGUFReader  # noqa: E402
-from gguf.quants import dequantize  # noqa: E402
-from safetensors.numpy import save_file  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+import numpy as np
+import torch
+import transformers
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from safetensors.numpy import save_file
+from transformers import AutoModelForCausalLM
 
-from gguf_text import GgufDetokenizer  # noqa: E402
+from gguf_text import GgufDetokenizer
 
 GREEDY_PROMPTS = ("france_chatml", "france_chatml_no_system")
 GREEDY_TOKENS = 16
 EOS_ID = 2
 TOP_K = 10
-EXPECTED = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
-            "num_key_value_heads": 3, "vocab_size": 49152}
+EXPECTED = {
+    "num_hidden_layers": 30,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "vocab_size": 49152,
+}
 
 
 def default_gguf() -> Path:
@@ -148,7 +154,7 @@ def greedy(model: torch.nn.Module, ids: list[int], steps: int, device: str) -> l
     for _ in range(steps):
         last = logits_at(model, seq, [len(seq) - 1], device)[0]
         seq.append(int(np.argmax(last)))
-    return seq[len(ids):]
+    return seq[len(ids) :]
 
 
 def top_k(row: np.ndarray) -> dict:
@@ -166,7 +172,9 @@ def record_prompt(model, prompt: dict, device: str, tensors: dict, meta: dict) -
         name = f"{prompt['id']}.{suffix}"
         tensors[name] = np.ascontiguousarray(row, dtype=np.float32)
         meta[name] = {"prompt_id": prompt["id"], "position": position, "n_tokens": len(ids), **top_k(row)}
-    print(f"{prompt['id']}: {len(ids)} tokens, {len(named)} rows, top-1 at last = {meta[prompt['id'] + '.last']['top_ids'][0]}")
+    print(
+        f"{prompt['id']}: {len(ids)} tokens, {len(named)} rows, top-1 at last = {meta[prompt['id'] + '.last']['top_ids'][0]}"
+    )
 
 
 def sha256(path: Path) -> str:
@@ -201,25 +209,40 @@ def main() -> None:
     for prompt in (p for p in prompts if p["id"] in GREEDY_PROMPTS):
         generated = greedy(model, prompt["ids"], GREEDY_TOKENS, args.device)
         text = detok.decode(generated)
-        decoded[prompt["id"]] = {"new_tokens": GREEDY_TOKENS, "ids": generated, "text": text, "eos_id": EOS_ID,
-                                 "first_eos": generated.index(EOS_ID) if EOS_ID in generated else None}
+        decoded[prompt["id"]] = {
+            "new_tokens": GREEDY_TOKENS,
+            "ids": generated,
+            "text": text,
+            "eos_id": EOS_ID,
+            "first_eos": generated.index(EOS_ID) if EOS_ID in generated else None,
+        }
         print(f"greedy {prompt['id']}: {generated} -> {text!r}")
 
     meta = {
         "model": {"file": gguf.name, "sha256": sha256(gguf)},
         "prompts_file": args.prompts.name,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "gguf": version("gguf"), "numpy": np.__version__, "python": sys.version.split()[0]},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "gguf": version("gguf"),
+            "numpy": np.__version__,
+            "python": sys.version.split()[0],
+        },
         "gguf_import": GGUF_SOURCE,
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(args.device),
-        "dtype": "float32", "tf32": False, "attn_implementation": "eager",
+        "dtype": "float32",
+        "tf32": False,
+        "attn_implementation": "eager",
         "checks": checks,
         "tensors": per_tensor,
         "greedy": decoded,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(args.out / "llama_logits.safetensors"),
-              metadata={"source": "transformers from GGUF, float32", "model": gguf.name})
+    save_file(
+        tensors,
+        str(args.out / "llama_logits.safetensors"),
+        metadata={"source": "transformers from GGUF, float32", "model": gguf.name},
+    )
     (args.out / "llama_logits_meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1) + "\n")
     print(f"wrote {len(tensors)} tensors to {args.out / 'llama_logits.safetensors'}")
 

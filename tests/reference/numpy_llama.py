@@ -129,7 +129,7 @@ def main() -> None:
         seq = list(prompt["ids"])
         for _ in range(args.greedy):
             seq.append(int(model.logits(seq, [len(seq) - 1])[0].argmax()))
-        new = seq[len(prompt["ids"]):]
+        new = seq[len(prompt["ids"]) :]
         print(f"greedy {prompt['id']}: {new} -> {detok.decode(new)!r}")
 
 
