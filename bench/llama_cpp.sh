@@ -44,10 +44,12 @@ model_args=()
 for type in $TYPES; do model_args+=(-m "$(model_for "$type")"); done
 
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 common=(-t "$THREADS" -r "$REPS" -o json "${model_args[@]}")
 "$BIN/llama-bench" "${common[@]}" -p 512,2048 -n 0 >"$OUT/prefill-$stamp.json" 2>"$OUT/prefill-$stamp.log"
 "$BIN/llama-bench" "${common[@]}" -p 0 -n 128 -d 512 >"$OUT/decode-$stamp.json" 2>"$OUT/decode-$stamp.log"
 
 python3 "$ROOT/bench/llama_cpp_report.py" "$OUT/prefill-$stamp.json" "$OUT/decode-$stamp.json" \
-  --threads "$THREADS" --out "$OUT/llama_cpp-$stamp.json"
+  --threads "$THREADS" --load "before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)" \
+  --out "$OUT/llama_cpp-$stamp.json"
 cp "$OUT/llama_cpp-$stamp.json" "$OUT/llama_cpp-latest.json"

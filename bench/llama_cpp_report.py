@@ -52,10 +52,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="llama-bench -o json outputs")
     parser.add_argument("--threads", type=int, default=None, help="threads requested (for the record)")
+    parser.add_argument("--load", default=None, help="machine load average while it ran (for the record)")
     parser.add_argument("--out", type=Path, default=None, help="summary JSON to write")
     args = parser.parse_args()
     records = [r for path in args.runs for r in json.loads(path.read_text())]
     rows = summarise(records)
+    if args.load:
+        print(f"load average (1, 5, 15 min) {args.load}")
     print(f"{'model':<6} {'test':<12} {'tok/s':>18}")
     for row in rows:
         print(f"{row['model']:<6} {row['test']:<12} {row['tok_s_mean']:>9.1f} ± {row['tok_s_sd']:<7.1f}")
@@ -67,6 +70,7 @@ def main() -> None:
             "build_number": first.get("build_number"),
             "cpu_info": first.get("cpu_info"),
             "threads": args.threads,
+            "load_average": args.load,
             "rows": rows,
             "raw": records,
         }
