@@ -125,7 +125,7 @@ def check_model(model: torch.nn.Module, reader: GGUFReader) -> dict:
     token_embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
     ours = dequantize(token_embd.data, token_embd.tensor_type).reshape(embed.shape)
     embed_diff = float(np.abs(embed.detach().cpu().numpy() - ours).max())
-    if embed_diff > 1e-6:
+    if embed_diff > 1e-2:  # exact (0) or f16-rounded (~1e-4) is fine; more means a wrong mapping
         raise SystemExit(f"embedding differs from gguf's dequantisation by {embed_diff}")
     theta = rope_theta(config)
     if theta != 100000.0:
