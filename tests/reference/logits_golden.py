@@ -12,7 +12,8 @@ without one) for 16 tokens each, not stopping at end-of-sequence.
 Outputs (in ``--out``):
   llama_logits.safetensors   f32 tensors ``<prompt_id>.last`` and ``<prompt_id>.pos<N>``, each [vocab]
   llama_logits_meta.json     per tensor: prompt, position, top-10 ids and values; versions, device,
-                             config checks, and the greedy decodes (ids and text, per prompt id)
+                             config checks, the greedy decodes (ids and text, per prompt id), and the
+                             differences from tests/golden/numpy_logits.safetensors (numpy_golden.py)
 Needs: torch, transformers >= 4.46, numpy, safetensors, and the ``gguf`` package. Offline machines without
 ``gguf``: put its wheel into ``.whl/`` first (on a machine with network:
 ``python3 -m pip download --no-deps --only-binary=:all: -d .whl gguf==0.19.0``); this script then adds
@@ -57,7 +58,7 @@ import torch
 import transformers
 from gguf import GGUFReader
 from gguf.quants import dequantize
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from gguf_text import GgufDetokenizer
@@ -177,6 +178,19 @@ def record_prompt(model, prompt: dict, device: str, tensors: dict, meta: dict) -
     )
 
 
+def versus_numpy(tensors: dict) -> dict | None:
+    """Max |difference| of each tensor against the float64 numpy reference, when that file exists."""
+    path = ROOT / "tests" / "golden" / "numpy_logits.safetensors"
+    if not path.is_file():
+        return None
+    reference = load_file(str(path))
+    diffs = {name: float(np.abs(row - reference[name]).max()) for name, row in tensors.items() if name in reference}
+    same_top1 = all(int(tensors[n].argmax()) == int(reference[n].argmax()) for n in diffs)
+    worst = max(diffs.values(), default=0.0)
+    print(f"vs numpy float64 reference: {len(diffs)} tensors, worst max|diff| {worst:.2e}, same top-1: {same_top1}")
+    return {"file": path.name, "max_abs_diff": diffs, "worst": worst, "same_top1": same_top1}
+
+
 def sha256(path: Path) -> str:
     """Hex SHA-256 of a file."""
     digest = hashlib.sha256()
@@ -236,6 +250,7 @@ def main() -> None:
         "checks": checks,
         "tensors": per_tensor,
         "greedy": decoded,
+        "vs_numpy_float64": versus_numpy(tensors),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     save_file(
