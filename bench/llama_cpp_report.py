@@ -3,7 +3,7 @@
 
 Each llama-bench record becomes one row: model format, test name (``pp<N>`` prefill, ``tg<N>@d<D>``
 decode after a D-token prompt), tokens/s mean and standard deviation over the repetitions.
-Run: python3 bench/llama_cpp_report.py RUN.json [RUN.json ...] [--threads N] [--out SUMMARY.json]
+Run: python3 bench/llama_cpp_report.py RUN.jsonl [RUN.jsonl ...] [--threads N] [--load TEXT] [--out SUMMARY.json]
 """
 
 from __future__ import annotations
@@ -48,14 +48,25 @@ def summarise(records: list[dict]) -> list[dict]:
     ]
 
 
+def read_records(path: Path) -> list[dict]:
+    """llama-bench records from a ``-o json`` array or ``-o jsonl`` lines (a cut-off run keeps its lines)."""
+    text = path.read_text()
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="llama-bench -o json outputs")
+    parser.add_argument("runs", nargs="+", type=Path, help="llama-bench -o json or -o jsonl outputs")
     parser.add_argument("--threads", type=int, default=None, help="threads requested (for the record)")
+    parser.add_argument("--load", default=None, help="machine load average while it ran (for the record)")
     parser.add_argument("--out", type=Path, default=None, help="summary JSON to write")
     args = parser.parse_args()
-    records = [r for path in args.runs for r in json.loads(path.read_text())]
+    records = [r for path in args.runs for r in read_records(path)]
     rows = summarise(records)
+    if args.load:
+        print(f"load average (1, 5, 15 min) {args.load}")
     print(f"{'model':<6} {'test':<12} {'tok/s':>18}")
     for row in rows:
         print(f"{row['model']:<6} {row['test']:<12} {row['tok_s_mean']:>9.1f} ± {row['tok_s_sd']:<7.1f}")
@@ -67,6 +78,7 @@ def main() -> None:
             "build_number": first.get("build_number"),
             "cpu_info": first.get("cpu_info"),
             "threads": args.threads,
+            "load_average": args.load,
             "rows": rows,
             "raw": records,
         }

@@ -35,7 +35,17 @@ def tokenize(gguf: Path, text: str) -> list[int]:
         text_file = handle.name
     try:
         result = subprocess.run(
-            [str(tool_path()), "-m", str(gguf), "--file", text_file, "--ids", "--no-bos", "--no-escape", "--log-disable"],
+            [
+                str(tool_path()),
+                "-m",
+                str(gguf),
+                "--file",
+                text_file,
+                "--ids",
+                "--no-bos",
+                "--no-escape",
+                "--log-disable",
+            ],
             check=True,
             capture_output=True,
         )

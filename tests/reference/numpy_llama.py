@@ -1,28 +1,16 @@
-#!/usr/bin/env python3
-"""A second, independent reference forward pass of SmolLM2-135M-Instruct, in numpy, from the GGUF.
+"""An independent reference forward pass of SmolLM2-135M-Instruct in numpy, straight from the GGUF.
 
-What: dequantises every tensor with the ``gguf`` package and runs the Llama decoder in the GGUF's own
-layout: Q/K rows stay as llama.cpp stores them and RoPE rotates adjacent pairs (2i, 2i+1), which is the
-rotation that layout is permuted for, so nothing is un-permuted. It shares no code with transformers or
-with docqa, so agreement between it and ``logits_golden.py`` checks both.
-Uses: prints top-5 next tokens and the greedy continuation of the France prompt of ``llama_prompts.json``;
-with ``--check FILE.safetensors`` it compares its logits with the recorded ones (max abs difference).
-Needs: numpy, ``gguf``, ``safetensors`` (``tests/reference/venv.sh`` provides them). CPU only.
-Run:   "$(tests/reference/venv.sh)" tests/reference/numpy_llama.py [--gguf PATH] [--check tests/golden/llama_logits.safetensors]
+Dequantises every tensor with the ``gguf`` package and runs the Llama decoder in the GGUF's own layout:
+Q/K rows stay as llama.cpp stores them and RoPE rotates adjacent pairs (2i, 2i+1), which is the rotation
+that layout is permuted for, so nothing is un-permuted. It shares no code with transformers or with docqa.
+Full recomputation, no KV cache: slow but simple. ``numpy_golden.py`` is its command line.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
-
-from gguf_text import GgufDetokenizer
-from smollm2_gguf import ROOT, gguf_path
 
 
 class NumpyLlama:
@@ -89,48 +77,3 @@ class NumpyLlama:
         x = self._rms_norm(x[positions], self.w["output_norm.weight"])
         head = self.w.get("output.weight", embed)
         return (x @ head.T).astype(np.float32)
-
-
-def compare(model: NumpyLlama, prompts: list[dict], golden: Path) -> None:
-    """Max abs difference of our logits against each recorded tensor, and whether top-1 agrees."""
-    from safetensors.numpy import load_file
-
-    recorded = load_file(str(golden))
-    by_id = {p["id"]: p for p in prompts}
-    for name, want in sorted(recorded.items()):
-        prompt_id, suffix = name.rsplit(".", 1)
-        ids = by_id[prompt_id]["ids"]
-        position = len(ids) - 1 if suffix == "last" else int(suffix[3:])
-        got = model.logits(ids[: position + 1], [position])[0]
-        diff = float(np.abs(got - want).max())
-        print(f"{name:<32} max|diff| {diff:.2e}  top1 {int(got.argmax())} vs {int(want.argmax())}")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", type=Path, default=None)
-    parser.add_argument("--prompts", type=Path, default=ROOT / "tests" / "golden" / "llama_prompts.json")
-    parser.add_argument("--check", type=Path, default=None, help="llama_logits.safetensors to compare with")
-    parser.add_argument("--f64", action="store_true", help="compute in float64")
-    parser.add_argument("--greedy", type=int, default=16, help="tokens to decode for the France prompt")
-    args = parser.parse_args()
-    reader = GGUFReader(args.gguf or gguf_path())
-    model = NumpyLlama(reader, np.float64 if args.f64 else np.float32)
-    detok = GgufDetokenizer(reader)
-    prompts = json.loads(args.prompts.read_text(encoding="utf-8"))["prompts"]
-    if args.check:
-        compare(model, prompts, args.check)
-        return
-    for prompt in (p for p in prompts if p["n_tokens"] <= 512):
-        row = model.logits(prompt["ids"], [len(prompt["ids"]) - 1])[0]
-        top = np.argsort(-row)[:5]
-        print(f"{prompt['id']}: top-5 {[(int(i), detok.decode([int(i)]), round(float(row[i]), 3)) for i in top]}")
-    seq = list(next(p for p in prompts if p["id"] == "france_chatml")["ids"])
-    start = len(seq)
-    for _ in range(args.greedy):
-        seq.append(int(model.logits(seq, [len(seq) - 1])[0].argmax()))
-    print(f"greedy france_chatml: {seq[start:]} -> {detok.decode(seq[start:])!r}")
-
-
-if __name__ == "__main__":
-    main()

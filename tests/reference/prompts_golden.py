@@ -6,7 +6,8 @@ What: the prompts whose logits ``logits_golden.py`` records, each with its token
 ChatML conversation (system + user + assistant + user, ending ``<|im_start|>assistant\\n``), a ~2,000-token
 passage of a document in ``../shared/data/qa/`` (file, id and character range recorded), and the France
 question rendered with the model's own chat template (``tokenizer.chat_template`` from the GGUF, which
-adds a default system message when none is given). The long passage also lists 8 evenly spaced positions
+adds a default system message when none is given) and, as the design's sanity check, the same question in
+ChatML without any system message. The long passage also lists 8 evenly spaced positions
 (first to last token) whose logits are recorded.
 Needs: llama.cpp built by ``tests/reference/build_llama_cpp.sh``; the ``gguf`` and ``jinja2`` packages
 (``tests/reference/venv.sh`` provides them); ``../shared/data/qa``.
@@ -33,14 +34,14 @@ ZH_SOURCE = ("zh_cmrc_needle.jsonl", "zh-cmrc-needle-dev-00")
 NUM_POSITIONS = 8
 
 ENGLISH = "The Eiffel Tower, completed in 1889 for the World's Fair, is the most visited paid monument in the world."
-CODE = '''fn mean(values: &[f32]) -> Option<f32> {
+CODE = """fn mean(values: &[f32]) -> Option<f32> {
     if values.is_empty() {
         return None;
     }
     let sum: f32 = values.iter().sum();
     Some(sum / values.len() as f32)
 }
-'''
+"""
 CONVERSATION = [
     {"role": "system", "content": "You answer questions about the uploaded document. Be brief."},
     {"role": "user", "content": "Who wrote the quarterly report?"},
@@ -48,6 +49,7 @@ CONVERSATION = [
     {"role": "user", "content": "And when was it published?"},
 ]
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+FRANCE_NO_SYSTEM = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def chat_template(gguf: Path) -> str:
@@ -127,16 +129,40 @@ def build(gguf: Path) -> dict:
     data_ref = "../shared/data/qa/"
     prompts = [
         prompt("en_sentence", "english", ENGLISH, tokenize(gguf, ENGLISH)),
-        prompt("zh_passage", "chinese", zh_text, tokenize(gguf, zh_text),
-               source={"file": data_ref + ZH_SOURCE[0], "id": ZH_SOURCE[1], "char_start": 0, "char_end": zh_end}),
+        prompt(
+            "zh_passage",
+            "chinese",
+            zh_text,
+            tokenize(gguf, zh_text),
+            source={"file": data_ref + ZH_SOURCE[0], "id": ZH_SOURCE[1], "char_start": 0, "char_end": zh_end},
+        ),
         prompt("code_rust", "code", CODE, tokenize(gguf, CODE)),
         prompt("chatml_conversation", "chatml", conversation, tokenize(gguf, conversation), messages=CONVERSATION),
-        prompt("long_passage", "long", long_text, long_ids,
-               source={"file": data_ref + LONG_SOURCE[0], "id": LONG_SOURCE[1], "char_start": 0,
-                       "char_end": long_end},
-               positions=evenly_spaced(len(long_ids), NUM_POSITIONS)),
-        prompt("france_chatml", "chatml", france, tokenize(gguf, france), messages=FRANCE,
-               expected_answer="The capital of France is Paris."),
+        prompt(
+            "long_passage",
+            "long",
+            long_text,
+            long_ids,
+            source={"file": data_ref + LONG_SOURCE[0], "id": LONG_SOURCE[1], "char_start": 0, "char_end": long_end},
+            positions=evenly_spaced(len(long_ids), NUM_POSITIONS),
+        ),
+        prompt(
+            "france_chatml",
+            "chatml",
+            france,
+            tokenize(gguf, france),
+            messages=FRANCE,
+            note="chat template with its default system message; greedy top-1 is a near tie",
+        ),
+        prompt(
+            "france_chatml_no_system",
+            "chatml",
+            FRANCE_NO_SYSTEM,
+            tokenize(gguf, FRANCE_NO_SYSTEM),
+            messages=FRANCE,
+            note="ChatML written by hand, no system message",
+            expected_answer="The capital of France is Paris.",
+        ),
     ]
     version = (ROOT / ".cache" / "llama.cpp" / "VERSION").read_text().strip()
     return {
@@ -150,7 +176,9 @@ def build(gguf: Path) -> dict:
 def to_json(result: dict) -> str:
     """Indented JSON with each list of numbers kept on one line (token ids stay readable)."""
     text = json.dumps(result, ensure_ascii=False, indent=1)
-    return re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
+    return (
+        re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
+    )
 
 
 def main() -> None:

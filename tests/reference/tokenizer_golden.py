@@ -39,7 +39,7 @@ SAMPLES = [
     "Emoji: 😀 🎉 👍🏽 ❤️",
     "Family: 👨‍👩‍👧‍👦 and a rainbow flag 🏳️‍🌈 and a technologist 🧑🏿‍💻.",
     "def add(a, b):\n    return a + b\n",
-    "fn main() {\n\tlet x = vec![1, 2, 3];\n\tfor i in &x {\n\t\tprintln!(\"{}\", i);\n\t}\n}\n",
+    'fn main() {\n\tlet x = vec![1, 2, 3];\n\tfor i in &x {\n\t\tprintln!("{}", i);\n\t}\n}\n',
     "if (x > 0) {\n        y = x * 2;  // double it\n}",
     "SELECT id, title FROM documents WHERE length(text) > 1000 ORDER BY id;",
     "multiple     spaces    between   words",
