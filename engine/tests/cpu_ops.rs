@@ -9,6 +9,7 @@ use docqa_engine::backend::cpu::matmul::{self, MatmulDims, WeightSlice};
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};
 use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
 use docqa_engine::config::RopeFreqs;
+use docqa_engine::weights::{TensorRef, WeightDtype};
 
 fn bf16(v: f32) -> f32 {
     half::bf16::from_f32(v).to_f32()
@@ -113,6 +114,47 @@ fn f32_matmul_simd_matches_reference() {
                 (a - b).abs() <= k as f32 * 1.2e-7 * b.abs().max(1.0),
                 "({rows},{k},{n}): {a} vs {b}"
             );
+        }
+    }
+}
+
+#[test]
+fn int8_decode_matmul_matches_its_reference_and_stays_near_the_exact_product() {
+    use docqa_engine::backend::cpu::matmul::int8::{self, Q8Matrix, QBLOCK};
+    let mut rng = Rng::fresh("int8_matmul");
+    for (rows, k, n) in [(1, 576, 193), (4, 1536, 64), (3, 64, 5)] {
+        let (x, w) = (rng.vec(rows * k, 2.0), rng.vec(n * k, 0.5));
+        let q = Q8Matrix::quantize(&w, k).expect("k is a multiple of 64");
+        let d = MatmulDims { rows, k, n };
+        let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
+        int8::matmul(&x, &q, None, d, &mut fast, &mut Vec::new(), &mut Vec::new());
+        int8::matmul_ref(&x, &q, d, &mut reference);
+        for t in 0..rows {
+            for o in 0..n {
+                let (a, b) = (fast[t * n + o], reference[t * n + o]);
+                // Activations go through int16 (half a step of max|x_block|/32767 each).
+                let xmax: f32 = (0..k / QBLOCK)
+                    .map(|b| {
+                        x[t * k + b * QBLOCK..][..QBLOCK]
+                            .iter()
+                            .fold(0f32, |m, v| m.max(v.abs()))
+                    })
+                    .sum();
+                let wsum: f32 = (0..k).map(|i| w[o * k + i].abs()).sum::<f32>() * 1.01;
+                assert!(
+                    (a - b).abs() <= xmax / 32767.0 * wsum + 1e-4,
+                    "({rows},{k},{n}) [{t},{o}]: {a} vs {b}"
+                );
+                // Against the unquantised product: each weight moves by at most half a step, max|w_block|/254.
+                let exact: f32 = (0..k).map(|i| x[t * k + i] * w[o * k + i]).sum();
+                let bound: f32 = (0..k)
+                    .map(|i| x[t * k + i].abs() * q.scales[o * (k / QBLOCK) + i / QBLOCK] / 2.0)
+                    .sum();
+                assert!(
+                    (a - exact).abs() <= bound * 1.01 + 1e-4,
+                    "[{t},{o}]: {a} vs exact {exact} (bound {bound})"
+                );
+            }
         }
     }
 }
@@ -351,29 +393,27 @@ fn rope_rotates_half_split_pairs_by_position_times_frequency() {
     }
 }
 
+/// A borrowed f32 vector as a tensor (the bytes are leaked: test-only, a few hundred bytes).
+fn f32_tensor(name: &'static str, v: &[f32]) -> TensorRef<'static> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let shape: &'static [usize] = Box::leak(vec![v.len()].into_boxed_slice());
+    TensorRef {
+        name,
+        dtype: WeightDtype::F32,
+        shape,
+        bytes: Box::leak(bytes.into_boxed_slice()),
+    }
+}
+
 #[test]
 fn norms_and_activations_match_their_formulas() {
     let mut rng = Rng::fresh("norms");
     let b = CpuBackend::new();
     let (rows, d) = (19, 48);
     let x = rng.vec(rows * d, 3.0);
-    let w = docqa_engine::backend::cpu::CpuWeight {
-        rows: 1,
-        cols: d,
-        data: docqa_engine::backend::cpu::CpuWeightData::F32(rng.vec(d, 1.0)),
-    };
-    let bias = docqa_engine::backend::cpu::CpuWeight {
-        rows: 1,
-        cols: d,
-        data: docqa_engine::backend::cpu::CpuWeightData::F32(rng.vec(d, 1.0)),
-    };
-    let (wv, bv) = match (&w.data, &bias.data) {
-        (
-            docqa_engine::backend::cpu::CpuWeightData::F32(a),
-            docqa_engine::backend::cpu::CpuWeightData::F32(b),
-        ) => (a.clone(), b.clone()),
-        _ => unreachable!(),
-    };
+    let (wv, bv) = (rng.vec(d, 1.0), rng.vec(d, 1.0));
+    let w = b.upload_vector(&f32_tensor("w", &wv)).expect("upload");
+    let bias = b.upload_vector(&f32_tensor("b", &bv)).expect("upload");
     let (mut rms, mut ln) = (vec![f32::NAN; rows * d], vec![f32::NAN; rows * d]);
     b.rms_norm(&x, &w, 1e-5, rows, &mut rms).expect("rms");
     b.layer_norm(&x, &w, &bias, 1e-12, rows, &mut ln)

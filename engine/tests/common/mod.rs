@@ -93,7 +93,7 @@ pub fn write_safetensors(path: &Path, tensors: &[Tensor], bf16: bool) {
         header.insert(t.name.clone(), info);
     }
     let mut text = serde_json::Value::Object(header).to_string();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
