@@ -12,7 +12,7 @@ use super::kv::KvElem;
 use crate::backend::AttnShape;
 
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 
 /// Keys scored per online-softmax step.
 const CHUNK: usize = 32;

@@ -184,29 +184,73 @@ unsafe fn update(
             _mm512_mul_ps(hsum16(&dots), _mm512_set1_ps(scale)),
         );
         let m_new = ml[0].max(_mm512_reduce_max_ps(s));
-        let corr = (ml[0] - m_new).exp();
+        let corr = if m_new > ml[0] {
+            (ml[0] - m_new).exp()
+        } else {
+            1.0
+        };
         let p = _mm512_maskz_mov_ps(mask, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
         ml[0] = m_new;
         ml[1] = ml[1] * corr + _mm512_reduce_add_ps(p);
         let mut pj = [0f32; KB];
         _mm512_storeu_ps(pj.as_mut_ptr(), p);
-        for c in (0..hd).step_by(16) {
-            let mut a = _mm512_mul_ps(_mm512_loadu_ps(acc.as_ptr().add(c)), _mm512_set1_ps(corr));
-            for (j, &w) in pj.iter().enumerate().take(valid) {
-                a = _mm512_fmadd_ps(
-                    _mm512_set1_ps(w),
-                    _mm512_loadu_ps(vt.as_ptr().add(j * hd + c)),
-                    a,
-                );
+        match hd / 16 {
+            2 => pv::<2>(acc, vt, &pj, valid, corr),
+            4 => pv::<4>(acc, vt, &pj, valid, corr),
+            8 => pv::<8>(acc, vt, &pj, valid, corr),
+            _ => {
+                for c in (0..hd).step_by(16) {
+                    let mut a =
+                        _mm512_mul_ps(_mm512_loadu_ps(acc.as_ptr().add(c)), _mm512_set1_ps(corr));
+                    for (j, &w) in pj.iter().enumerate().take(valid) {
+                        a = _mm512_fmadd_ps(
+                            _mm512_set1_ps(w),
+                            _mm512_loadu_ps(vt.as_ptr().add(j * hd + c)),
+                            a,
+                        );
+                    }
+                    _mm512_storeu_ps(acc.as_mut_ptr().add(c), a);
+                }
             }
-            _mm512_storeu_ps(acc.as_mut_ptr().add(c), a);
+        }
+    }
+}
+
+/// `acc = acc·corr + Σ_j p_j·V_j` with the `NC` 16-lane slices of `acc` held in registers.
+#[target_feature(enable = "avx512f")]
+unsafe fn pv<const NC: usize>(
+    acc: &mut [f32],
+    vt: &[f32],
+    pj: &[f32; KB],
+    valid: usize,
+    corr: f32,
+) {
+    let hd = NC * 16;
+    assert!(acc.len() >= hd && vt.len() >= KB * hd);
+    // SAFETY: bounds asserted above.
+    unsafe {
+        let mut a = [_mm512_setzero_ps(); NC];
+        for (c, ac) in a.iter_mut().enumerate() {
+            *ac = _mm512_mul_ps(
+                _mm512_loadu_ps(acc.as_ptr().add(16 * c)),
+                _mm512_set1_ps(corr),
+            );
+        }
+        for (j, &w) in pj.iter().enumerate().take(valid) {
+            let wb = _mm512_set1_ps(w);
+            for (c, ac) in a.iter_mut().enumerate() {
+                *ac = _mm512_fmadd_ps(wb, _mm512_loadu_ps(vt.as_ptr().add(j * hd + 16 * c)), *ac);
+            }
+        }
+        for (c, ac) in a.iter().enumerate() {
+            _mm512_storeu_ps(acc.as_mut_ptr().add(16 * c), *ac);
         }
     }
 }
 
 /// Lane `j` of the result is the sum of the lanes of `v[j]`.
 #[target_feature(enable = "avx512f")]
-fn hsum16(v: &[__m512; 16]) -> __m512 {
+pub(crate) fn hsum16(v: &[__m512; 16]) -> __m512 {
     // Level 1: pairs → [a0+a2, b0+b2, a1+a3, b1+b3] per 128-bit lane.
     let p =
         |a: __m512, b: __m512| _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
