@@ -10,6 +10,12 @@ pub mod config;
 pub mod error;
 pub mod kv;
 pub mod models;
+pub mod scheduler;
 pub mod weights;
 
 pub use error::{EngineError, Result};
+pub mod convert;
+pub mod fetch;
+pub mod gguf;
+pub mod sampling;
+pub mod text;

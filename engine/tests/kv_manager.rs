@@ -1,0 +1,233 @@
+//! Behaviour of the KV cache manager: prefix caching, sink windows, and the pool's invariants under random
+//! workloads (property tests).
+
+use docqa_engine::kv::manager::{KvCacheConfig, KvCacheManager, SinkWindow};
+use proptest::prelude::*;
+
+fn manager(
+    num_blocks: usize,
+    block_size: usize,
+    caching: bool,
+    sink_window: Option<SinkWindow>,
+) -> KvCacheManager {
+    KvCacheManager::new(KvCacheConfig {
+        block_size,
+        num_blocks,
+        enable_prefix_caching: caching,
+        sink_window,
+        cache_salt: 0,
+    })
+    .unwrap()
+}
+
+fn run_whole(kv: &mut KvCacheManager, id: u64, tokens: &[u32]) {
+    let prefix = kv.find_cached_prefix(tokens, true);
+    assert!(kv.allocate(id, tokens.len(), Some(&prefix)).unwrap());
+    kv.commit_computed(id, tokens, tokens.len()).unwrap();
+}
+
+#[test]
+fn a_second_request_with_the_same_document_reuses_its_full_blocks() {
+    let mut kv = manager(64, 16, true, None);
+    let doc: Vec<u32> = (0..100).collect();
+    let mut first = doc.clone();
+    first.extend([7000, 7001, 7002]);
+    run_whole(&mut kv, 1, &first);
+    kv.free(1).unwrap();
+
+    let mut second = doc.clone();
+    second.extend([8000, 8001]);
+    let hit = kv.find_cached_prefix(&second, true);
+    assert_eq!(
+        hit.num_tokens, 96,
+        "six full blocks of the shared 100-token document"
+    );
+    assert!(kv.allocate(2, second.len(), Some(&hit)).unwrap());
+    let table = kv.block_table(2).unwrap().to_vec();
+    let first_blocks: Vec<_> = table[..6].iter().map(|b| b.unwrap()).collect();
+    assert_eq!(kv.prefix_stats().hit_tokens, 96);
+    kv.commit_computed(2, &second, second.len()).unwrap();
+    kv.free(2).unwrap();
+    assert_eq!(kv.pool().num_used(), 0);
+    for b in first_blocks {
+        assert_eq!(kv.pool().ref_count(b), 0);
+    }
+}
+
+#[test]
+fn a_prompt_that_is_entirely_cached_still_computes_its_last_token() {
+    let mut kv = manager(16, 4, true, None);
+    let tokens: Vec<u32> = (0..16).collect();
+    run_whole(&mut kv, 1, &tokens);
+    kv.free(1).unwrap();
+    let hit = kv.find_cached_prefix(&tokens, false);
+    assert_eq!(
+        hit.num_tokens, 12,
+        "the block holding the last token is recomputed"
+    );
+}
+
+#[test]
+fn two_live_requests_share_prefix_blocks_by_reference() {
+    let mut kv = manager(32, 4, true, None);
+    let a: Vec<u32> = (0..13).collect();
+    run_whole(&mut kv, 1, &a);
+    let mut b = a[..12].to_vec();
+    b.push(99);
+    run_whole(&mut kv, 2, &b);
+    let ta = kv.block_table(1).unwrap();
+    let tb = kv.block_table(2).unwrap();
+    assert_eq!(ta[..3], tb[..3]);
+    assert_ne!(ta[3], tb[3]);
+    assert_eq!(kv.pool().ref_count(ta[0].unwrap()), 2);
+    kv.free(1).unwrap();
+    kv.free(2).unwrap();
+    kv.pool().check_invariants().unwrap();
+}
+
+#[test]
+fn without_prefix_caching_nothing_is_reused() {
+    let mut kv = manager(32, 4, false, None);
+    let a: Vec<u32> = (0..20).collect();
+    run_whole(&mut kv, 1, &a);
+    kv.free(1).unwrap();
+    assert_eq!(kv.find_cached_prefix(&a, true).num_tokens, 0);
+}
+
+#[test]
+fn a_request_larger_than_the_free_pool_is_refused_without_side_effects() {
+    let mut kv = manager(4, 4, true, None);
+    assert!(!kv.allocate(1, 17, None).unwrap());
+    assert_eq!(kv.pool().num_free(), 4);
+    assert!(kv.block_table(1).is_none());
+}
+
+#[test]
+fn streaming_fifty_thousand_tokens_through_a_sink_window_keeps_memory_bounded() {
+    let (bs, sinks, window) = (16usize, 4usize, 1024usize);
+    let mut kv = manager(
+        200,
+        bs,
+        true,
+        Some(SinkWindow {
+            num_sink_tokens: sinks,
+            window,
+        }),
+    );
+    let bound = (sinks + window).div_ceil(bs) + 1;
+    let tokens: Vec<u32> = (0..50_000u32).map(|i| i % 49_000).collect();
+    let mut computed = 0;
+    let mut peak = 0;
+    while computed < tokens.len() {
+        let n = if computed < 2048 { 512 } else { 1 };
+        let end = (computed + n).min(tokens.len());
+        assert!(
+            kv.allocate(1, end, None).unwrap(),
+            "allocation failed at {end}"
+        );
+        kv.commit_computed(1, &tokens, end).unwrap();
+        computed = end;
+        peak = peak.max(kv.pool().num_used());
+        assert!(
+            kv.pool().num_used() <= bound,
+            "{} blocks in use at {end}",
+            kv.pool().num_used()
+        );
+    }
+    assert!(peak >= bound - 1);
+    assert_eq!(kv.visible_tokens(50_000), vec![0..4, 48_976..50_000]);
+    let table = kv.block_table(1).unwrap();
+    assert!(table[0].is_some(), "the sink block is kept");
+    assert!(
+        table[1].is_none(),
+        "blocks between sinks and window are freed"
+    );
+    kv.free(1).unwrap();
+    assert_eq!(kv.pool().num_used(), 0);
+    kv.pool().check_invariants().unwrap();
+}
+
+#[test]
+fn a_sink_window_cache_hit_needs_only_the_sink_and_window_blocks() {
+    let (bs, sinks, window) = (4usize, 4usize, 8usize);
+    let mut kv = manager(
+        64,
+        bs,
+        true,
+        Some(SinkWindow {
+            num_sink_tokens: sinks,
+            window,
+        }),
+    );
+    let doc: Vec<u32> = (0..40).collect();
+    let mut first = doc.clone();
+    first.push(500);
+    run_whole(&mut kv, 1, &first);
+    kv.free(1).unwrap();
+    let mut second = doc.clone();
+    second.push(600);
+    let hit = kv.find_cached_prefix(&second, false);
+    assert_eq!(hit.num_tokens, 40);
+    assert!(hit.blocks[0].is_some() && hit.blocks[9].is_some() && hit.blocks[3].is_none());
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Start { id: u64, doc: u8, len: usize },
+    Grow { id: u64, by: usize },
+    Finish { id: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u64..6, 0u8..3, 1usize..60).prop_map(|(id, doc, len)| Op::Start { id, doc, len }),
+        (0u64..6, 1usize..20).prop_map(|(id, by)| Op::Grow { id, by }),
+        (0u64..6).prop_map(|id| Op::Finish { id }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn the_pool_stays_consistent_under_random_requests(ops in prop::collection::vec(op(), 1..120),
+                                                        windowed in any::<bool>()) {
+        let window = windowed.then_some(SinkWindow { num_sink_tokens: 4, window: 16 });
+        let mut kv = manager(24, 4, true, window);
+        let mut live: std::collections::HashMap<u64, Vec<u32>> = Default::default();
+        for op in ops {
+            match op {
+                Op::Start { id, doc, len } if !live.contains_key(&id) => {
+                    let tokens: Vec<u32> = (0..len as u32).map(|i| i * 7 + doc as u32).collect();
+                    let prefix = kv.find_cached_prefix(&tokens, true);
+                    if kv.allocate(id, tokens.len(), Some(&prefix)).unwrap() {
+                        kv.commit_computed(id, &tokens, tokens.len()).unwrap();
+                        live.insert(id, tokens);
+                    }
+                }
+                Op::Grow { id, by } => {
+                    if let Some(tokens) = live.get_mut(&id) {
+                        let old = tokens.len();
+                        let grown: Vec<u32> = tokens.iter().copied().chain((0..by as u32).map(|i| 1000 + i)).collect();
+                        if kv.allocate(id, grown.len(), None).unwrap() {
+                            kv.commit_computed(id, &grown, grown.len()).unwrap();
+                            *tokens = grown;
+                        } else {
+                            prop_assert_eq!(kv.block_table(id).unwrap().len(), old.div_ceil(4));
+                        }
+                    }
+                }
+                Op::Finish { id } => {
+                    kv.free(id).unwrap();
+                    live.remove(&id);
+                }
+                Op::Start { .. } => {}
+            }
+            kv.pool().check_invariants().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(kv.pool().num_free() + kv.pool().num_used(), kv.pool().num_blocks());
+        }
+        for id in live.keys().copied().collect::<Vec<_>>() {
+            kv.free(id).unwrap();
+        }
+        prop_assert_eq!(kv.pool().num_used(), 0);
+        kv.pool().check_invariants().map_err(TestCaseError::fail)?;
+    }
+}
