@@ -12,8 +12,8 @@
 //! figure falls with the other load; the CPU-time figure estimates the throughput of `threads` cores of
 //! our own.
 //!
-//! Prompts are fixed pseudo-random token ids (no special tokens), never zeros. The model is found in
-//! `$DOCQA_MODELS_DIR/smollm2-135m-instruct` or `~/.cache/docqa/models/smollm2-135m-instruct`.
+//! Prompts are fixed pseudo-random token ids (no special tokens), never zeros. The model comes from
+//! `fetch::ensure_models` (under `$DOCQA_MODELS_DIR` or the default cache, fetched if missing).
 //!
 //! Run: `cargo bench -p docqa-engine --bench llama_cpu` (`DOCQA_BENCH_ONLY=prefill|decode` for one part).
 
@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::fetch;
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::{SingleSequence, argmax};
 use docqa_engine::models::llama::Llama;
@@ -33,13 +34,12 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The generator's directory, fetched with `ensure_models` if it is missing.
 fn model_dir() -> PathBuf {
-    let base = std::env::var_os("DOCQA_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/docqa/models")
-        });
-    base.join("smollm2-135m-instruct")
+    let dir = fetch::default_models_dir();
+    fetch::ensure_models(&dir, &fetch::NoProgress)
+        .expect("fetch models")
+        .generator
 }
 
 fn prompt(n: usize) -> Vec<u32> {

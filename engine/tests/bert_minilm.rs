@@ -6,7 +6,7 @@ mod common;
 use docqa_engine::models::bert::{BertEmbedder, MAX_TOKENS};
 
 fn embedder() -> BertEmbedder {
-    BertEmbedder::load(&common::model_dir("all-minilm-l6-v2")).expect("load all-MiniLM-L6-v2")
+    BertEmbedder::load(&common::models().embedder).expect("load all-MiniLM-L6-v2")
 }
 
 fn cos(a: &[f32], b: &[f32]) -> f32 {

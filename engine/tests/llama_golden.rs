@@ -23,7 +23,6 @@ use docqa_engine::weights::Weights;
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
-const MODEL: &str = "smollm2-135m-instruct";
 const MAX_ABS_DIFF: f32 = 0.5;
 
 fn golden_dir() -> PathBuf {
@@ -69,7 +68,7 @@ fn assert_top5(name: &str, got: &[f32], want: &[f32]) {
 
 #[test]
 fn logits_match_the_golden_reference() {
-    let dir = common::model_dir(MODEL);
+    let dir = common::models().generator.clone();
     let model = Llama::load(CpuBackend::new(), &dir).expect("load model");
     let golden = Weights::open_files(&[golden_dir().join("llama_logits.safetensors")])
         .expect("golden logits");
@@ -119,7 +118,7 @@ fn logits_match_the_golden_reference() {
 
 #[test]
 fn greedy_chatml_answer_names_paris() {
-    let dir = common::model_dir(MODEL);
+    let dir = common::models().generator.clone();
     let model = Llama::load(CpuBackend::new(), &dir).expect("load model");
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).expect("tokenizer");
     let prompts = json("llama_prompts.json");
@@ -150,7 +149,7 @@ const INT8_MAX_ABS_DIFF: f32 = 1.0;
 
 #[test]
 fn int8_decode_steps_stay_near_the_golden_logits_and_answer_paris() {
-    let dir = common::model_dir(MODEL);
+    let dir = common::models().generator.clone();
     let model = Llama::load(CpuBackend::with_int8_decode(), &dir).expect("load model");
     let golden = Weights::open_files(&[golden_dir().join("llama_logits.safetensors")])
         .expect("golden logits");
