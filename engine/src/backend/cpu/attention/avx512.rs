@@ -1,10 +1,11 @@
 //! AVX-512 blocked attention: one task per (sequence, KV head, block of [`QB`] query rows).
 //!
 //! A task walks its keys in chunks of 16. Each chunk's keys and values are copied once into f32 tiles
-//! (this resolves the paged indirection and bf16 conversion in one place) and then serve every query
-//! row of the block and every query head of the KV head's group (GQA). Scores of 16 keys are 16 dot
-//! products reduced together by a transpose-and-add tree into one vector, the online softmax runs on
-//! that vector with a vectorised `exp`, and the value update is 16 broadcast FMAs per head slice.
+//! (this resolves the paged indirection and bf16 conversion in one place; keys are stored transposed)
+//! and then serve every query row of the block and every query head of the KV head's group (GQA).
+//! The scores of 16 keys are one vector built by `head_dim` broadcast FMAs, the online softmax runs on
+//! that vector with a vectorised `exp`, and the value update is 16 broadcast FMAs per head slice. Every
+//! row gets the same arithmetic whatever its batch, so results do not depend on batch composition.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -125,7 +126,8 @@ pub(crate) unsafe fn task<S: KeyValues>(
     });
 }
 
-/// Copies keys/values `c0..c0 + n` into f32 tiles `[16, hd]`, zero-filling unused rows.
+/// Copies keys `c0..c0 + n` transposed into `kt[hd, 16]` and values into `vt[16, hd]` as f32,
+/// zero-filling unused keys.
 #[inline(always)]
 fn load_tiles<S: KeyValues>(
     kv: &S,
@@ -136,20 +138,35 @@ fn load_tiles<S: KeyValues>(
     vt: &mut [f32],
 ) {
     use super::super::kv::KvElem;
-    for j in 0..KB {
-        let (kr, vr) = (&mut kt[j * hd..(j + 1) * hd], &mut vt[j * hd..(j + 1) * hd]);
-        if j < n {
-            kr.iter_mut()
-                .zip(kv.key(c0 + j))
-                .for_each(|(d, s)| *d = s.to_f32());
-            vr.iter_mut()
-                .zip(kv.value(c0 + j))
-                .for_each(|(d, s)| *d = s.to_f32());
-        } else {
-            kr.fill(0.0);
-            vr.fill(0.0);
+    if n < KB {
+        kt.fill(0.0);
+        vt[n * hd..KB * hd].fill(0.0);
+    }
+    for j in 0..n {
+        for (d, s) in kv.key(c0 + j).iter().enumerate() {
+            kt[d * KB + j] = s.to_f32();
+        }
+        let vr = &mut vt[j * hd..(j + 1) * hd];
+        vr.iter_mut()
+            .zip(kv.value(c0 + j))
+            .for_each(|(d, s)| *d = s.to_f32());
+    }
+}
+
+/// Scores of 16 keys stored transposed `[hd, 16]`: one broadcast FMA per dimension, four chains.
+#[target_feature(enable = "avx512f")]
+unsafe fn scores(q: &[f32], kt: &[f32]) -> __m512 {
+    let hd = q.len();
+    assert!(kt.len() >= KB * hd && hd.is_multiple_of(4));
+    let mut s = [_mm512_setzero_ps(); 4];
+    for d in (0..hd).step_by(4) {
+        for (i, si) in s.iter_mut().enumerate() {
+            // SAFETY: (d + i) * 16 + 16 <= hd * 16.
+            let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add((d + i) * KB)) };
+            *si = _mm512_fmadd_ps(_mm512_set1_ps(q[d + i]), k, *si);
         }
     }
+    _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]))
 }
 
 /// One online-softmax step of one (row, head) over a chunk of `valid` keys.
@@ -166,13 +183,7 @@ unsafe fn update(
     let hd = q.len();
     // SAFETY: every load below stays within q (hd), kt/vt (16 × hd) and acc (hd); hd % 16 == 0.
     unsafe {
-        let mut dots = [_mm512_setzero_ps(); KB];
-        for c in (0..hd).step_by(16) {
-            let qv = _mm512_loadu_ps(q.as_ptr().add(c));
-            for (j, d) in dots.iter_mut().enumerate() {
-                *d = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kt.as_ptr().add(j * hd + c)), *d);
-            }
-        }
+        let scores = scores(q, kt);
         let mask: __mmask16 = if valid >= 16 {
             u16::MAX
         } else {
@@ -181,7 +192,7 @@ unsafe fn update(
         let s = _mm512_mask_mov_ps(
             _mm512_set1_ps(f32::NEG_INFINITY),
             mask,
-            _mm512_mul_ps(hsum16(&dots), _mm512_set1_ps(scale)),
+            _mm512_mul_ps(scores, _mm512_set1_ps(scale)),
         );
         let m_new = ml[0].max(_mm512_reduce_max_ps(s));
         let corr = if m_new > ml[0] {
