@@ -153,20 +153,22 @@ fn load_tiles<S: KeyValues>(
     }
 }
 
-/// Scores of 16 keys stored transposed `[hd, 16]`: one broadcast FMA per dimension, four chains.
+/// Scores of 16 keys stored transposed `[hd, 16]`: one broadcast FMA per dimension, in eight
+/// independent chains so FMA latency does not bound the loop.
 #[target_feature(enable = "avx512f")]
 unsafe fn scores(q: &[f32], kt: &[f32]) -> __m512 {
     let hd = q.len();
-    assert!(kt.len() >= KB * hd && hd.is_multiple_of(4));
-    let mut s = [_mm512_setzero_ps(); 4];
-    for d in (0..hd).step_by(4) {
+    assert!(kt.len() >= KB * hd && hd.is_multiple_of(8));
+    let mut s = [_mm512_setzero_ps(); 8];
+    for d in (0..hd).step_by(8) {
         for (i, si) in s.iter_mut().enumerate() {
             // SAFETY: (d + i) * 16 + 16 <= hd * 16.
             let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add((d + i) * KB)) };
             *si = _mm512_fmadd_ps(_mm512_set1_ps(q[d + i]), k, *si);
         }
     }
-    _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]))
+    let s4 = [0, 1, 2, 3].map(|i| _mm512_add_ps(s[i], s[i + 4]));
+    _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]))
 }
 
 /// One online-softmax step of one (row, head) over a chunk of `valid` keys.
@@ -227,7 +229,8 @@ unsafe fn update(
     }
 }
 
-/// `acc = acc·corr + Σ_j p_j·V_j` with the `NC` 16-lane slices of `acc` held in registers.
+/// `acc = acc·corr + Σ_j p_j·V_j` with the `NC` 16-lane slices of `acc` held in registers, even and
+/// odd keys in separate accumulators (twice the independent FMA chains).
 #[target_feature(enable = "avx512f")]
 unsafe fn pv<const NC: usize>(
     acc: &mut [f32],
@@ -238,23 +241,36 @@ unsafe fn pv<const NC: usize>(
 ) {
     let hd = NC * 16;
     assert!(acc.len() >= hd && vt.len() >= KB * hd);
-    // SAFETY: bounds asserted above.
+    // SAFETY: bounds asserted above; rows j < 16 of vt.
     unsafe {
-        let mut a = [_mm512_setzero_ps(); NC];
-        for (c, ac) in a.iter_mut().enumerate() {
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); NC], [_mm512_setzero_ps(); NC]);
+        for (c, ac) in even.iter_mut().enumerate() {
             *ac = _mm512_mul_ps(
                 _mm512_loadu_ps(acc.as_ptr().add(16 * c)),
                 _mm512_set1_ps(corr),
             );
         }
-        for (j, &w) in pj.iter().enumerate().take(valid) {
-            let wb = _mm512_set1_ps(w);
-            for (c, ac) in a.iter_mut().enumerate() {
-                *ac = _mm512_fmadd_ps(wb, _mm512_loadu_ps(vt.as_ptr().add(j * hd + 16 * c)), *ac);
+        let mut j = 0;
+        while j < valid {
+            let w0 = _mm512_set1_ps(pj[j]);
+            let w1 = _mm512_set1_ps(if j + 1 < valid { pj[j + 1] } else { 0.0 });
+            for c in 0..NC {
+                even[c] = _mm512_fmadd_ps(
+                    w0,
+                    _mm512_loadu_ps(vt.as_ptr().add(j * hd + 16 * c)),
+                    even[c],
+                );
+                // Row j + 1 < 16 exists in the tile (zeros past the valid keys).
+                odd[c] = _mm512_fmadd_ps(
+                    w1,
+                    _mm512_loadu_ps(vt.as_ptr().add((j + 1) * hd + 16 * c)),
+                    odd[c],
+                );
             }
+            j += 2;
         }
-        for (c, ac) in a.iter().enumerate() {
-            _mm512_storeu_ps(acc.as_mut_ptr().add(16 * c), *ac);
+        for c in 0..NC {
+            _mm512_storeu_ps(acc.as_mut_ptr().add(16 * c), _mm512_add_ps(even[c], odd[c]));
         }
     }
 }
