@@ -24,6 +24,7 @@ fn minilm_reproduces_published_similarities() {
     let v = e.embed(&texts).expect("embed");
     assert_eq!((v.len(), e.dim()), (3, 384));
     let got = [cos(&v[0], &v[1]), cos(&v[0], &v[2]), cos(&v[1], &v[2])];
+    eprintln!("similarities {got:?}");
     for (g, want) in got.iter().zip([0.6660, 0.1046, 0.1411]) {
         assert!((g - want).abs() < 1e-3, "similarities {got:?}");
     }
