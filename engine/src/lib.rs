@@ -11,6 +11,7 @@ pub mod error;
 pub mod kv;
 pub mod models;
 pub mod scheduler;
+pub mod serving;
 pub mod weights;
 
 pub use error::{EngineError, Result};

@@ -3,9 +3,11 @@
 //! detokeniser ([`StreamDecoder`]).
 
 pub mod chat;
+pub mod incremental;
 pub mod stream;
 pub mod tokenizer;
 
 pub use chat::ChatMessage;
+pub use incremental::IncrementalDecoder;
 pub use stream::StreamDecoder;
 pub use tokenizer::TextTokenizer;

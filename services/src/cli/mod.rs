@@ -3,6 +3,8 @@
 //! To add a subcommand, add a file with an `Args` struct and a `run` function, and one variant to
 //! [`Command`].
 
+mod embed;
+mod generate;
 mod models;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +22,10 @@ pub struct Cli {
 enum Command {
     /// Manage the local models (fetch, convert).
     Models(models::ModelsArgs),
+    /// Answer one prompt with the generator (CPU engine), streaming the text.
+    Generate(generate::GenerateArgs),
+    /// Print MiniLM sentence embeddings of texts as JSON lines.
+    Embed(embed::EmbedArgs),
 }
 
 impl Cli {
@@ -27,6 +33,8 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Models(args) => models::run(args),
+            Command::Generate(args) => generate::run(args),
+            Command::Embed(args) => embed::run(args),
         }
     }
 }

@@ -1,10 +1,10 @@
 //! `docqa models …`: fetch the shipped models into the models directory, with a progress display.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use docqa_engine::fetch::{FetchProgress, default_models_dir, ensure_models};
+use docqa_engine::fetch::{FetchProgress, ModelPaths, default_models_dir, ensure_models};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// `docqa models`.
@@ -33,13 +33,24 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
 }
 
 fn fetch(models_dir: PathBuf) -> anyhow::Result<()> {
-    let progress = BarProgress::new();
-    let paths = ensure_models(&models_dir, &progress)
-        .with_context(|| format!("fetching models into {}", models_dir.display()))?;
-    progress.bar.finish_and_clear();
+    let paths = fetch_with_progress(&models_dir)?;
     println!("generator: {}", paths.generator.display());
     println!("embedder:  {}", paths.embedder.display());
     Ok(())
+}
+
+/// Fetches (or verifies) the models into `models_dir`, showing progress on stderr.
+pub fn fetch_with_progress(models_dir: &Path) -> anyhow::Result<ModelPaths> {
+    let progress = BarProgress::new();
+    let paths = ensure_models(models_dir, &progress)
+        .with_context(|| format!("fetching models into {}", models_dir.display()))?;
+    progress.bar.finish_and_clear();
+    Ok(paths)
+}
+
+/// The models directory from a flag, or the default.
+pub fn models_dir_or_default(flag: Option<PathBuf>) -> PathBuf {
+    flag.unwrap_or_else(default_models_dir)
 }
 
 /// Shows fetch stages and byte counts on one indicatif bar.

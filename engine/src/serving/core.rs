@@ -1,0 +1,350 @@
+//! The serving engine's core loop: scheduler + KV cache manager + model + samplers, one step at a time.
+//!
+//! Each [`EngineCore::step`] asks the scheduler for a plan, turns it into one mixed batch (chunked prefill
+//! and decode rows together), runs the model once, samples a token for every request that reached the end
+//! of its known tokens, and reports tokens and endings as [`GenerationEvent`]s. The core is synchronous and
+//! owned by one thread; [`super::EngineHandle`] puts it behind channels.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::config::EngineConfig;
+use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
+use super::stats::EngineStats;
+use crate::backend::{Backend, KvShape};
+use crate::error::{EngineError, Result};
+use crate::kv::manager::{KvCacheConfig, KvCacheManager, RequestId};
+use crate::models::llama::{Llama, WorkspaceSize};
+use crate::models::workspace::LlamaWorkspace;
+use crate::models::{Batch, KvPool, LogitsMode, SeqInput};
+use crate::sampling::{Sampler, StopStringMatcher};
+use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, SeqState};
+use crate::text::{IncrementalDecoder, TextTokenizer};
+
+/// Per-request state the core keeps beside the scheduler's.
+struct Active {
+    sampler: Sampler,
+    decoder: IncrementalDecoder,
+    stops: StopStringMatcher,
+    eos: Vec<u32>,
+    top_logprobs: usize,
+    admitted: Instant,
+    first_token: Option<Instant>,
+}
+
+/// A model, its KV cache and its scheduler, stepped by the caller.
+pub struct EngineCore<B: Backend> {
+    model: Llama<B>,
+    tokenizer: TextTokenizer,
+    kv_pool: KvPool<B>,
+    ws: LlamaWorkspace<B>,
+    kv: KvCacheManager,
+    scheduler: Scheduler,
+    active: HashMap<RequestId, Active>,
+    logits: Vec<f32>,
+    next_id: RequestId,
+    stats: EngineStats,
+}
+
+impl<B: Backend> EngineCore<B> {
+    /// An engine over `model`, with a KV cache sized from `cfg.kv_cache_bytes`.
+    pub fn new(model: Llama<B>, tokenizer: TextTokenizer, cfg: &EngineConfig) -> Result<Self> {
+        let mc = &model.config;
+        let num_blocks = cfg.num_kv_blocks(mc);
+        if num_blocks == 0 {
+            return Err(EngineError::InvalidConfig(format!(
+                "a KV budget of {} bytes holds no block of {} bytes",
+                cfg.kv_cache_bytes,
+                cfg.kv_block_bytes(mc)
+            )));
+        }
+        let kv = KvCacheManager::new(KvCacheConfig {
+            block_size: cfg.block_size,
+            num_blocks,
+            enable_prefix_caching: cfg.enable_prefix_caching,
+            sink_window: None,
+            cache_salt: cfg.kv_dtype as u64,
+        })?;
+        let shape = KvShape {
+            num_blocks,
+            block_size: cfg.block_size,
+            num_kv_heads: mc.num_key_value_heads,
+            head_dim: mc.head_dim,
+            dtype: cfg.kv_dtype,
+        };
+        let ws = model.workspace(WorkspaceSize {
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            max_num_seqs: cfg.max_num_seqs,
+            max_blocks_per_seq: mc.max_position_embeddings.div_ceil(cfg.block_size),
+            max_logit_rows: cfg.max_num_seqs,
+        })?;
+        let scheduler = Scheduler::new(SchedulerConfig {
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            max_num_seqs: cfg.max_num_seqs,
+            max_waiting: cfg.max_waiting,
+        })?;
+        let kv_pool = KvPool::new(&model.backend, mc.num_hidden_layers, shape)?;
+        let logits = vec![0.0; cfg.max_num_seqs * mc.vocab_size];
+        let stats = EngineStats {
+            total_blocks: num_blocks,
+            ..EngineStats::default()
+        };
+        Ok(EngineCore {
+            model,
+            tokenizer,
+            kv_pool,
+            ws,
+            kv,
+            scheduler,
+            active: HashMap::new(),
+            logits,
+            next_id: 1,
+            stats,
+        })
+    }
+
+    /// The tokenizer the engine detokenises with.
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    /// The model's context window.
+    pub fn max_context(&self) -> usize {
+        self.model.config.max_position_embeddings
+    }
+
+    /// Queue a request; fails at once when the prompt is empty or too long, when it could never fit in the
+    /// KV cache, or when the queue is full.
+    pub fn add_request(&mut self, req: GenerateRequest) -> Result<RequestId> {
+        let max = self.max_context();
+        if req.prompt.is_empty() {
+            return Err(EngineError::InvalidBatch("the prompt is empty".into()));
+        }
+        if req.prompt.len() >= max {
+            return Err(EngineError::ContextTooLong {
+                len: req.prompt.len(),
+                max,
+            });
+        }
+        let max_new = req.params.max_tokens.min(max - req.prompt.len());
+        let id = self.next_id;
+        self.scheduler
+            .add(SeqState::new(id, req.prompt, max_new), &self.kv)?;
+        self.next_id += 1;
+        let mut eos = self.tokenizer.eos_token_ids().to_vec();
+        eos.extend(&req.params.stop_token_ids);
+        self.active.insert(
+            id,
+            Active {
+                sampler: Sampler::new(&req.params),
+                decoder: IncrementalDecoder::default(),
+                stops: StopStringMatcher::new(&req.params.stop_strings),
+                eos,
+                top_logprobs: req.top_logprobs,
+                admitted: Instant::now(),
+                first_token: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Whether any request is queued or running.
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    /// Cancel a request, freeing its blocks; returns its final event, or None if it is unknown.
+    pub fn abort(&mut self, id: RequestId) -> Result<Option<GenerationEvent>> {
+        if !self.active.contains_key(&id) {
+            return Ok(None);
+        }
+        self.finish(id, FinishReason::Cancelled).map(Some)
+    }
+
+    /// Run one step; returns each request's events of this step, in batch order.
+    pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
+        let plan = self.scheduler.schedule(&mut self.kv)?;
+        self.stats.preemptions += plan.preempted.len() as u64;
+        if plan.seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = self.build_batch(&plan.seqs)?;
+        let rows = self
+            .model
+            .forward(&batch, &mut self.kv_pool, &mut self.ws)?;
+        let vocab = self.model.config.vocab_size;
+        self.model
+            .backend
+            .read(&self.ws.logits, &mut self.logits[..rows * vocab])?;
+        self.scheduler.complete_step(&plan, &mut self.kv)?;
+        self.stats.steps += 1;
+        self.stats.computed_tokens += batch.num_tokens() as u64;
+        let mut events = Vec::new();
+        for (row, planned) in plan.seqs.iter().enumerate() {
+            if planned.samples {
+                self.sample_one(planned.id, row, &mut events)?;
+            }
+        }
+        Ok(events)
+    }
+
+    fn build_batch(&self, seqs: &[ScheduledSeq]) -> Result<Batch> {
+        let mut tables = Vec::with_capacity(seqs.len());
+        for s in seqs {
+            let table = self
+                .kv
+                .block_table(s.id)
+                .ok_or(EngineError::UnknownRequest(s.id))?;
+            let dense: Option<Vec<u32>> = table.iter().copied().collect();
+            tables.push(
+                dense
+                    .ok_or_else(|| EngineError::Internal("a dense request lost a block".into()))?,
+            );
+        }
+        let mut inputs = Vec::with_capacity(seqs.len());
+        for (s, blocks) in seqs.iter().zip(&tables) {
+            let seq = self
+                .scheduler
+                .get(s.id)
+                .ok_or(EngineError::UnknownRequest(s.id))?;
+            inputs.push(SeqInput {
+                tokens: &seq.tokens[s.start..s.start + s.num_tokens],
+                num_computed_tokens: s.start,
+                blocks,
+            });
+        }
+        Batch::build(
+            &inputs,
+            self.kv.config().block_size,
+            LogitsMode::LastPerSequence,
+        )
+    }
+
+    fn sample_one(
+        &mut self,
+        id: RequestId,
+        row: usize,
+        events: &mut Vec<(RequestId, GenerationEvent)>,
+    ) -> Result<()> {
+        let vocab = self.model.config.vocab_size;
+        let seq = self
+            .scheduler
+            .get(id)
+            .ok_or(EngineError::UnknownRequest(id))?;
+        let (generated, max_new, len) = (
+            seq.tokens.len() - seq.num_prompt_tokens,
+            seq.max_new_tokens,
+            seq.tokens.len(),
+        );
+        let active = self
+            .active
+            .get_mut(&id)
+            .ok_or(EngineError::UnknownRequest(id))?;
+        let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
+        let top_logprobs = top_log_probabilities(logits, active.top_logprobs);
+        let token = active.sampler.sample(logits, &seq.tokens);
+        active.first_token.get_or_insert_with(Instant::now);
+        if active.eos.contains(&token) {
+            let ev = self.finish(id, FinishReason::Stop)?;
+            events.push((id, ev));
+            return Ok(());
+        }
+        self.scheduler.append_token(id, token)?;
+        let piece = active
+            .decoder
+            .push(&self.tokenizer, token)?
+            .unwrap_or_default();
+        let scan = active.stops.push(&piece);
+        events.push((
+            id,
+            GenerationEvent::Token {
+                id: token,
+                text: scan.emit,
+                top_logprobs,
+            },
+        ));
+        let done = if scan.stopped {
+            Some(FinishReason::Stop)
+        } else if generated + 1 >= max_new || len + 1 >= self.max_context() {
+            Some(FinishReason::Length)
+        } else {
+            None
+        };
+        if let Some(reason) = done {
+            let ev = self.finish(id, reason)?;
+            events.push((id, ev));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, id: RequestId, reason: FinishReason) -> Result<GenerationEvent> {
+        let seq = self.scheduler.finish(id, &mut self.kv)?;
+        let mut active = self
+            .active
+            .remove(&id)
+            .ok_or(EngineError::UnknownRequest(id))?;
+        let now = Instant::now();
+        let usage = seq.map(|s| Usage {
+            prompt_tokens: s.num_prompt_tokens,
+            cached_prompt_tokens: s.num_cached_tokens,
+            completion_tokens: s.tokens.len() - s.num_prompt_tokens,
+            preemptions: s.num_preemptions,
+            time_to_first_token: active.first_token.unwrap_or(now) - active.admitted,
+            total_time: now - active.admitted,
+        });
+        let usage = usage.unwrap_or_default();
+        self.stats.finished_requests += 1;
+        self.stats.cached_tokens += usage.cached_prompt_tokens as u64;
+        let text = if reason == FinishReason::Cancelled {
+            String::new()
+        } else {
+            active.stops.finish()
+        };
+        Ok(GenerationEvent::Finished {
+            reason,
+            text,
+            usage,
+        })
+    }
+
+    /// Counters and gauges of the engine now.
+    pub fn stats(&self) -> EngineStats {
+        let prefix = self.kv.prefix_stats();
+        EngineStats {
+            used_blocks: self.kv.pool().num_used(),
+            free_blocks: self.kv.pool().num_free(),
+            running: self.scheduler.num_running(),
+            waiting: self.scheduler.num_waiting(),
+            prefix_queried_tokens: prefix.queried_tokens,
+            prefix_hit_tokens: prefix.hit_tokens,
+            ..self.stats
+        }
+    }
+}
+
+/// The `k` largest log-softmax values of `logits`, most likely first.
+fn top_log_probabilities(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_sum = logits
+        .iter()
+        .map(|&l| ((l - max) as f64).exp())
+        .sum::<f64>()
+        .ln() as f32
+        + max;
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(idx.len());
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    idx.select_nth_unstable_by(k - 1, by_logit);
+    idx.truncate(k);
+    idx.sort_unstable_by(by_logit);
+    idx.into_iter()
+        .map(|i| (i, logits[i as usize] - log_sum))
+        .collect()
+}

@@ -1,0 +1,15 @@
+//! Serving: the engine core loop ([`EngineCore`]: scheduler, KV cache manager, model, samplers) and its
+//! actor handle ([`EngineHandle`]: a thread that owns the core, token streams, cancellation, embeddings,
+//! stats).
+
+pub mod config;
+pub mod core;
+pub mod handle;
+pub mod request;
+pub mod stats;
+
+pub use config::EngineConfig;
+pub use core::EngineCore;
+pub use handle::{EngineHandle, TokenStream};
+pub use request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
+pub use stats::EngineStats;

@@ -1,0 +1,138 @@
+//! `docqa generate`: answer one prompt with the generator on the CPU engine, streaming the text.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::sampling::SamplingParams;
+use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, Usage};
+use docqa_engine::text::{ChatMessage, TextTokenizer};
+
+use super::models::{fetch_with_progress, models_dir_or_default};
+
+/// `docqa generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The question or instruction.
+    #[arg(long)]
+    prompt: String,
+    /// A system message to put before the prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// Send the prompt as it is, without the model's chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Keep only this many most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// HF-style repetition penalty (1: none).
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// Random seed, for repeatable sampling.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop when this text appears (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// A Llama-family HF model directory to use instead of the default generator.
+    #[arg(long, env = "DOCQA_GENERATOR_DIR")]
+    model: Option<PathBuf>,
+    /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or ~/.cache/docqa/models].
+    #[arg(long, env = "DOCQA_MODELS_DIR")]
+    models_dir: Option<PathBuf>,
+}
+
+/// Runs `docqa generate`.
+pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let dir = match &args.model {
+        Some(dir) => dir.clone(),
+        None => fetch_with_progress(&models_dir_or_default(args.models_dir.clone()))?.generator,
+    };
+    let load = Instant::now();
+    let model = Llama::load(CpuBackend::new(), &dir)
+        .with_context(|| format!("loading {}", dir.display()))?;
+    let tokenizer = TextTokenizer::from_model_dir(&dir)?;
+    let prompt = prompt_ids(&tokenizer, &args)?;
+    let mut core = EngineCore::new(model, tokenizer, &EngineConfig::default())?;
+    let loaded = load.elapsed();
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        stop_strings: args.stop.clone(),
+        ..SamplingParams::default()
+    };
+    core.add_request(GenerateRequest::new(prompt, params))?;
+    let usage = stream_to_stdout(&mut core)?;
+    report(&usage, loaded);
+    Ok(())
+}
+
+fn prompt_ids(tokenizer: &TextTokenizer, args: &GenerateArgs) -> anyhow::Result<Vec<u32>> {
+    if args.raw {
+        return Ok(tokenizer.encode(&args.prompt, false)?);
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(ChatMessage::new("system", system.as_str()));
+    }
+    messages.push(ChatMessage::new("user", args.prompt.as_str()));
+    let text = tokenizer.apply_chat_template(&messages, true)?;
+    Ok(tokenizer.encode(&text, false)?)
+}
+
+fn stream_to_stdout(core: &mut EngineCore<CpuBackend>) -> anyhow::Result<Usage> {
+    let mut out = std::io::stdout().lock();
+    while core.has_work() {
+        for (_, event) in core.step()? {
+            match event {
+                GenerationEvent::Token { text, .. } => write!(out, "{text}")?,
+                GenerationEvent::Finished { text, usage, .. } => {
+                    writeln!(out, "{text}")?;
+                    return Ok(usage);
+                }
+                GenerationEvent::Failed { message } => {
+                    anyhow::bail!("generation failed: {message}")
+                }
+            }
+            out.flush()?;
+        }
+    }
+    anyhow::bail!("the engine stopped without finishing the request")
+}
+
+fn report(usage: &Usage, loaded: std::time::Duration) {
+    let decode = usage
+        .total_time
+        .saturating_sub(usage.time_to_first_token)
+        .as_secs_f64();
+    let rate = if decode > 0.0 {
+        (usage.completion_tokens.saturating_sub(1)) as f64 / decode
+    } else {
+        0.0
+    };
+    eprintln!(
+        "[{} prompt tokens, {} generated; load {:.2} s, first token {:.3} s, {:.1} tokens/s]",
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        loaded.as_secs_f64(),
+        usage.time_to_first_token.as_secs_f64(),
+        rate
+    );
+}
