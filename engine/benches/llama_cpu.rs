@@ -4,23 +4,25 @@
 //! - prefill tok/s for a 512-token and a 2,048-token prompt (one forward pass each, logits of the last
 //!   token only), best of `DOCQA_BENCH_REPS` runs (default 3);
 //! - decode tok/s for 128 greedy tokens after a 512-token prompt (batch 1, one token per pass,
-//!   including the LM head and the arg-max).
+//!   including the LM head and the arg-max), with the bf16 weights and again with the int8 decode
+//!   path (`CpuBackend::with_int8_decode`).
 //!
 //! Each figure is printed twice: by wall clock, and by CPU time (`tokens / (busy CPU-seconds of all
 //! threads / threads)`, read from `/proc/self/task/*/schedstat`). On a shared machine the wall-clock
 //! figure falls with the other load; the CPU-time figure estimates the throughput of `threads` cores of
 //! our own.
 //!
-//! Prompts are fixed pseudo-random token ids (no special tokens), never zeros. The model is found in
-//! `$DOCQA_MODELS_DIR/smollm2-135m-instruct` or `~/.cache/docqa/models/smollm2-135m-instruct`.
+//! Prompts are fixed pseudo-random token ids (no special tokens), never zeros. The model comes from
+//! `fetch::ensure_models` (under `$DOCQA_MODELS_DIR` or the default cache, fetched if missing).
 //!
-//! Run: `cargo bench -p docqa-engine --bench llama_cpu`
+//! Run: `cargo bench -p docqa-engine --bench llama_cpu` (`DOCQA_BENCH_ONLY=prefill|decode` for one part).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::fetch;
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::{SingleSequence, argmax};
 use docqa_engine::models::llama::Llama;
@@ -32,13 +34,12 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The generator's directory, fetched with `ensure_models` if it is missing.
 fn model_dir() -> PathBuf {
-    let base = std::env::var_os("DOCQA_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/docqa/models")
-        });
-    base.join("smollm2-135m-instruct")
+    let dir = fetch::default_models_dir();
+    fetch::ensure_models(&dir, &fetch::NoProgress)
+        .expect("fetch models")
+        .generator
 }
 
 fn prompt(n: usize) -> Vec<u32> {
@@ -140,9 +141,17 @@ fn main() {
     let model = Llama::load(CpuBackend::new(), &model_dir()).expect("load smollm2-135m-instruct");
     pool.install(|| {
         println!("llama_cpu: SmolLM2-135M bf16, {threads} threads, best of {reps}");
-        for n in [512, 2048] {
-            prefill(&model, n, reps).report(&format!("prefill {n} tokens"), n, threads);
+        let only = std::env::var("DOCQA_BENCH_ONLY").unwrap_or_default();
+        if only != "decode" {
+            for n in [512, 2048] {
+                prefill(&model, n, reps).report(&format!("prefill {n} tokens"), n, threads);
+            }
         }
-        decode(&model, 512, 128, reps).report("decode 128 after 512", 128, threads);
+        if only != "prefill" {
+            decode(&model, 512, 128, reps).report("decode 128 after 512", 128, threads);
+            let int8 =
+                Llama::load(CpuBackend::with_int8_decode(), &model_dir()).expect("load int8");
+            decode(&int8, 512, 128, reps).report("decode (int8 weights)", 128, threads);
+        }
     });
 }

@@ -1,14 +1,15 @@
-//! CPU backend op by op: the SIMD matmuls against the portable reference, paged attention against a
-//! dense softmax reference in f64, and the row-wise ops against their formulas. Inputs are fresh random
+//! CPU backend op by op: the SIMD matmuls (bf16, f32, int8) against the portable reference and the
+//! row-wise ops against their formulas (attention is in `cpu_attention.rs`). Inputs are fresh random
 //! values each run (the seed is printed).
 
 mod common;
 
 use common::Rng;
+use docqa_engine::backend::Backend;
+use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::backend::cpu::matmul::{self, MatmulDims, WeightSlice};
-use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};
-use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
 use docqa_engine::config::RopeFreqs;
+use docqa_engine::weights::{TensorRef, WeightDtype};
 
 fn bf16(v: f32) -> f32 {
     half::bf16::from_f32(v).to_f32()
@@ -118,6 +119,47 @@ fn f32_matmul_simd_matches_reference() {
 }
 
 #[test]
+fn int8_decode_matmul_matches_its_reference_and_stays_near_the_exact_product() {
+    use docqa_engine::backend::cpu::matmul::int8::{self, Q8Matrix, QBLOCK};
+    let mut rng = Rng::fresh("int8_matmul");
+    for (rows, k, n) in [(1, 576, 193), (4, 1536, 64), (3, 64, 5)] {
+        let (x, w) = (rng.vec(rows * k, 2.0), rng.vec(n * k, 0.5));
+        let q = Q8Matrix::quantize(&w, k).expect("k is a multiple of 64");
+        let d = MatmulDims { rows, k, n };
+        let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
+        int8::matmul(&x, &q, None, d, &mut fast, &mut Vec::new(), &mut Vec::new());
+        int8::matmul_ref(&x, &q, d, &mut reference);
+        for t in 0..rows {
+            for o in 0..n {
+                let (a, b) = (fast[t * n + o], reference[t * n + o]);
+                // Activations go through int16 (half a step of max|x_block|/32767 each).
+                let xmax: f32 = (0..k / QBLOCK)
+                    .map(|b| {
+                        x[t * k + b * QBLOCK..][..QBLOCK]
+                            .iter()
+                            .fold(0f32, |m, v| m.max(v.abs()))
+                    })
+                    .sum();
+                let wsum: f32 = (0..k).map(|i| w[o * k + i].abs()).sum::<f32>() * 1.01;
+                assert!(
+                    (a - b).abs() <= xmax / 32767.0 * wsum + 1e-4,
+                    "({rows},{k},{n}) [{t},{o}]: {a} vs {b}"
+                );
+                // Against the unquantised product: each weight moves by at most half a step, max|w_block|/254.
+                let exact: f32 = (0..k).map(|i| x[t * k + i] * w[o * k + i]).sum();
+                let bound: f32 = (0..k)
+                    .map(|i| x[t * k + i].abs() * q.scales[o * (k / QBLOCK) + i / QBLOCK] / 2.0)
+                    .sum();
+                assert!(
+                    (a - exact).abs() <= bound * 1.01 + 1e-4,
+                    "[{t},{o}]: {a} vs exact {exact} (bound {bound})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn simd_kernels_are_available_on_the_reference_machine() {
     // The development and CI machines have AVX-512 BF16; a silent fallback would hide a regression.
     if std::env::var_os("DOCQA_ALLOW_PORTABLE").is_none() {
@@ -126,183 +168,6 @@ fn simd_kernels_are_available_on_the_reference_machine() {
             "AVX-512 BF16 not detected (set DOCQA_ALLOW_PORTABLE)"
         );
     }
-}
-
-/// A random varlen batch for attention: per sequence (new tokens, context length).
-struct AttnCase {
-    seqs: Vec<(usize, usize)>,
-    block_size: usize,
-    shape: AttnShape,
-}
-
-/// Dense causal attention in f64 over explicit per-sequence K/V rows.
-fn dense_reference(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], c: &AttnCase) -> Vec<f32> {
-    let AttnShape {
-        num_heads: h,
-        num_kv_heads: kvh,
-        head_dim: hd,
-        scale,
-    } = c.shape;
-    let mut out = Vec::new();
-    let mut row = 0;
-    for (s, &(q_len, ctx)) in c.seqs.iter().enumerate() {
-        for i in 0..q_len {
-            let visible = ctx - q_len + i + 1;
-            for head in 0..h {
-                let g = head / (h / kvh);
-                let qv = &q[(row * h + head) * hd..][..hd];
-                let scores: Vec<f64> = (0..visible)
-                    .map(|j| {
-                        (0..hd)
-                            .map(|d| qv[d] as f64 * ks[s][(j * kvh + g) * hd + d] as f64)
-                            .sum::<f64>()
-                            * scale as f64
-                    })
-                    .collect();
-                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for d in 0..hd {
-                    out.push(
-                        (0..visible)
-                            .map(|j| e[j] * vs[s][(j * kvh + g) * hd + d] as f64)
-                            .sum::<f64>() as f32
-                            / z as f32,
-                    );
-                }
-            }
-            row += 1;
-        }
-    }
-    out
-}
-
-fn run_paged(c: &AttnCase, dtype: KvDtype, rng: &mut Rng) -> (Vec<f32>, Vec<f32>) {
-    let b = CpuBackend::new();
-    let AttnShape {
-        num_heads: h,
-        num_kv_heads: kvh,
-        head_dim: hd,
-        ..
-    } = c.shape;
-    let bs = c.block_size;
-    let max_blocks = c.seqs.iter().map(|s| s.1.div_ceil(bs)).max().unwrap_or(1);
-    let num_blocks = c.seqs.len() * max_blocks + 3;
-    // Blocks handed out in a shuffled order so the table really is indirect.
-    let mut free: Vec<u32> = (0..num_blocks as u32).collect();
-    for i in (1..free.len()).rev() {
-        free.swap(i, rng.below(i + 1));
-    }
-    let shape = KvShape {
-        num_blocks,
-        block_size: bs,
-        num_kv_heads: kvh,
-        head_dim: hd,
-        dtype,
-    };
-    let (mut kc, mut vc) = (CpuKv::zeros(shape), CpuKv::zeros(shape));
-    let (mut qsl, mut seq_lens, mut table, mut ks, mut vs) =
-        (vec![0u32], vec![], vec![], vec![], vec![]);
-    let round = |v: Vec<f32>| {
-        if dtype == KvDtype::Bf16 {
-            v.into_iter().map(bf16).collect()
-        } else {
-            v
-        }
-    };
-    for &(q_len, ctx) in &c.seqs {
-        let blocks: Vec<u32> = (0..max_blocks).map(|_| free.pop().unwrap_or(0)).collect();
-        let (k, v) = (
-            round(rng.vec(ctx * kvh * hd, 1.0)),
-            round(rng.vec(ctx * kvh * hd, 1.0)),
-        );
-        let slots: Vec<u32> = (0..ctx)
-            .map(|p| blocks[p / bs] * bs as u32 + (p % bs) as u32)
-            .collect();
-        kc.write_rows(&k, &slots);
-        vc.write_rows(&v, &slots);
-        ks.push(k);
-        vs.push(v);
-        qsl.push(qsl[qsl.len() - 1] + q_len as u32);
-        seq_lens.push(ctx as u32);
-        table.extend(blocks);
-    }
-    let n = qsl[qsl.len() - 1] as usize;
-    let q = rng.vec(n * h * hd, 1.0);
-    let meta = PagedAttnMeta::<CpuBackend> {
-        query_start_loc: &qsl,
-        seq_lens: &seq_lens,
-        block_table: &table,
-        max_blocks_per_seq: max_blocks,
-        num_seqs: c.seqs.len(),
-        num_tokens: n,
-        max_seq_len: c.seqs.iter().map(|s| s.1).max().unwrap_or(0),
-    };
-    let mut out = vec![f32::NAN; n * h * hd];
-    b.paged_attention(&q, &kc, &vc, &meta, c.shape, &mut out)
-        .expect("attention");
-    (out, dense_reference(&q, &ks, &vs, c))
-}
-
-/// Head widths: multiples of 16 take the blocked AVX-512 kernel, 40 the portable path.
-fn head_dims(rng: &mut Rng) -> [usize; 3] {
-    [64, [32, 80, 128][rng.below(3)], 40]
-}
-
-fn attention_case(hd: usize) -> AttnCase {
-    // Prefill from empty, chunked prefill onto a context, decode steps; lengths cross block boundaries.
-    let seqs = vec![(37, 37), (1, 70), (5, 133), (1, 1), (16, 48)];
-    AttnCase {
-        seqs,
-        block_size: 16,
-        shape: AttnShape {
-            num_heads: 6,
-            num_kv_heads: 2,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-        },
-    }
-}
-
-#[test]
-fn paged_attention_matches_dense_causal_reference() {
-    let mut rng = Rng::fresh("paged_attention_f32");
-    for hd in head_dims(&mut rng) {
-        let (out, reference) = run_paged(&attention_case(hd), KvDtype::F32, &mut rng);
-        // f32 accumulation over ≤ 133 keys of O(1) values against an f64 reference.
-        for (i, (a, b)) in out.iter().zip(&reference).enumerate() {
-            assert!(
-                (a - b).abs() < 2e-5,
-                "head_dim {hd} element {i}: {a} vs {b}"
-            );
-        }
-    }
-}
-
-#[test]
-fn paged_attention_over_bf16_kv_matches_reference_on_rounded_values() {
-    let mut rng = Rng::fresh("paged_attention_bf16");
-    for hd in head_dims(&mut rng) {
-        let (out, reference) = run_paged(&attention_case(hd), KvDtype::Bf16, &mut rng);
-        // The pool stores exactly the bf16-rounded values the reference uses; only f32 accumulation differs.
-        for (i, (a, b)) in out.iter().zip(&reference).enumerate() {
-            assert!(
-                (a - b).abs() < 2e-5,
-                "head_dim {hd} element {i}: {a} vs {b}"
-            );
-        }
-    }
-    assert!(matches!(
-        CpuKv::zeros(KvShape {
-            num_blocks: 1,
-            block_size: 1,
-            num_kv_heads: 1,
-            head_dim: 2,
-            dtype: KvDtype::Bf16
-        })
-        .store,
-        KvStore::Bf16(_)
-    ));
 }
 
 #[test]
@@ -351,29 +216,27 @@ fn rope_rotates_half_split_pairs_by_position_times_frequency() {
     }
 }
 
+/// A borrowed f32 vector as a tensor (the bytes are leaked: test-only, a few hundred bytes).
+fn f32_tensor(name: &'static str, v: &[f32]) -> TensorRef<'static> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let shape: &'static [usize] = Box::leak(vec![v.len()].into_boxed_slice());
+    TensorRef {
+        name,
+        dtype: WeightDtype::F32,
+        shape,
+        bytes: Box::leak(bytes.into_boxed_slice()),
+    }
+}
+
 #[test]
 fn norms_and_activations_match_their_formulas() {
     let mut rng = Rng::fresh("norms");
     let b = CpuBackend::new();
     let (rows, d) = (19, 48);
     let x = rng.vec(rows * d, 3.0);
-    let w = docqa_engine::backend::cpu::CpuWeight {
-        rows: 1,
-        cols: d,
-        data: docqa_engine::backend::cpu::CpuWeightData::F32(rng.vec(d, 1.0)),
-    };
-    let bias = docqa_engine::backend::cpu::CpuWeight {
-        rows: 1,
-        cols: d,
-        data: docqa_engine::backend::cpu::CpuWeightData::F32(rng.vec(d, 1.0)),
-    };
-    let (wv, bv) = match (&w.data, &bias.data) {
-        (
-            docqa_engine::backend::cpu::CpuWeightData::F32(a),
-            docqa_engine::backend::cpu::CpuWeightData::F32(b),
-        ) => (a.clone(), b.clone()),
-        _ => unreachable!(),
-    };
+    let (wv, bv) = (rng.vec(d, 1.0), rng.vec(d, 1.0));
+    let w = b.upload_vector(&f32_tensor("w", &wv)).expect("upload");
+    let bias = b.upload_vector(&f32_tensor("b", &bv)).expect("upload");
     let (mut rms, mut ln) = (vec![f32::NAN; rows * d], vec![f32::NAN; rows * d]);
     b.rms_norm(&x, &w, 1e-5, rows, &mut rms).expect("rms");
     b.layer_norm(&x, &w, &bias, 1e-12, rows, &mut ln)

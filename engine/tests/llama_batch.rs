@@ -62,7 +62,7 @@ fn mixed_batch_matches_sequences_alone(dtype: KvDtype, tied: bool) {
     };
     let mut ws = model.workspace(size).expect("workspace");
     let mut alloc = BlockAllocator::new(32, BS);
-    let mut blocks = vec![
+    let mut blocks = [
         SeqBlocks::default(),
         SeqBlocks::default(),
         SeqBlocks::default(),

@@ -198,11 +198,16 @@ impl<B: Backend> Llama<B> {
     /// Final norm and LM head on the selected rows only.
     fn lm_head(&self, batch: &Batch, ws: &mut LlamaWorkspace<B>) -> Result<usize> {
         let (b, cfg) = (&self.backend, &self.config);
-        let rows: Vec<u32> = batch.logit_rows().collect();
+        let mut rows = std::mem::take(&mut ws.host_rows);
+        rows.clear();
+        rows.extend(batch.logit_rows());
         if rows.len() > ws.size.max_logit_rows {
             return Err(too_big("logit rows", rows.len(), ws.size.max_logit_rows));
         }
         b.write_ids(&mut ws.logit_rows, &rows)?;
+        let n = rows.len();
+        ws.host_rows = rows;
+        let rows = &ws.host_rows[..n];
         b.gather_rows(
             &ws.x,
             &ws.logit_rows,

@@ -29,6 +29,8 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) block_table: B::Ids,
     pub(crate) slots: B::Ids,
     pub(crate) logit_rows: B::Ids,
+    /// Host copy of the logit row indices (reused, so a pass allocates nothing).
+    pub(crate) host_rows: Vec<u32>,
     pub(crate) x: B::Buf,
     pub(crate) h: B::Buf,
     pub(crate) q: B::Buf,
@@ -59,6 +61,7 @@ impl<B: Backend> LlamaWorkspace<B> {
             block_table: b.alloc_ids(size.max_num_seqs * size.max_blocks_per_seq)?,
             slots: b.alloc_ids(t)?,
             logit_rows: b.alloc_ids(logits_rows)?,
+            host_rows: Vec::with_capacity(logits_rows),
             x: b.alloc(t * h)?,
             h: b.alloc(t * h)?,
             q: b.alloc(t * cfg.num_attention_heads * hd)?,

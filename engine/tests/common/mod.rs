@@ -1,9 +1,12 @@
 //! Helpers shared by the engine's integration tests: a seeded random source that is fresh per run
-//! (the seed is printed so a failure can be replayed with `DOCQA_TEST_SEED`), the model directory
-//! lookup, and a writer for tiny random Llama checkpoints.
+//! (the seed is printed so a failure can be replayed with `DOCQA_TEST_SEED`), the real model
+//! directories (fetched once if missing), and a writer for tiny random Llama checkpoints.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use docqa_engine::fetch::{self, ModelPaths};
 
 /// xorshift64* — enough randomness for test inputs, no dependency.
 pub struct Rng(u64);
@@ -47,26 +50,15 @@ impl Rng {
     }
 }
 
-/// Where models live: `$DOCQA_MODELS_DIR` or `~/.cache/docqa/models`.
-pub fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DOCQA_MODELS_DIR") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    home.join(".cache/docqa/models")
-}
-
-/// The directory of model `name`, which must exist (a missing model fails the test, it is not skipped).
-pub fn model_dir(name: &str) -> PathBuf {
-    let dir = models_dir().join(name);
-    assert!(
-        dir.join("config.json").exists(),
-        "model {name} not found in {} (set DOCQA_MODELS_DIR)",
-        dir.display()
-    );
-    dir
+/// The model directories, fetched (and checked) once per test binary with
+/// [`docqa_engine::fetch::ensure_models`] under `$DOCQA_MODELS_DIR` or the default cache.
+pub fn models() -> &'static ModelPaths {
+    static PATHS: OnceLock<ModelPaths> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let dir = fetch::default_models_dir();
+        fetch::ensure_models(&dir, &fetch::NoProgress)
+            .unwrap_or_else(|e| panic!("models unavailable in {}: {e}", dir.display()))
+    })
 }
 
 /// A tensor to write: name, shape, f32 values (stored as `dtype`).
@@ -93,7 +85,7 @@ pub fn write_safetensors(path: &Path, tensors: &[Tensor], bf16: bool) {
         header.insert(t.name.clone(), info);
     }
     let mut text = serde_json::Value::Object(header).to_string();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();

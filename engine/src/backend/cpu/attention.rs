@@ -12,7 +12,7 @@ use super::kv::KvElem;
 use crate::backend::AttnShape;
 
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 
 /// Keys scored per online-softmax step.
 const CHUNK: usize = 32;
@@ -105,7 +105,7 @@ pub(crate) fn run<S: KeyValues>(
         out.len() >= rows * shape.num_heads * shape.head_dim && q.len() >= out.len().min(q.len())
     );
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512f") && shape.head_dim % 16 == 0 {
+    if is_x86_feature_detected!("avx512f") && shape.head_dim.is_multiple_of(16) {
         return run_blocked(q, out, qsl, ctx, kv_for, shape, causal);
     }
     let group = shape.num_heads / shape.num_kv_heads;

@@ -11,6 +11,8 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub mod int8;
 
 /// Activation rows per task.
 const MC: usize = 64;
@@ -144,3 +146,10 @@ struct OutPtr(*mut f32);
 // SAFETY: tasks write disjoint (row, column) elements of the output.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}

@@ -1,10 +1,11 @@
 //! AVX-512 blocked attention: one task per (sequence, KV head, block of [`QB`] query rows).
 //!
 //! A task walks its keys in chunks of 16. Each chunk's keys and values are copied once into f32 tiles
-//! (this resolves the paged indirection and bf16 conversion in one place) and then serve every query
-//! row of the block and every query head of the KV head's group (GQA). Scores of 16 keys are 16 dot
-//! products reduced together by a transpose-and-add tree into one vector, the online softmax runs on
-//! that vector with a vectorised `exp`, and the value update is 16 broadcast FMAs per head slice.
+//! (this resolves the paged indirection and bf16 conversion in one place; keys are stored transposed)
+//! and then serve every query row of the block and every query head of the KV head's group (GQA).
+//! The scores of 16 keys are one vector built by `head_dim` broadcast FMAs, the online softmax runs on
+//! that vector with a vectorised `exp`, and the value update is 16 broadcast FMAs per head slice. Every
+//! row gets the same arithmetic whatever its batch, so results do not depend on batch composition.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -125,7 +126,8 @@ pub(crate) unsafe fn task<S: KeyValues>(
     });
 }
 
-/// Copies keys/values `c0..c0 + n` into f32 tiles `[16, hd]`, zero-filling unused rows.
+/// Copies keys `c0..c0 + n` transposed into `kt[hd, 16]` and values into `vt[16, hd]` as f32,
+/// zero-filling unused keys.
 #[inline(always)]
 fn load_tiles<S: KeyValues>(
     kv: &S,
@@ -136,20 +138,37 @@ fn load_tiles<S: KeyValues>(
     vt: &mut [f32],
 ) {
     use super::super::kv::KvElem;
-    for j in 0..KB {
-        let (kr, vr) = (&mut kt[j * hd..(j + 1) * hd], &mut vt[j * hd..(j + 1) * hd]);
-        if j < n {
-            kr.iter_mut()
-                .zip(kv.key(c0 + j))
-                .for_each(|(d, s)| *d = s.to_f32());
-            vr.iter_mut()
-                .zip(kv.value(c0 + j))
-                .for_each(|(d, s)| *d = s.to_f32());
-        } else {
-            kr.fill(0.0);
-            vr.fill(0.0);
+    if n < KB {
+        kt.fill(0.0);
+        vt[n * hd..KB * hd].fill(0.0);
+    }
+    for j in 0..n {
+        for (d, s) in kv.key(c0 + j).iter().enumerate() {
+            kt[d * KB + j] = s.to_f32();
+        }
+        let vr = &mut vt[j * hd..(j + 1) * hd];
+        vr.iter_mut()
+            .zip(kv.value(c0 + j))
+            .for_each(|(d, s)| *d = s.to_f32());
+    }
+}
+
+/// Scores of 16 keys stored transposed `[hd, 16]`: one broadcast FMA per dimension, in eight
+/// independent chains so FMA latency does not bound the loop.
+#[target_feature(enable = "avx512f")]
+unsafe fn scores(q: &[f32], kt: &[f32]) -> __m512 {
+    let hd = q.len();
+    assert!(kt.len() >= KB * hd && hd.is_multiple_of(8));
+    let mut s = [_mm512_setzero_ps(); 8];
+    for d in (0..hd).step_by(8) {
+        for (i, si) in s.iter_mut().enumerate() {
+            // SAFETY: (d + i) * 16 + 16 <= hd * 16.
+            let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add((d + i) * KB)) };
+            *si = _mm512_fmadd_ps(_mm512_set1_ps(q[d + i]), k, *si);
         }
     }
+    let s4 = [0, 1, 2, 3].map(|i| _mm512_add_ps(s[i], s[i + 4]));
+    _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]))
 }
 
 /// One online-softmax step of one (row, head) over a chunk of `valid` keys.
@@ -166,13 +185,7 @@ unsafe fn update(
     let hd = q.len();
     // SAFETY: every load below stays within q (hd), kt/vt (16 × hd) and acc (hd); hd % 16 == 0.
     unsafe {
-        let mut dots = [_mm512_setzero_ps(); KB];
-        for c in (0..hd).step_by(16) {
-            let qv = _mm512_loadu_ps(q.as_ptr().add(c));
-            for (j, d) in dots.iter_mut().enumerate() {
-                *d = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kt.as_ptr().add(j * hd + c)), *d);
-            }
-        }
+        let scores = scores(q, kt);
         let mask: __mmask16 = if valid >= 16 {
             u16::MAX
         } else {
@@ -181,32 +194,90 @@ unsafe fn update(
         let s = _mm512_mask_mov_ps(
             _mm512_set1_ps(f32::NEG_INFINITY),
             mask,
-            _mm512_mul_ps(hsum16(&dots), _mm512_set1_ps(scale)),
+            _mm512_mul_ps(scores, _mm512_set1_ps(scale)),
         );
         let m_new = ml[0].max(_mm512_reduce_max_ps(s));
-        let corr = (ml[0] - m_new).exp();
+        let corr = if m_new > ml[0] {
+            (ml[0] - m_new).exp()
+        } else {
+            1.0
+        };
         let p = _mm512_maskz_mov_ps(mask, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
         ml[0] = m_new;
         ml[1] = ml[1] * corr + _mm512_reduce_add_ps(p);
         let mut pj = [0f32; KB];
         _mm512_storeu_ps(pj.as_mut_ptr(), p);
-        for c in (0..hd).step_by(16) {
-            let mut a = _mm512_mul_ps(_mm512_loadu_ps(acc.as_ptr().add(c)), _mm512_set1_ps(corr));
-            for (j, &w) in pj.iter().enumerate().take(valid) {
-                a = _mm512_fmadd_ps(
-                    _mm512_set1_ps(w),
-                    _mm512_loadu_ps(vt.as_ptr().add(j * hd + c)),
-                    a,
+        match hd / 16 {
+            2 => pv::<2>(acc, vt, &pj, valid, corr),
+            4 => pv::<4>(acc, vt, &pj, valid, corr),
+            8 => pv::<8>(acc, vt, &pj, valid, corr),
+            _ => {
+                for c in (0..hd).step_by(16) {
+                    let mut a =
+                        _mm512_mul_ps(_mm512_loadu_ps(acc.as_ptr().add(c)), _mm512_set1_ps(corr));
+                    for (j, &w) in pj.iter().enumerate().take(valid) {
+                        a = _mm512_fmadd_ps(
+                            _mm512_set1_ps(w),
+                            _mm512_loadu_ps(vt.as_ptr().add(j * hd + c)),
+                            a,
+                        );
+                    }
+                    _mm512_storeu_ps(acc.as_mut_ptr().add(c), a);
+                }
+            }
+        }
+    }
+}
+
+/// `acc = acc·corr + Σ_j p_j·V_j` with the `NC` 16-lane slices of `acc` held in registers, even and
+/// odd keys in separate accumulators (twice the independent FMA chains).
+#[target_feature(enable = "avx512f")]
+unsafe fn pv<const NC: usize>(
+    acc: &mut [f32],
+    vt: &[f32],
+    pj: &[f32; KB],
+    valid: usize,
+    corr: f32,
+) {
+    let hd = NC * 16;
+    assert!(acc.len() >= hd && vt.len() >= KB * hd);
+    // SAFETY: bounds asserted above; rows j < 16 of vt.
+    unsafe {
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); NC], [_mm512_setzero_ps(); NC]);
+        for (c, ac) in even.iter_mut().enumerate() {
+            *ac = _mm512_mul_ps(
+                _mm512_loadu_ps(acc.as_ptr().add(16 * c)),
+                _mm512_set1_ps(corr),
+            );
+        }
+        let mut j = 0;
+        while j < valid {
+            let w0 = _mm512_set1_ps(pj[j]);
+            let w1 = _mm512_set1_ps(if j + 1 < valid { pj[j + 1] } else { 0.0 });
+            for c in 0..NC {
+                even[c] = _mm512_fmadd_ps(
+                    w0,
+                    _mm512_loadu_ps(vt.as_ptr().add(j * hd + 16 * c)),
+                    even[c],
+                );
+                // Row j + 1 < 16 exists in the tile (zeros past the valid keys).
+                odd[c] = _mm512_fmadd_ps(
+                    w1,
+                    _mm512_loadu_ps(vt.as_ptr().add((j + 1) * hd + 16 * c)),
+                    odd[c],
                 );
             }
-            _mm512_storeu_ps(acc.as_mut_ptr().add(c), a);
+            j += 2;
+        }
+        for c in 0..NC {
+            _mm512_storeu_ps(acc.as_mut_ptr().add(16 * c), _mm512_add_ps(even[c], odd[c]));
         }
     }
 }
 
 /// Lane `j` of the result is the sum of the lanes of `v[j]`.
 #[target_feature(enable = "avx512f")]
-fn hsum16(v: &[__m512; 16]) -> __m512 {
+pub(crate) fn hsum16(v: &[__m512; 16]) -> __m512 {
     // Level 1: pairs → [a0+a2, b0+b2, a1+a3, b1+b3] per 128-bit lane.
     let p =
         |a: __m512, b: __m512| _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));

@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 use rayon::prelude::*;
 
 use super::{MatmulDims, OutPtr, WeightSlice, for_each_task};
+use crate::backend::cpu::attention::avx512::hsum16;
 
 /// Dispatches to the bf16 or f32 tiles; see the parent module.
 pub(super) fn matmul(
@@ -147,6 +148,30 @@ fn tile_f32(
     unsafe { dispatch_tile!(f32_kernel, m, nr, xp, k, wp, k, acc) }
 }
 
+/// Reduces each accumulator to its lane sum into `out[m][r]`: one transpose-and-add tree for a full
+/// 4 × 4 tile, lane-by-lane reductions otherwise.
+#[target_feature(enable = "avx512f")]
+fn store_sums<const M: usize, const R: usize>(acc: &[[__m512; R]; M], out: &mut [[f32; 4]; 4]) {
+    if M == 4 && R == 4 {
+        let mut flat = [_mm512_setzero_ps(); 16];
+        for (i, v) in acc.iter().flatten().enumerate() {
+            flat[i] = *v;
+        }
+        let mut sums = [0f32; 16];
+        // SAFETY: sums holds 16 floats.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), hsum16(&flat)) };
+        for (i, s) in sums.iter().enumerate() {
+            out[i / 4][i % 4] = *s;
+        }
+        return;
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        for (y, v) in o.iter_mut().zip(a) {
+            *y = _mm512_reduce_add_ps(*v);
+        }
+    }
+}
+
 /// `acc[m][r] = Σ_k xb[m, k] · w[r, k]` for an `M × R` tile; `xb` rows are zero-padded to `kp`.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn bf16_kernel<const M: usize, const R: usize>(
@@ -180,11 +205,7 @@ unsafe fn bf16_kernel<const M: usize, const R: usize>(
         }
         c += 32;
     }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        for (y, v) in o.iter_mut().zip(a) {
-            *y = _mm512_reduce_add_ps(*v);
-        }
-    }
+    store_sums(&acc, out);
 }
 
 /// `acc[m][r] = Σ_k x[m, k] · w[r, k]` for an `M × R` tile of f32 weights.
@@ -219,9 +240,5 @@ unsafe fn f32_kernel<const M: usize, const R: usize>(
         }
         c += 16;
     }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        for (y, v) in o.iter_mut().zip(a) {
-            *y = _mm512_reduce_add_ps(*v);
-        }
-    }
+    store_sums(&acc, out);
 }
