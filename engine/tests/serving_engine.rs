@@ -41,11 +41,11 @@ fn chat(tokenizer: &TextTokenizer, user: &str) -> Vec<u32> {
     tokenizer.encode(&text, false).unwrap()
 }
 
+/// A request's generated tokens and its first step's top log-probabilities.
+type Outcome = (Vec<u32>, Vec<(u32, f32)>);
+
 /// Runs every request to completion; returns each request's tokens and first-step top log-probabilities.
-fn run_all(
-    core: &mut EngineCore<CpuBackend>,
-    requests: Vec<GenerateRequest>,
-) -> Vec<(Vec<u32>, Vec<(u32, f32)>)> {
+fn run_all(core: &mut EngineCore<CpuBackend>, requests: Vec<GenerateRequest>) -> Vec<Outcome> {
     let ids: Vec<u64> = requests
         .into_iter()
         .map(|r| core.add_request(r).unwrap())
