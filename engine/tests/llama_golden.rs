@@ -133,7 +133,7 @@ fn greedy_chatml_answer_names_paris() {
     let text = tok.decode(&out, true).expect("decode");
     eprintln!("answer {out:?} = {text:?}");
     assert!(text.contains("Paris"), "answer: {text:?}");
-    let reference = ids(&json("llama_logits_meta.json")["greedy"]["ids"]);
+    let reference = ids(&json("llama_logits_meta.json")["greedy"]["france_chatml"]["ids"]);
     assert_eq!(
         out[..],
         reference[..7],
