@@ -107,7 +107,7 @@ pub fn append(dir: &Path, m: &Manifest, entries: &[DenseEntry], vectors: &[f32])
     let (vpath, epath) = data_files(dir, m.generation);
     let vfile = OpenOptions::new()
         .create(true)
-        .append(false)
+        .truncate(false)
         .write(true)
         .open(&vpath)?;
     vfile.set_len((m.count * m.dim * 4) as u64)?;
@@ -119,7 +119,7 @@ pub fn append(dir: &Path, m: &Manifest, entries: &[DenseEntry], vectors: &[f32])
     vout.into_inner().map_err(|e| e.into_error())?.sync_data()?;
     let efile = OpenOptions::new()
         .create(true)
-        .append(false)
+        .truncate(false)
         .write(true)
         .open(&epath)?;
     efile.set_len(m.entries_bytes)?;

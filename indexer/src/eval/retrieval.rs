@@ -71,6 +71,13 @@ impl fmt::Display for RetrievalReport {
     }
 }
 
+/// Per-query scores of one retriever.
+struct Tally {
+    name: &'static str,
+    ndcg: Vec<Option<f64>>,
+    recall: Vec<Option<f64>>,
+}
+
 /// Evaluates bm25 (and dense and hybrid when an embedder is given) on the dataset in `dir`.
 pub fn evaluate_retrieval(
     dir: &Path,
@@ -93,7 +100,7 @@ pub fn evaluate_retrieval(
     let queries = data.judged_queries();
     let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
     let vectors = index.embed_queries(&texts)?;
-    let mut per_retriever: Vec<(&'static str, Vec<Option<f64>>, Vec<Option<f64>>)> = Vec::new();
+    let mut tallies: Vec<Tally> = Vec::new();
     for (i, q) in queries.iter().enumerate() {
         let rankings = index.rank(
             &q.text,
@@ -101,14 +108,20 @@ pub fn evaluate_retrieval(
             100,
             &SearchFilter::default(),
         )?;
-        let judged = &data.qrels[&q.id];
+        let Some(judged) = data.qrels.get(&q.id) else {
+            continue;
+        };
         for (j, (name, list)) in rankings.lists.into_iter().enumerate() {
-            if per_retriever.len() <= j {
-                per_retriever.push((name, Vec::new(), Vec::new()));
+            if tallies.len() <= j {
+                tallies.push(Tally {
+                    name,
+                    ndcg: Vec::new(),
+                    recall: Vec::new(),
+                });
             }
             let ids: Vec<String> = list.into_iter().map(|c| c.document_id).collect();
-            per_retriever[j].1.push(ndcg_at_k(&ids, judged, 10));
-            per_retriever[j].2.push(recall_at_k(&ids, judged, 100));
+            tallies[j].ndcg.push(ndcg_at_k(&ids, judged, 10));
+            tallies[j].recall.push(recall_at_k(&ids, judged, 100));
         }
     }
     let n = queries.len().max(1) as f64;
@@ -117,13 +130,13 @@ pub fn evaluate_retrieval(
         "dense" => index.seconds[1] * 1e3 / n,
         _ => (index.seconds.iter().sum::<f64>()) * 1e3 / n,
     };
-    let lines = per_retriever
+    let lines = tallies
         .into_iter()
-        .map(|(name, nd, rc)| RetrieverScores {
-            retriever: name.to_string(),
-            ndcg_at_10: mean(nd),
-            recall_at_100: mean(rc),
-            mean_query_ms: ms(name),
+        .map(|t| RetrieverScores {
+            retriever: t.name.to_string(),
+            ndcg_at_10: mean(t.ndcg),
+            recall_at_100: mean(t.recall),
+            mean_query_ms: ms(t.name),
         })
         .collect();
     let scored = queries.len();

@@ -44,21 +44,12 @@ impl Drop for ScratchDir {
 }
 
 /// Settings shared by the evaluations.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct EvalOptions {
     /// Index configuration (tokenizer, HNSW, fusion depth, embedding batch).
     pub search: SearchConfig,
     /// Fusion used for the hybrid line.
     pub fusion: Fusion,
-}
-
-impl Default for EvalOptions {
-    fn default() -> Self {
-        Self {
-            search: SearchConfig::default(),
-            fusion: Fusion::default(),
-        }
-    }
 }
 
 /// The retrievers' rankings of one query.
