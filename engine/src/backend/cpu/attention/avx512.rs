@@ -1,0 +1,251 @@
+//! AVX-512 blocked attention: one task per (sequence, KV head, block of [`QB`] query rows).
+//!
+//! A task walks its keys in chunks of 16. Each chunk's keys and values are copied once into f32 tiles
+//! (this resolves the paged indirection and bf16 conversion in one place) and then serve every query
+//! row of the block and every query head of the KV head's group (GQA). Scores of 16 keys are 16 dot
+//! products reduced together by a transpose-and-add tree into one vector, the online softmax runs on
+//! that vector with a vectorised `exp`, and the value update is 16 broadcast FMAs per head slice.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use super::KeyValues;
+use crate::backend::AttnShape;
+
+/// Keys per chunk (one vector of scores).
+const KB: usize = 16;
+/// Query rows per task.
+pub(crate) const QB: usize = 16;
+
+/// One sequence's rows and context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    /// First query row of the sequence in the batch.
+    pub q_start: usize,
+    /// Query rows of the sequence.
+    pub q_len: usize,
+    /// Keys visible to its last query row.
+    pub ctx: usize,
+}
+
+/// Output rows shared by tasks writing disjoint (row, head) slices.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub *mut f32);
+// SAFETY: every task writes only its own (row, head) slices.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Attention of rows `rows` (indices within the sequence) of `span` for KV head `g`.
+///
+/// # Safety
+/// The CPU must support AVX-512F, `shape.head_dim` must be a multiple of 16, `out` must cover the
+/// batch's `[rows, num_heads * head_dim]`, and no other task may write the same (row, head) slices.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn task<S: KeyValues>(
+    q: &[f32],
+    out: OutPtr,
+    kv: &S,
+    span: Span,
+    rows: std::ops::Range<usize>,
+    g: usize,
+    shape: AttnShape,
+    causal: bool,
+) {
+    let hd = shape.head_dim;
+    let group = shape.num_heads / shape.num_kv_heads;
+    let states = rows.len() * group;
+    let visible = |i: usize| {
+        if causal {
+            span.ctx - span.q_len + i + 1
+        } else {
+            span.ctx
+        }
+    };
+    SCRATCH.with_borrow_mut(|scratch| {
+        let need = 2 * KB * hd + states * (hd + 2);
+        if scratch.len() < need {
+            scratch.resize(need, 0.0);
+        }
+        let (tiles, state) = scratch.split_at_mut(2 * KB * hd);
+        let (kt, vt) = tiles.split_at_mut(KB * hd);
+        let (acc, ml) = state[..states * (hd + 2)].split_at_mut(states * hd);
+        acc.fill(0.0);
+        ml.chunks_exact_mut(2)
+            .for_each(|c| c.copy_from_slice(&[f32::NEG_INFINITY, 0.0]));
+        let last = visible(rows.end - 1);
+        let mut c0 = 0;
+        while c0 < last {
+            let n = (last - c0).min(KB);
+            load_tiles(kv, c0, n, hd, kt, vt);
+            for i in rows.clone() {
+                let valid = visible(i).saturating_sub(c0).min(KB);
+                if valid == 0 {
+                    continue;
+                }
+                for hh in 0..group {
+                    let h = g * group + hh;
+                    let qv = &q[((span.q_start + i) * shape.num_heads + h) * hd..][..hd];
+                    let st = (i - rows.start) * group + hh;
+                    // SAFETY: features are enabled on this function; slices are in bounds.
+                    unsafe {
+                        update(
+                            qv,
+                            kt,
+                            vt,
+                            valid,
+                            shape.scale,
+                            &mut acc[st * hd..(st + 1) * hd],
+                            &mut ml[2 * st..2 * st + 2],
+                        )
+                    };
+                }
+            }
+            c0 += n;
+        }
+        for i in rows.clone() {
+            for hh in 0..group {
+                let st = (i - rows.start) * group + hh;
+                let inv = if ml[2 * st + 1] > 0.0 {
+                    1.0 / ml[2 * st + 1]
+                } else {
+                    0.0
+                };
+                let row = (span.q_start + i) * shape.num_heads + g * group + hh;
+                for (d, a) in acc[st * hd..(st + 1) * hd].iter().enumerate() {
+                    // SAFETY: (row, head) is this task's own slice of out.
+                    unsafe { *out.0.add(row * hd + d) = a * inv };
+                }
+            }
+        }
+    });
+}
+
+/// Copies keys/values `c0..c0 + n` into f32 tiles `[16, hd]`, zero-filling unused rows.
+#[inline(always)]
+fn load_tiles<S: KeyValues>(
+    kv: &S,
+    c0: usize,
+    n: usize,
+    hd: usize,
+    kt: &mut [f32],
+    vt: &mut [f32],
+) {
+    use super::super::kv::KvElem;
+    for j in 0..KB {
+        let (kr, vr) = (&mut kt[j * hd..(j + 1) * hd], &mut vt[j * hd..(j + 1) * hd]);
+        if j < n {
+            kr.iter_mut()
+                .zip(kv.key(c0 + j))
+                .for_each(|(d, s)| *d = s.to_f32());
+            vr.iter_mut()
+                .zip(kv.value(c0 + j))
+                .for_each(|(d, s)| *d = s.to_f32());
+        } else {
+            kr.fill(0.0);
+            vr.fill(0.0);
+        }
+    }
+}
+
+/// One online-softmax step of one (row, head) over a chunk of `valid` keys.
+#[target_feature(enable = "avx512f")]
+unsafe fn update(
+    q: &[f32],
+    kt: &[f32],
+    vt: &[f32],
+    valid: usize,
+    scale: f32,
+    acc: &mut [f32],
+    ml: &mut [f32],
+) {
+    let hd = q.len();
+    // SAFETY: every load below stays within q (hd), kt/vt (16 × hd) and acc (hd); hd % 16 == 0.
+    unsafe {
+        let mut dots = [_mm512_setzero_ps(); KB];
+        for c in (0..hd).step_by(16) {
+            let qv = _mm512_loadu_ps(q.as_ptr().add(c));
+            for (j, d) in dots.iter_mut().enumerate() {
+                *d = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kt.as_ptr().add(j * hd + c)), *d);
+            }
+        }
+        let mask: __mmask16 = if valid >= 16 {
+            u16::MAX
+        } else {
+            (1u16 << valid) - 1
+        };
+        let s = _mm512_mask_mov_ps(
+            _mm512_set1_ps(f32::NEG_INFINITY),
+            mask,
+            _mm512_mul_ps(hsum16(&dots), _mm512_set1_ps(scale)),
+        );
+        let m_new = ml[0].max(_mm512_reduce_max_ps(s));
+        let corr = (ml[0] - m_new).exp();
+        let p = _mm512_maskz_mov_ps(mask, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
+        ml[0] = m_new;
+        ml[1] = ml[1] * corr + _mm512_reduce_add_ps(p);
+        let mut pj = [0f32; KB];
+        _mm512_storeu_ps(pj.as_mut_ptr(), p);
+        for c in (0..hd).step_by(16) {
+            let mut a = _mm512_mul_ps(_mm512_loadu_ps(acc.as_ptr().add(c)), _mm512_set1_ps(corr));
+            for (j, &w) in pj.iter().enumerate().take(valid) {
+                a = _mm512_fmadd_ps(
+                    _mm512_set1_ps(w),
+                    _mm512_loadu_ps(vt.as_ptr().add(j * hd + c)),
+                    a,
+                );
+            }
+            _mm512_storeu_ps(acc.as_mut_ptr().add(c), a);
+        }
+    }
+}
+
+/// Lane `j` of the result is the sum of the lanes of `v[j]`.
+#[target_feature(enable = "avx512f")]
+fn hsum16(v: &[__m512; 16]) -> __m512 {
+    // Level 1: pairs → [a0+a2, b0+b2, a1+a3, b1+b3] per 128-bit lane.
+    let p =
+        |a: __m512, b: __m512| _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    // Level 2: two pairs → [a, b, c, d] partial sums per 128-bit lane.
+    let q = |x: __m512, y: __m512| {
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(x, y),
+            _mm512_shuffle_ps::<0xEE>(x, y),
+        )
+    };
+    let quad = |i: usize| q(p(v[i], v[i + 1]), p(v[i + 2], v[i + 3]));
+    let (e, f, g, h) = (quad(0), quad(4), quad(8), quad(12));
+    // Level 3: add the four 128-bit lanes, keys in order.
+    let u = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x44>(e, f),
+        _mm512_shuffle_f32x4::<0xEE>(e, f),
+    );
+    let w = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x44>(g, h),
+        _mm512_shuffle_f32x4::<0xEE>(g, h),
+    );
+    _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x88>(u, w),
+        _mm512_shuffle_f32x4::<0xDD>(u, w),
+    )
+}
+
+/// `exp(x)` lane-wise for `x <= 0` (relative error ~2e-7): `x = n·ln2 + r`, degree-6 Taylor for `eʳ`
+/// on `|r| <= ln2/2`, times `2ⁿ` by `vscalefps`. Inputs below -87 flush towards 0.
+#[target_feature(enable = "avx512f")]
+fn exp512(x: __m512) -> __m512 {
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
+    let n =
+        _mm512_roundscale_ps::<0x08>(_mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
+    let mut p = _mm512_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, n)
+}

@@ -1,0 +1,89 @@
+//! The CPU KV pool: one layer's K (or V) as `[num_blocks, block_size, num_kv_heads, head_dim]`, stored
+//! f32 or bf16 per engine setting.
+
+use crate::backend::{KvDtype, KvShape};
+
+/// An element of the KV pool, converted to and from f32.
+pub(crate) trait KvElem: Copy + Send + Sync + 'static {
+    /// The f32 value.
+    fn to_f32(self) -> f32;
+    /// Rounds an f32 value into this type.
+    fn from_f32(v: f32) -> Self;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+
+/// bf16 stored as its bit pattern.
+impl KvElem for u16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f32::from_bits((self as u32) << 16)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        half::bf16::from_f32(v).to_bits()
+    }
+}
+
+/// The pool's elements.
+#[derive(Debug, Clone)]
+pub enum KvStore {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// bf16 bit patterns.
+    Bf16(Vec<u16>),
+}
+
+/// One layer's K (or V) pool on the CPU.
+#[derive(Debug, Clone)]
+pub struct CpuKv {
+    /// Its shape.
+    pub shape: KvShape,
+    /// Its elements.
+    pub store: KvStore,
+}
+
+impl CpuKv {
+    /// A zeroed pool.
+    pub fn zeros(shape: KvShape) -> Self {
+        let len = shape.num_blocks * shape.block_size * shape.num_kv_heads * shape.head_dim;
+        let store = match shape.dtype {
+            KvDtype::F32 => KvStore::F32(vec![0.0; len]),
+            KvDtype::Bf16 => KvStore::Bf16(vec![0; len]),
+        };
+        CpuKv { shape, store }
+    }
+
+    /// Number of slots (`num_blocks * block_size`).
+    pub fn num_slots(&self) -> usize {
+        self.shape.num_blocks * self.shape.block_size
+    }
+
+    /// Writes `rows` rows of `src[rows, num_kv_heads * head_dim]` to the given slots.
+    pub fn write_rows(&mut self, src: &[f32], slots: &[u32]) {
+        let width = self.shape.num_kv_heads * self.shape.head_dim;
+        match &mut self.store {
+            KvStore::F32(d) => scatter(d, src, slots, width),
+            KvStore::Bf16(d) => scatter(d, src, slots, width),
+        }
+    }
+}
+
+fn scatter<T: KvElem>(dst: &mut [T], src: &[f32], slots: &[u32], width: usize) {
+    for (row, &slot) in src.chunks_exact(width).zip(slots) {
+        let o = slot as usize * width;
+        dst[o..o + width]
+            .iter_mut()
+            .zip(row)
+            .for_each(|(d, s)| *d = T::from_f32(*s));
+    }
+}

@@ -1,0 +1,227 @@
+//! AVX-512 register tiles for [`super::matmul`]: `vdpbf16ps` for bf16 weights, FMA for f32 weights.
+
+use std::arch::x86_64::*;
+
+use rayon::prelude::*;
+
+use super::{MatmulDims, OutPtr, WeightSlice, for_each_task};
+
+/// Dispatches to the bf16 or f32 tiles; see the parent module.
+pub(super) fn matmul(
+    x: &[f32],
+    w: WeightSlice<'_>,
+    bias: Option<&[f32]>,
+    d: MatmulDims,
+    out: &mut [f32],
+    scratch: &mut Vec<u16>,
+) {
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    match w {
+        WeightSlice::Bf16(w) => {
+            let kp = d.k.next_multiple_of(32);
+            if scratch.len() < d.rows * kp {
+                scratch.resize(d.rows * kp, 0);
+            }
+            let rows = &mut scratch[..d.rows * kp];
+            rows.par_chunks_mut(kp)
+                .zip(x[..d.rows * d.k].par_chunks(d.k))
+                .for_each(|(dst, src)| {
+                    // SAFETY: the caller checked avx512f/bw/bf16.
+                    unsafe { to_bf16_row(src, dst) }
+                });
+            let xb: &[u16] = scratch;
+            for_each_task(d, |rows, cols| {
+                run_tiles(rows, cols, d, bias, out_ptr, |t, r, m, nr, acc| {
+                    tile_bf16(xb, kp, w, d.k, t, r, m, nr, acc)
+                })
+            });
+        }
+        WeightSlice::F32(w) => for_each_task(d, |rows, cols| {
+            run_tiles(rows, cols, d, bias, out_ptr, |t, r, m, nr, acc| {
+                tile_f32(x, w, d.k, t, r, m, nr, acc)
+            })
+        }),
+    }
+}
+
+/// Rounds one f32 row to bf16 (nearest even), zero-padding it to `dst.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn to_bf16_row(src: &[f32], dst: &mut [u16]) {
+    let mut i = 0;
+    while i + 16 <= src.len() {
+        // SAFETY: i + 16 <= len for both rows (dst is at least as long as src).
+        unsafe {
+            let v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
+            _mm256_storeu_si256(
+                dst.as_mut_ptr().add(i) as *mut __m256i,
+                std::mem::transmute::<__m256bh, __m256i>(v),
+            );
+        }
+        i += 16;
+    }
+    for (j, d) in dst.iter_mut().enumerate().skip(i) {
+        *d = src.get(j).map_or(0, |v| half::bf16::from_f32(*v).to_bits());
+    }
+}
+
+/// Walks the register tiles of one task and stores `acc + bias` into the output.
+#[inline(always)]
+fn run_tiles(
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    d: MatmulDims,
+    bias: Option<&[f32]>,
+    out: OutPtr,
+    tile: impl Fn(usize, usize, usize, usize, &mut [[f32; 4]; 4]),
+) {
+    let mut acc = [[0f32; 4]; 4];
+    let mut t = rows.start;
+    while t < rows.end {
+        let m = (rows.end - t).min(4);
+        let mut r = cols.start;
+        while r < cols.end {
+            let nr = if r + 4 <= cols.end { 4 } else { 1 };
+            tile(t, r, m, nr, &mut acc);
+            for (mi, acc_row) in acc.iter().enumerate().take(m) {
+                for (j, a) in acc_row.iter().enumerate().take(nr) {
+                    let b = bias.map_or(0.0, |b| b[r + j]);
+                    // SAFETY: (t + mi, r + j) is inside out (checked by the caller) and owned by this task.
+                    unsafe { *out.0.add((t + mi) * d.n + r + j) = a + b };
+                }
+            }
+            r += nr;
+        }
+        t += m;
+    }
+}
+
+macro_rules! dispatch_tile {
+    ($f:ident, $m:expr, $nr:expr, $($args:expr),*) => {
+        match ($m, $nr) {
+            (1, 1) => $f::<1, 1>($($args),*),
+            (2, 1) => $f::<2, 1>($($args),*),
+            (3, 1) => $f::<3, 1>($($args),*),
+            (4, 1) => $f::<4, 1>($($args),*),
+            (1, _) => $f::<1, 4>($($args),*),
+            (2, _) => $f::<2, 4>($($args),*),
+            (3, _) => $f::<3, 4>($($args),*),
+            _ => $f::<4, 4>($($args),*),
+        }
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile_bf16(
+    xb: &[u16],
+    kp: usize,
+    w: &[u16],
+    k: usize,
+    t: usize,
+    r: usize,
+    m: usize,
+    nr: usize,
+    acc: &mut [[f32; 4]; 4],
+) {
+    assert!((t + m) * kp <= xb.len() && (r + nr) * k <= w.len());
+    let (xp, wp) = (xb[t * kp..].as_ptr(), w[r * k..].as_ptr());
+    // SAFETY: bounds asserted above; the caller checked the CPU features.
+    unsafe { dispatch_tile!(bf16_kernel, m, nr, xp, kp, wp, k, acc) }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile_f32(
+    x: &[f32],
+    w: &[f32],
+    k: usize,
+    t: usize,
+    r: usize,
+    m: usize,
+    nr: usize,
+    acc: &mut [[f32; 4]; 4],
+) {
+    assert!((t + m) * k <= x.len() && (r + nr) * k <= w.len());
+    let (xp, wp) = (x[t * k..].as_ptr(), w[r * k..].as_ptr());
+    // SAFETY: bounds asserted above; the caller checked the CPU features.
+    unsafe { dispatch_tile!(f32_kernel, m, nr, xp, k, wp, k, acc) }
+}
+
+/// `acc[m][r] = Σ_k xb[m, k] · w[r, k]` for an `M × R` tile; `xb` rows are zero-padded to `kp`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn bf16_kernel<const M: usize, const R: usize>(
+    xb: *const u16,
+    kp: usize,
+    w: *const u16,
+    k: usize,
+    out: &mut [[f32; 4]; 4],
+) {
+    let mut acc = [[_mm512_setzero_ps(); R]; M];
+    let mut c = 0;
+    while c < k {
+        let mask: __mmask32 = if k - c >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << (k - c)) - 1
+        };
+        // SAFETY: masked loads stay inside row r of w; xb rows are padded to kp >= c + 32.
+        unsafe {
+            let mut wv = [_mm512_setzero_si512(); R];
+            for (ri, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_maskz_loadu_epi16(mask, w.add(ri * k + c) as *const i16);
+            }
+            for (mi, acc_row) in acc.iter_mut().enumerate() {
+                let xv: __m512bh =
+                    std::mem::transmute(_mm512_loadu_si512(xb.add(mi * kp + c) as *const _));
+                for (a, wr) in acc_row.iter_mut().zip(&wv) {
+                    *a = _mm512_dpbf16_ps(*a, xv, std::mem::transmute::<__m512i, __m512bh>(*wr));
+                }
+            }
+        }
+        c += 32;
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for (y, v) in o.iter_mut().zip(a) {
+            *y = _mm512_reduce_add_ps(*v);
+        }
+    }
+}
+
+/// `acc[m][r] = Σ_k x[m, k] · w[r, k]` for an `M × R` tile of f32 weights.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn f32_kernel<const M: usize, const R: usize>(
+    x: *const f32,
+    xs: usize,
+    w: *const f32,
+    k: usize,
+    out: &mut [[f32; 4]; 4],
+) {
+    let mut acc = [[_mm512_setzero_ps(); R]; M];
+    let mut c = 0;
+    while c < k {
+        let mask: __mmask16 = if k - c >= 16 {
+            u16::MAX
+        } else {
+            (1u16 << (k - c)) - 1
+        };
+        // SAFETY: masked loads stay inside row r of w and row m of x.
+        unsafe {
+            let mut wv = [_mm512_setzero_ps(); R];
+            for (ri, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_maskz_loadu_ps(mask, w.add(ri * k + c));
+            }
+            for (mi, acc_row) in acc.iter_mut().enumerate() {
+                let xv = _mm512_maskz_loadu_ps(mask, x.add(mi * xs + c));
+                for (a, wr) in acc_row.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(xv, *wr, *a);
+                }
+            }
+        }
+        c += 16;
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for (y, v) in o.iter_mut().zip(a) {
+            *y = _mm512_reduce_add_ps(*v);
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The CPU backend: f32 activations, bf16 (or f32) weights with f32 accumulation, KV pool in f32 or bf16.
+//!
+//! Ops run on the current rayon pool: wrap a forward pass in `pool.install(..)` to choose the thread
+//! count. Matmuls use AVX-512 BF16 / FMA when the CPU has them (run-time detection) and portable code
+//! otherwise; see [`matmul`]. This backend is the reference other backends are tested against.
+
+pub mod attention;
+pub mod kv;
+pub mod matmul;
+pub mod ops;
+
+use std::sync::Mutex;
+
+use crate::backend::{AttnShape, Backend, KvShape, PagedAttnMeta};
+use crate::config::RopeFreqs;
+use crate::error::{EngineError, Result};
+use crate::weights::{TensorRef, WeightDtype};
+use attention::{Dense, Paged};
+pub use kv::{CpuKv, KvStore};
+use matmul::{MatmulDims, WeightSlice};
+
+/// A weight in host memory: a matrix `[rows, cols]` or a vector (`rows == 1`).
+#[derive(Debug, Clone)]
+pub struct CpuWeight {
+    /// Output features (matrix rows).
+    pub rows: usize,
+    /// Input features (matrix columns).
+    pub cols: usize,
+    /// The elements, row-major.
+    pub data: CpuWeightData,
+}
+
+/// Element storage of a [`CpuWeight`].
+#[derive(Debug, Clone)]
+pub enum CpuWeightData {
+    /// bf16 bit patterns.
+    Bf16(Vec<u16>),
+    /// f32 values.
+    F32(Vec<f32>),
+}
+
+impl CpuWeight {
+    /// The elements as a matmul operand.
+    pub fn slice(&self) -> WeightSlice<'_> {
+        match &self.data {
+            CpuWeightData::Bf16(v) => WeightSlice::Bf16(v),
+            CpuWeightData::F32(v) => WeightSlice::F32(v),
+        }
+    }
+
+    /// The elements as f32 (vectors are always stored so).
+    fn f32(&self) -> &[f32] {
+        match &self.data {
+            CpuWeightData::F32(v) => v,
+            CpuWeightData::Bf16(_) => panic!("vector weights are uploaded as f32"),
+        }
+    }
+}
+
+/// The CPU backend. Holds only a scratch buffer for the bf16 copy of matmul activations.
+#[derive(Debug, Default)]
+pub struct CpuBackend {
+    scratch: Mutex<Vec<u16>>,
+}
+
+impl CpuBackend {
+    /// A CPU backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buf = Vec<f32>;
+    type Ids = Vec<u32>;
+    type Weight = CpuWeight;
+    type Kv = CpuKv;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; len])
+    }
+
+    fn alloc_ids(&self, len: usize) -> Result<Vec<u32>> {
+        Ok(vec![0; len])
+    }
+
+    fn alloc_kv(&self, shape: KvShape) -> Result<CpuKv> {
+        Ok(CpuKv::zeros(shape))
+    }
+
+    fn upload_matrix(&self, t: &TensorRef<'_>) -> Result<CpuWeight> {
+        let &[rows, cols] = t.shape else {
+            return Err(EngineError::TensorShape {
+                name: t.name.into(),
+                expected: vec![0, 0],
+                actual: t.shape.into(),
+            });
+        };
+        let data = match t.dtype {
+            WeightDtype::Bf16 => CpuWeightData::Bf16(t.to_bf16_bits()),
+            WeightDtype::F32 | WeightDtype::F16 => CpuWeightData::F32(t.to_f32()),
+        };
+        Ok(CpuWeight { rows, cols, data })
+    }
+
+    fn upload_vector(&self, t: &TensorRef<'_>) -> Result<CpuWeight> {
+        Ok(CpuWeight {
+            rows: 1,
+            cols: t.numel(),
+            data: CpuWeightData::F32(t.to_f32()),
+        })
+    }
+
+    fn write(&self, dst: &mut Vec<f32>, src: &[f32]) -> Result<()> {
+        dst[..src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn write_ids(&self, dst: &mut Vec<u32>, src: &[u32]) -> Result<()> {
+        dst[..src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn read(&self, src: &Vec<f32>, dst: &mut [f32]) -> Result<()> {
+        dst.copy_from_slice(&src[..dst.len()]);
+        Ok(())
+    }
+
+    fn embedding(
+        &self,
+        table: &CpuWeight,
+        ids: &Vec<u32>,
+        rows: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        match &table.data {
+            CpuWeightData::Bf16(t) => ops::embedding_bf16(t, table.cols, &ids[..rows], out),
+            CpuWeightData::F32(t) => ops::embedding_f32(t, table.cols, &ids[..rows], out),
+        }
+        Ok(())
+    }
+
+    fn gather_rows(
+        &self,
+        x: &Vec<f32>,
+        idx: &Vec<u32>,
+        rows: usize,
+        width: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        for (o, &i) in out.chunks_exact_mut(width).zip(&idx[..rows]) {
+            o.copy_from_slice(&x[i as usize * width..][..width]);
+        }
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        x: &Vec<f32>,
+        w: &CpuWeight,
+        eps: f32,
+        rows: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        ops::rms_norm(x, w.f32(), eps, rows, out);
+        Ok(())
+    }
+
+    fn layer_norm(
+        &self,
+        x: &Vec<f32>,
+        w: &CpuWeight,
+        b: &CpuWeight,
+        eps: f32,
+        rows: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        ops::layer_norm(x, w.f32(), b.f32(), eps, rows, out);
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        x: &Vec<f32>,
+        w: &CpuWeight,
+        bias: Option<&CpuWeight>,
+        rows: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let dims = MatmulDims {
+            rows,
+            k: w.cols,
+            n: w.rows,
+        };
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        matmul::matmul(
+            x,
+            w.slice(),
+            bias.map(CpuWeight::f32),
+            dims,
+            out,
+            &mut scratch,
+        );
+        Ok(())
+    }
+
+    fn rope_table(
+        &self,
+        positions: &Vec<u32>,
+        freqs: &RopeFreqs,
+        rows: usize,
+        table: &mut Vec<f32>,
+    ) -> Result<()> {
+        ops::rope_table(&positions[..rows], freqs, table);
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut Vec<f32>,
+        table: &Vec<f32>,
+        rows: usize,
+        heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        ops::rope(x, table, rows, heads, head_dim);
+        Ok(())
+    }
+
+    fn silu_mul(&self, gate: &Vec<f32>, up: &Vec<f32>, n: usize, out: &mut Vec<f32>) -> Result<()> {
+        ops::silu_mul(&gate[..n], &up[..n], &mut out[..n]);
+        Ok(())
+    }
+
+    fn gelu(&self, x: &mut Vec<f32>, n: usize) -> Result<()> {
+        ops::gelu(&mut x[..n]);
+        Ok(())
+    }
+
+    fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>, n: usize) -> Result<()> {
+        ops::add(&mut x[..n], &y[..n]);
+        Ok(())
+    }
+
+    fn kv_write(
+        &self,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+        slot_mapping: &Vec<u32>,
+        rows: usize,
+        k_cache: &mut CpuKv,
+        v_cache: &mut CpuKv,
+    ) -> Result<()> {
+        let width = k_cache.shape.num_kv_heads * k_cache.shape.head_dim;
+        k_cache.write_rows(&k[..rows * width], &slot_mapping[..rows]);
+        v_cache.write_rows(&v[..rows * width], &slot_mapping[..rows]);
+        Ok(())
+    }
+
+    fn paged_attention(
+        &self,
+        q: &Vec<f32>,
+        k_cache: &CpuKv,
+        v_cache: &CpuKv,
+        meta: &PagedAttnMeta<'_, Self>,
+        shape: AttnShape,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let qsl = &meta.query_start_loc[..meta.num_seqs + 1];
+        let (hd, mb) = (shape.head_dim, meta.max_blocks_per_seq);
+        let (block_size, row_stride) = (k_cache.shape.block_size, shape.num_kv_heads * hd);
+        let ctx = |s: usize| meta.seq_lens[s] as usize;
+        let out = &mut out[..meta.num_tokens * shape.num_heads * hd];
+        match (&k_cache.store, &v_cache.store) {
+            (KvStore::F32(k), KvStore::F32(v)) => {
+                let kv_for = |s: usize, g: usize| {
+                    let blocks = &meta.block_table[s * mb..(s + 1) * mb];
+                    Paged {
+                        k,
+                        v,
+                        blocks,
+                        block_size,
+                        row_stride,
+                        head_off: g * hd,
+                        head_dim: hd,
+                    }
+                };
+                attention::run(q, out, qsl, ctx, kv_for, shape, true);
+            }
+            (KvStore::Bf16(k), KvStore::Bf16(v)) => {
+                let kv_for = |s: usize, g: usize| {
+                    let blocks = &meta.block_table[s * mb..(s + 1) * mb];
+                    Paged {
+                        k,
+                        v,
+                        blocks,
+                        block_size,
+                        row_stride,
+                        head_off: g * hd,
+                        head_dim: hd,
+                    }
+                };
+                attention::run(q, out, qsl, ctx, kv_for, shape, true);
+            }
+            _ => panic!("K and V pools of one layer must share a dtype"),
+        }
+        Ok(())
+    }
+
+    fn varlen_attention(
+        &self,
+        q: &Vec<f32>,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+        query_start_loc: &Vec<u32>,
+        num_seqs: usize,
+        shape: AttnShape,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let qsl = &query_start_loc[..num_seqs + 1];
+        let rows = qsl[num_seqs] as usize;
+        let (hd, row_stride) = (shape.head_dim, shape.num_kv_heads * shape.head_dim);
+        let ctx = |s: usize| (qsl[s + 1] - qsl[s]) as usize;
+        let kv_for = |s: usize, g: usize| Dense {
+            k,
+            v,
+            start: qsl[s] as usize,
+            row_stride,
+            head_off: g * hd,
+            head_dim: hd,
+        };
+        attention::run(
+            q,
+            &mut out[..rows * shape.num_heads * hd],
+            qsl,
+            ctx,
+            kv_for,
+            shape,
+            false,
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+//! The backend trait: the narrow set of ops a decoder (or encoder) step needs.
+//!
+//! Every op writes into caller-owned outputs, so a model preallocates its workspace once (sized by
+//! `max_num_batched_tokens`) and a forward pass allocates nothing. Buffers, index arrays, weights and
+//! KV pools are the backend's associated types, so a device backend keeps them in device memory; models
+//! are generic over the backend (`Model<B: Backend>`, static dispatch). The CPU backend ([`cpu`]) is the
+//! reference every other backend is checked against, op by op and end to end.
+//!
+//! Conventions: activations are row-major `[rows, width]` f32; weight matrices are `[out, in]` as in HF
+//! checkpoints, so `matmul` computes `x · Wᵀ`; a KV pool holds one layer's K (or V) as
+//! `[num_blocks, block_size, num_kv_heads, head_dim]`, and `slot_mapping[t] = block * block_size + offset`.
+
+pub mod cpu;
+
+use crate::config::RopeFreqs;
+use crate::error::Result;
+use crate::weights::TensorRef;
+
+/// Element type of the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvDtype {
+    /// f32 keys and values (exact).
+    #[default]
+    F32,
+    /// bf16 keys and values (half the memory).
+    Bf16,
+}
+
+/// Shape of one layer's K (or V) pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    /// Blocks in the pool.
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// KV heads.
+    pub num_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Element type.
+    pub dtype: KvDtype,
+}
+
+/// Head layout of an attention call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads; `num_heads` is a multiple of it (GQA).
+    pub num_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Score scale, usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+/// The varlen batch description of a paged attention call (vLLM's `CommonAttentionMetadata`).
+pub struct PagedAttnMeta<'a, B: Backend> {
+    /// `[num_seqs + 1]`: sequence `s` owns query rows `query_start_loc[s]..query_start_loc[s + 1]`.
+    pub query_start_loc: &'a B::Ids,
+    /// `[num_seqs]`: tokens in each sequence's context, the new ones included.
+    pub seq_lens: &'a B::Ids,
+    /// `[num_seqs, max_blocks_per_seq]`: block ids holding each sequence's context, in order.
+    pub block_table: &'a B::Ids,
+    /// Row width of `block_table`.
+    pub max_blocks_per_seq: usize,
+    /// Sequences in the batch.
+    pub num_seqs: usize,
+    /// Query rows in the batch.
+    pub num_tokens: usize,
+    /// Longest context in the batch (launch sizing on devices).
+    pub max_seq_len: usize,
+}
+
+/// The narrow set of ops a model step needs. See the module docs for conventions.
+pub trait Backend: Send + Sync + Sized {
+    /// An f32 buffer in the backend's memory.
+    type Buf: Send + Sync;
+    /// A u32 index buffer (token ids, positions, slot mapping, block tables).
+    type Ids: Send + Sync;
+    /// A weight: a matrix `[out, in]` or a vector (`rows == 1`).
+    type Weight: Send + Sync;
+    /// One layer's K (or V) pool.
+    type Kv: Send + Sync;
+
+    /// A short name for logs.
+    fn name(&self) -> &'static str;
+    /// A zeroed f32 buffer of `len` elements.
+    fn alloc(&self, len: usize) -> Result<Self::Buf>;
+    /// A zeroed index buffer of `len` elements.
+    fn alloc_ids(&self, len: usize) -> Result<Self::Ids>;
+    /// A zeroed KV pool.
+    fn alloc_kv(&self, shape: KvShape) -> Result<Self::Kv>;
+    /// Uploads a matrix `[out, in]`, keeping bf16 weights in bf16.
+    fn upload_matrix(&self, t: &TensorRef<'_>) -> Result<Self::Weight>;
+    /// Uploads a vector (norm weights, biases) as f32.
+    fn upload_vector(&self, t: &TensorRef<'_>) -> Result<Self::Weight>;
+    /// Copies host data into the front of `dst`.
+    fn write(&self, dst: &mut Self::Buf, src: &[f32]) -> Result<()>;
+    /// Copies host indices into the front of `dst`.
+    fn write_ids(&self, dst: &mut Self::Ids, src: &[u32]) -> Result<()>;
+    /// Copies the front of `src` to the host.
+    fn read(&self, src: &Self::Buf, dst: &mut [f32]) -> Result<()>;
+
+    /// `out[t] = table[ids[t]]` for `rows` ids.
+    fn embedding(
+        &self,
+        table: &Self::Weight,
+        ids: &Self::Ids,
+        rows: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Copies rows `idx[0..rows]` of `x` (width `width`) to the front of `out`.
+    fn gather_rows(
+        &self,
+        x: &Self::Buf,
+        idx: &Self::Ids,
+        rows: usize,
+        width: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// RMSNorm of each row: `x / sqrt(mean(x²) + eps) * w`.
+    fn rms_norm(
+        &self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// LayerNorm of each row: `(x - mean) / sqrt(var + eps) * w + b`.
+    fn layer_norm(
+        &self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        b: &Self::Weight,
+        eps: f32,
+        rows: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// `out[rows, out_dim] = x[rows, in_dim] · wᵀ (+ bias)`.
+    fn matmul(
+        &self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        rows: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Fills `table[rows, head_dim]` with `mscale·cos(pos·f)` in the first half and `mscale·sin(pos·f)`
+    /// in the second, for the inverse frequencies `freqs` and each row's position.
+    fn rope_table(
+        &self,
+        positions: &Self::Ids,
+        freqs: &RopeFreqs,
+        rows: usize,
+        table: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Rotates every head of `x[rows, num_heads * head_dim]` in place, HF half-split ("rotate_half")
+    /// convention, with a table from [`Backend::rope_table`].
+    fn rope(
+        &self,
+        x: &mut Self::Buf,
+        table: &Self::Buf,
+        rows: usize,
+        num_heads: usize,
+        head_dim: usize,
+    ) -> Result<()>;
+    /// `out = silu(gate) * up` over `n` elements.
+    fn silu_mul(
+        &self,
+        gate: &Self::Buf,
+        up: &Self::Buf,
+        n: usize,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Exact (erf) GELU in place over `n` elements.
+    fn gelu(&self, x: &mut Self::Buf, n: usize) -> Result<()>;
+    /// `x += y` over `n` elements.
+    fn add(&self, x: &mut Self::Buf, y: &Self::Buf, n: usize) -> Result<()>;
+    /// Writes `k`, `v` rows (`[rows, num_kv_heads * head_dim]`) to the pool slots `slot_mapping[0..rows]`.
+    fn kv_write(
+        &self,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        slot_mapping: &Self::Ids,
+        rows: usize,
+        k_cache: &mut Self::Kv,
+        v_cache: &mut Self::Kv,
+    ) -> Result<()>;
+    /// Causal attention of `q[num_tokens, num_heads * head_dim]` over the paged KV: the last query row of a
+    /// sequence sits at position `seq_len - 1` and each row sees every earlier position and itself.
+    fn paged_attention(
+        &self,
+        q: &Self::Buf,
+        k_cache: &Self::Kv,
+        v_cache: &Self::Kv,
+        meta: &PagedAttnMeta<'_, Self>,
+        shape: AttnShape,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Bidirectional attention within each sequence of a packed varlen batch (encoders): sequence `s` is
+    /// rows `query_start_loc[s]..query_start_loc[s + 1]` of `q`, `k` and `v`.
+    #[allow(clippy::too_many_arguments)]
+    fn varlen_attention(
+        &self,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        query_start_loc: &Self::Ids,
+        num_seqs: usize,
+        shape: AttnShape,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+}

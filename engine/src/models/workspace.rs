@@ -1,0 +1,81 @@
+//! Preallocated buffers of a Llama forward pass, sized once by `max_num_batched_tokens`, so a forward
+//! pass allocates nothing.
+
+use crate::backend::Backend;
+use crate::config::LlamaConfig;
+use crate::error::Result;
+
+/// Capacities of a [`LlamaWorkspace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkspaceSize {
+    /// Most new tokens in one forward pass.
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one forward pass.
+    pub max_num_seqs: usize,
+    /// Width of the block table (longest context / block size, rounded up).
+    pub max_blocks_per_seq: usize,
+    /// Most rows of logits one pass returns (`max_num_seqs` unless all-position logits are wanted).
+    pub max_logit_rows: usize,
+}
+
+/// Device buffers of one forward pass.
+pub struct LlamaWorkspace<B: Backend> {
+    /// Its capacities.
+    pub size: WorkspaceSize,
+    pub(crate) ids: B::Ids,
+    pub(crate) positions: B::Ids,
+    pub(crate) query_start_loc: B::Ids,
+    pub(crate) seq_lens: B::Ids,
+    pub(crate) block_table: B::Ids,
+    pub(crate) slots: B::Ids,
+    pub(crate) logit_rows: B::Ids,
+    pub(crate) x: B::Buf,
+    pub(crate) h: B::Buf,
+    pub(crate) q: B::Buf,
+    pub(crate) k: B::Buf,
+    pub(crate) v: B::Buf,
+    pub(crate) attn: B::Buf,
+    pub(crate) gate: B::Buf,
+    pub(crate) up: B::Buf,
+    pub(crate) act: B::Buf,
+    pub(crate) rope: B::Buf,
+    pub(crate) last: B::Buf,
+    pub(crate) last_norm: B::Buf,
+    /// `[rows, vocab]` logits of the last forward pass.
+    pub logits: B::Buf,
+}
+
+impl<B: Backend> LlamaWorkspace<B> {
+    /// Allocates every buffer for `cfg` at the given capacities.
+    pub fn new(b: &B, cfg: &LlamaConfig, size: WorkspaceSize) -> Result<Self> {
+        let t = size.max_num_batched_tokens;
+        let (hd, h) = (cfg.head_dim, cfg.hidden_size);
+        let logits_rows = size.max_logit_rows.max(size.max_num_seqs);
+        Ok(LlamaWorkspace {
+            ids: b.alloc_ids(t)?,
+            positions: b.alloc_ids(t)?,
+            query_start_loc: b.alloc_ids(size.max_num_seqs + 1)?,
+            seq_lens: b.alloc_ids(size.max_num_seqs)?,
+            block_table: b.alloc_ids(size.max_num_seqs * size.max_blocks_per_seq)?,
+            slots: b.alloc_ids(t)?,
+            logit_rows: b.alloc_ids(logits_rows)?,
+            x: b.alloc(t * h)?,
+            h: b.alloc(t * h)?,
+            q: b.alloc(t * cfg.num_attention_heads * hd)?,
+            k: b.alloc(t * cfg.num_key_value_heads * hd)?,
+            v: b.alloc(t * cfg.num_key_value_heads * hd)?,
+            attn: b.alloc(t * cfg.num_attention_heads * hd)?,
+            gate: b.alloc(t * cfg.intermediate_size)?,
+            up: b.alloc(t * cfg.intermediate_size)?,
+            act: b.alloc(t * cfg.intermediate_size)?,
+            rope: b.alloc(t * hd)?,
+            last: b.alloc(logits_rows * h)?,
+            last_norm: b.alloc(logits_rows * h)?,
+            logits: b.alloc(logits_rows * cfg.vocab_size)?,
+            size: WorkspaceSize {
+                max_logit_rows: logits_rows,
+                ..size
+            },
+        })
+    }
+}

@@ -1,0 +1,221 @@
+//! Helpers shared by the engine's integration tests: a seeded random source that is fresh per run
+//! (the seed is printed so a failure can be replayed with `DOCQA_TEST_SEED`), the model directory
+//! lookup, and a writer for tiny random Llama checkpoints.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// xorshift64* — enough randomness for test inputs, no dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded from `DOCQA_TEST_SEED` or the clock; prints the seed.
+    pub fn fresh(test: &str) -> Self {
+        let seed = std::env::var("DOCQA_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        eprintln!("{test}: DOCQA_TEST_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    /// Next raw value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    /// `n` uniform values times `scale`.
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+
+    /// Uniform integer in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// Where models live: `$DOCQA_MODELS_DIR` or `~/.cache/docqa/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("DOCQA_MODELS_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    home.join(".cache/docqa/models")
+}
+
+/// The directory of model `name`, which must exist (a missing model fails the test, it is not skipped).
+pub fn model_dir(name: &str) -> PathBuf {
+    let dir = models_dir().join(name);
+    assert!(
+        dir.join("config.json").exists(),
+        "model {name} not found in {} (set DOCQA_MODELS_DIR)",
+        dir.display()
+    );
+    dir
+}
+
+/// A tensor to write: name, shape, f32 values (stored as `dtype`).
+pub struct Tensor {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub values: Vec<f32>,
+}
+
+/// Writes a safetensors file of bf16 (`bf16 = true`) or f32 tensors.
+pub fn write_safetensors(path: &Path, tensors: &[Tensor], bf16: bool) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for t in tensors {
+        let start = data.len();
+        for v in &t.values {
+            if bf16 {
+                data.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+            } else {
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let info = serde_json::json!({"dtype": if bf16 {"BF16"} else {"F32"}, "shape": t.shape, "data_offsets": [start, data.len()]});
+        header.insert(t.name.clone(), info);
+    }
+    let mut text = serde_json::Value::Object(header).to_string();
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.extend_from_slice(&data);
+    std::fs::write(path, bytes).expect("write safetensors");
+}
+
+/// Shape of a tiny Llama for tests.
+pub struct TinyLlama {
+    pub hidden: usize,
+    pub ffn: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub vocab: usize,
+    pub max_pos: usize,
+    pub tied: bool,
+}
+
+impl Default for TinyLlama {
+    fn default() -> Self {
+        TinyLlama {
+            hidden: 64,
+            ffn: 96,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            vocab: 101,
+            max_pos: 256,
+            tied: true,
+        }
+    }
+}
+
+/// Writes a random tiny Llama (config.json + bf16 model.safetensors) into `dir`.
+pub fn write_tiny_llama(dir: &Path, m: &TinyLlama, rng: &mut Rng) {
+    let hd = m.hidden / m.heads;
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": m.hidden, "intermediate_size": m.ffn,
+        "num_hidden_layers": m.layers, "num_attention_heads": m.heads, "num_key_value_heads": m.kv_heads,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": m.max_pos,
+        "tie_word_embeddings": m.tied, "vocab_size": m.vocab, "eos_token_id": 2, "bos_token_id": 1
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("write config");
+    let mut ts = Vec::new();
+    let mut t = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
+        let n = shape.iter().product();
+        let values = rng.vec(n, scale).into_iter().map(|v| v + offset).collect();
+        ts.push(Tensor {
+            name,
+            shape,
+            values,
+        });
+    };
+    t(
+        "model.embed_tokens.weight".into(),
+        vec![m.vocab, m.hidden],
+        1.0,
+        0.0,
+    );
+    t("model.norm.weight".into(), vec![m.hidden], 0.1, 1.0);
+    if !m.tied {
+        t("lm_head.weight".into(), vec![m.vocab, m.hidden], 0.2, 0.0);
+    }
+    let s = 1.0 / (m.hidden as f32).sqrt();
+    for i in 0..m.layers {
+        let p = format!("model.layers.{i}");
+        t(
+            format!("{p}.input_layernorm.weight"),
+            vec![m.hidden],
+            0.1,
+            1.0,
+        );
+        t(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![m.hidden],
+            0.1,
+            1.0,
+        );
+        t(
+            format!("{p}.self_attn.q_proj.weight"),
+            vec![m.heads * hd, m.hidden],
+            2.0 * s,
+            0.0,
+        );
+        t(
+            format!("{p}.self_attn.k_proj.weight"),
+            vec![m.kv_heads * hd, m.hidden],
+            2.0 * s,
+            0.0,
+        );
+        t(
+            format!("{p}.self_attn.v_proj.weight"),
+            vec![m.kv_heads * hd, m.hidden],
+            s,
+            0.0,
+        );
+        t(
+            format!("{p}.self_attn.o_proj.weight"),
+            vec![m.hidden, m.heads * hd],
+            s,
+            0.0,
+        );
+        t(
+            format!("{p}.mlp.gate_proj.weight"),
+            vec![m.ffn, m.hidden],
+            s,
+            0.0,
+        );
+        t(
+            format!("{p}.mlp.up_proj.weight"),
+            vec![m.ffn, m.hidden],
+            s,
+            0.0,
+        );
+        t(
+            format!("{p}.mlp.down_proj.weight"),
+            vec![m.hidden, m.ffn],
+            s,
+            0.0,
+        );
+    }
+    write_safetensors(&dir.join("model.safetensors"), &ts, true);
+}
