@@ -3,6 +3,7 @@
 //! Layout: `<dir>/bm25/` (tantivy) and `<dir>/dense/` (vectors + manifest). Every write goes
 //! to both indexes and is committed before the call returns. The service's database is the
 //! source of truth: [`SearchIndex::rebuild_from`] recreates both indexes from its chunk rows.
+//! Searches take `&self` and writes `&mut self`: share one behind an `RwLock`.
 
 use std::path::Path;
 use std::sync::Arc;
