@@ -5,6 +5,11 @@
 //! score fusion is the alternative: each retriever's scores are min-max normalised to [0, 1]
 //! over its own list, then combined as `w · bm25 + (1 − w) · dense`, a missing score counting 0.
 //! Ties are broken by chunk id so results are deterministic.
+//!
+//! SciFact with all-MiniLM-L6-v2 (nDCG@10; bm25 0.684, dense 0.645): RRF k = 60 gives 0.712;
+//! weighted with bm25 weight 0.3 / 0.5 / 0.7 gives 0.705 / 0.729 / 0.722 (recall@100 0.955 for
+//! RRF and weight 0.5). RRF stays the default (no score scale to calibrate per corpus); weighted
+//! 0.5 was the best fusion on this dev set.
 
 use std::collections::HashMap;
 
