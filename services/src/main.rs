@@ -1,6 +1,7 @@
 //! The `docqa` command line: one subcommand per file under [`cli`].
 
 mod cli;
+mod embedder;
 
 use clap::Parser;
 

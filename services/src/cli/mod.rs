@@ -4,6 +4,7 @@
 //! [`Command`].
 
 mod embed;
+mod eval_retrieval;
 mod generate;
 mod models;
 
@@ -26,6 +27,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Print MiniLM sentence embeddings of texts as JSON lines.
     Embed(embed::EmbedArgs),
+    /// Retrieval quality (nDCG@10, recall@100) of BM25, dense and hybrid on a BEIR-style dataset.
+    EvalRetrieval(eval_retrieval::EvalRetrievalArgs),
 }
 
 impl Cli {
@@ -35,6 +38,7 @@ impl Cli {
             Command::Models(args) => models::run(args),
             Command::Generate(args) => generate::run(args),
             Command::Embed(args) => embed::run(args),
+            Command::EvalRetrieval(args) => eval_retrieval::run(args),
         }
     }
 }
