@@ -98,9 +98,14 @@ fn mixed_batch_matches_sequences_alone(dtype: KvDtype, tied: bool) {
                     .zip(want)
                     .map(|(a, b)| (a - b).abs())
                     .fold(0.0, f32::max);
-                // Identical arithmetic per row; only thread scheduling differs, which does not change
-                // any per-element summation order, so the tolerance is f32 noise.
-                assert!(diff < 1e-4, "seq {s} pos {p} step {step}: max |Δ| {diff}");
+                // The reference reads each prompt in one pass, the batch in chunks, so attention sums
+                // a row's keys in other tile groupings: f32 results differ by an ulp or so. The SIMD
+                // matmul rounds activations to bf16, and an ulp on the wrong side of a rounding
+                // boundary moves that element by 2⁻⁸ relative, which this random model turns into up
+                // to a few 1e-3 in the logits (seed 1795952154351555388 gives 3.8e-3). 1e-2 allows
+                // that and still catches any wrong position, block or sequence mix-up (those move
+                // logits by O(1)).
+                assert!(diff < 1e-2, "seq {s} pos {p} step {step}: max |Δ| {diff}");
                 row += 1;
                 compared += 1;
             }
