@@ -148,26 +148,24 @@ fn tile_f32(
     unsafe { dispatch_tile!(f32_kernel, m, nr, xp, k, wp, k, acc) }
 }
 
-/// Reduces each accumulator to its lane sum into `out[m][r]`: one transpose-and-add tree for a full
-/// 4 × 4 tile, lane-by-lane reductions otherwise.
+/// Reduces each accumulator to its lane sum into `out[m][r]` with one transpose-and-add tree for every
+/// tile shape (missing slots are zeros). The tree sums each vector's lanes in the same order whatever its
+/// slot, so a row's result does not depend on whether it sits in a full or a partial tile: a token's
+/// output is bit-identical whatever else shares its batch.
 #[target_feature(enable = "avx512f")]
 fn store_sums<const M: usize, const R: usize>(acc: &[[__m512; R]; M], out: &mut [[f32; 4]; 4]) {
-    if M == 4 && R == 4 {
-        let mut flat = [_mm512_setzero_ps(); 16];
-        for (i, v) in acc.iter().flatten().enumerate() {
-            flat[i] = *v;
+    let mut flat = [_mm512_setzero_ps(); 16];
+    for (mi, row) in acc.iter().enumerate() {
+        for (ri, v) in row.iter().enumerate() {
+            flat[mi * 4 + ri] = *v;
         }
-        let mut sums = [0f32; 16];
-        // SAFETY: sums holds 16 floats.
-        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), hsum16(&flat)) };
-        for (i, s) in sums.iter().enumerate() {
-            out[i / 4][i % 4] = *s;
-        }
-        return;
     }
-    for (o, a) in out.iter_mut().zip(acc) {
-        for (y, v) in o.iter_mut().zip(a) {
-            *y = _mm512_reduce_add_ps(*v);
+    let mut sums = [0f32; 16];
+    // SAFETY: sums holds 16 floats.
+    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), hsum16(&flat)) };
+    for (mi, o) in out.iter_mut().enumerate().take(M) {
+        for (ri, y) in o.iter_mut().enumerate().take(R) {
+            *y = sums[mi * 4 + ri];
         }
     }
 }
