@@ -42,6 +42,14 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+/// Largest absolute difference between two logit rows.
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 fn top(row: &[f32], k: usize) -> Vec<u32> {
     let mut idx: Vec<u32> = (0..row.len() as u32).collect();
     idx.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]));
@@ -98,11 +106,7 @@ fn logits_match_the_golden_reference() {
                 format!("{id}.pos{pos}")
             };
             let want = golden.get(&name).expect("golden row").to_f32();
-            let diff = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f32::max);
+            let diff = max_abs_diff(&got, &want);
             eprintln!(
                 "{name}: max |Δlogit| {diff:.4}, top-5 {:?} vs {:?}",
                 top(&got, 5),
@@ -168,11 +172,7 @@ fn int8_decode_steps_stay_near_the_golden_logits_and_answer_paris() {
             .get(&format!("{id}.last"))
             .expect("golden row")
             .to_f32();
-        let diff = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let diff = max_abs_diff(&got, &want);
         eprintln!(
             "int8 {id}: max |Δlogit| {diff:.4}, top-5 {:?} vs {:?}",
             top(&got, 5),
