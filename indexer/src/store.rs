@@ -108,6 +108,23 @@ impl SearchIndex {
         self.add(records)
     }
 
+    /// Replaces the whole content of both indexes by `records` with their stored `vectors`.
+    pub fn rebuild_from_embedded(
+        &mut self,
+        records: &[ChunkRecord],
+        vectors: &[Vec<f32>],
+    ) -> Result<()> {
+        self.bm25.clear()?;
+        self.dense.clear();
+        self.dense.compact()?;
+        self.add_embedded(records, vectors)
+    }
+
+    /// Chunks in the BM25 index and in the dense index (equal when the two are in step).
+    pub fn counts(&self) -> (u64, usize) {
+        (self.bm25.len(), self.dense.len())
+    }
+
     fn commit(&mut self) -> Result<()> {
         self.dense.commit()?;
         self.bm25.commit()

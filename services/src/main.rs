@@ -1,14 +1,25 @@
-//! The `docqa` command line: one subcommand per file under [`cli`].
+//! The `docqa` command line (one subcommand per file under [`cli`]) and the service behind
+//! `docqa serve`: [`server`] wires [`db`], [`indexes`], [`ingest`], [`qa`] and the HTTP [`api`].
 
+mod api;
 mod cli;
+mod config;
+mod db;
 mod embedder;
+mod indexes;
+mod ingest;
+mod metrics;
+mod qa;
+mod server;
+mod state;
 
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,docqa_service=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -39,6 +39,7 @@ pub struct EngineHandle {
     commands: std_mpsc::Sender<Command>,
     embeds: Option<std_mpsc::Sender<EmbedJob>>,
     stats: Arc<Mutex<EngineStats>>,
+    alive: std::sync::Weak<()>,
 }
 
 /// The events of one request. Dropping it cancels the request.
@@ -96,12 +97,17 @@ impl EngineHandle {
         let (commands, rx) = std_mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
         let engine_stats = Arc::clone(&stats);
+        let token = Arc::new(());
+        let alive = Arc::downgrade(&token);
         let spawn_err =
             |e: std::io::Error| EngineError::Internal(format!("cannot start engine thread: {e}"));
         // The threads end by themselves once every handle and stream is dropped and no work is left.
         std::thread::Builder::new()
             .name("docqa-engine".into())
-            .spawn(move || run_engine(core, rx, engine_stats))
+            .spawn(move || {
+                let _alive = token;
+                run_engine(core, rx, engine_stats)
+            })
             .map_err(spawn_err)?;
         let embeds = match embedder {
             Some(model) => {
@@ -118,6 +124,7 @@ impl EngineHandle {
             commands,
             embeds,
             stats,
+            alive,
         })
     }
 
@@ -168,6 +175,12 @@ impl EngineHandle {
         let (reply, rx) = oneshot::channel();
         tx.send(EmbedJob { texts, reply }).map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
+    }
+
+    /// Whether the engine thread is still running (it stops only when every handle is gone, or by a
+    /// bug).
+    pub fn is_running(&self) -> bool {
+        self.alive.upgrade().is_some()
     }
 
     /// The engine's latest stats snapshot.

@@ -31,7 +31,7 @@ const UNSUPPORTED_EXTENSIONS: &[&str] = &[
 ];
 
 /// Picks the format of `bytes`, using `file_name` and `mime` as hints.
-pub(crate) fn detect_format(
+pub fn detect_format(
     bytes: &[u8],
     file_name: Option<&str>,
     mime: Option<&str>,

@@ -13,6 +13,8 @@ mod normalize;
 mod pdf;
 mod text;
 
+pub use detect::detect_format;
+
 use crate::document::{DocumentFormat, ParsedDocument};
 use crate::error::{IndexerError, Result};
 

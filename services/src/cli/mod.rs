@@ -6,7 +6,8 @@
 mod embed;
 mod eval_retrieval;
 mod generate;
-mod models;
+pub mod models;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the HTTP service (API, ingestion, question answering).
+    Serve(crate::config::ServeConfig),
     /// Manage the local models (fetch, convert).
     Models(models::ModelsArgs),
     /// Answer one prompt with the generator (CPU engine), streaming the text.
@@ -35,6 +38,7 @@ impl Cli {
     /// Runs the chosen subcommand.
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
+            Command::Serve(config) => serve::run(config),
             Command::Models(args) => models::run(args),
             Command::Generate(args) => generate::run(args),
             Command::Embed(args) => embed::run(args),

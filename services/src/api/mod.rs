@@ -1,0 +1,52 @@
+//! The HTTP API: one file per resource, each with a `routes` function, plus the shared pieces
+//! ([`error`], [`auth`], [`sse`], [`upload`]) and the OpenAPI document ([`openapi`]).
+
+pub mod admin;
+pub mod ask;
+pub mod auth;
+pub mod documents;
+pub mod error;
+pub mod health;
+pub mod jobs;
+pub mod openai;
+pub mod openapi;
+pub mod search;
+pub mod sse;
+pub mod upload;
+
+use actix_web::web;
+
+use error::{ApiError, extraction_error};
+
+/// Largest JSON request body.
+const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Every route, and request-parsing failures answered with the API's error body.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(
+        web::JsonConfig::default()
+            .limit(MAX_JSON_BYTES)
+            .error_handler(|err, _| extraction_error(format!("invalid JSON body: {err}"))),
+    )
+    .app_data(
+        web::QueryConfig::default()
+            .error_handler(|err, _| extraction_error(format!("invalid query string: {err}"))),
+    )
+    .app_data(
+        web::PathConfig::default()
+            .error_handler(|err, _| extraction_error(format!("invalid path: {err}"))),
+    )
+    .configure(documents::routes)
+    .configure(jobs::routes)
+    .configure(ask::routes)
+    .configure(search::routes)
+    .configure(openai::routes)
+    .configure(admin::routes)
+    .configure(health::routes)
+    .configure(openapi::routes)
+    .default_service(web::to(not_found));
+}
+
+async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::not_found("route", req.path()))
+}

@@ -1,0 +1,103 @@
+//! `docqa serve` settings: every flag has an environment variable, and a documented default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// Whether requests without a key are served as the local single user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LocalMode {
+    /// On when binding to a loopback address, off otherwise.
+    Auto,
+    /// Always on (requests without a key act as the `local` tenant).
+    On,
+    /// Always off (every request needs a key).
+    Off,
+}
+
+/// `docqa serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "DOCQA_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Directory for the database, the search indexes and the uploaded originals
+    /// [default: $XDG_DATA_HOME/docqa or ~/.local/share/docqa].
+    #[arg(long, env = "DOCQA_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Database URL: `sqlite://PATH` or `postgres://USER:PASS@HOST/DB` [default: SQLite file
+    /// `docqa.db` in the data directory].
+    #[arg(long, env = "DOCQA_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or
+    /// ~/.cache/docqa/models]; missing models are fetched on start.
+    #[arg(long, env = "DOCQA_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// The admin API key. When unset and no admin key exists yet, one is generated on first start
+    /// and printed once.
+    #[arg(long, env = "DOCQA_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+    /// Serve requests without a key as the single local user.
+    #[arg(long, env = "DOCQA_LOCAL_MODE", value_enum, default_value_t = LocalMode::Auto)]
+    pub local_mode: LocalMode,
+    /// Largest accepted upload, in bytes, per request.
+    #[arg(long, env = "DOCQA_MAX_UPLOAD_BYTES", default_value_t = 64 << 20)]
+    pub max_upload_bytes: u64,
+    /// Requests per minute allowed to each API key (0: no limit).
+    #[arg(long, env = "DOCQA_RATE_LIMIT_PER_MINUTE", default_value_t = 600)]
+    pub rate_limit_per_minute: u32,
+    /// Documents ingested at the same time.
+    #[arg(long, env = "DOCQA_INGEST_WORKERS", default_value_t = 1)]
+    pub ingest_workers: usize,
+    /// Context window of the RAG path, in tokens (prompt and answer together).
+    #[arg(long, env = "DOCQA_RAG_WINDOW", default_value_t = 8192)]
+    pub rag_window: usize,
+    /// Chunks retrieved per question before the window is filled.
+    #[arg(long, env = "DOCQA_RAG_CANDIDATES", default_value_t = 40)]
+    pub rag_candidates: usize,
+    /// Default and largest number of answer tokens.
+    #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS", default_value_t = 512)]
+    pub max_answer_tokens: usize,
+    /// Memory for the generator's KV cache, in MiB.
+    #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
+    pub kv_cache_mib: usize,
+    /// Generation requests allowed to wait for the engine before new ones get 429.
+    #[arg(long, env = "DOCQA_MAX_WAITING", default_value_t = 64)]
+    pub max_waiting: usize,
+    /// HTTP worker threads.
+    #[arg(long, env = "DOCQA_HTTP_WORKERS", default_value_t = 2)]
+    pub http_workers: usize,
+    /// Seconds without a heartbeat after which another replica's running job counts as crashed
+    /// (PostgreSQL; with SQLite, one process owns the file and recovers at start).
+    #[arg(long, env = "DOCQA_JOB_LEASE_SECS", default_value_t = 30)]
+    pub job_lease_secs: u64,
+}
+
+impl ServeConfig {
+    /// The data directory, resolved.
+    pub fn data_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.data_dir {
+            return dir.clone();
+        }
+        let env = |key: &str| {
+            std::env::var_os(key)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        match (env("XDG_DATA_HOME"), env("HOME")) {
+            (Some(data), _) => data.join("docqa"),
+            (None, Some(home)) => home.join(".local").join("share").join("docqa"),
+            (None, None) => PathBuf::from("docqa-data"),
+        }
+    }
+
+    /// Whether local single-user mode is on.
+    pub fn local_mode_enabled(&self) -> bool {
+        match self.local_mode {
+            LocalMode::On => true,
+            LocalMode::Off => false,
+            LocalMode::Auto => self.bind.ip().is_loopback(),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Questions and their answers: the question, its scope, the route taken and why, the answer text,
+//! citations, timings and token counts. JSON-shaped parts are stored as JSON text.
+
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Db, now_ms};
+
+/// Answer states.
+pub mod status {
+    /// Being generated.
+    pub const RUNNING: &str = "running";
+    /// Complete.
+    pub const SUCCEEDED: &str = "succeeded";
+    /// Failed; `error` says why.
+    pub const FAILED: &str = "failed";
+}
+
+/// A stored answer.
+#[derive(Debug, Clone)]
+pub struct AnswerRow {
+    /// Answer id.
+    pub id: String,
+    /// The question.
+    pub question: String,
+    /// Scope as asked (JSON).
+    pub scope: Value,
+    /// Route asked for: `auto`, `rag` or `long`.
+    pub route_requested: String,
+    /// Route taken.
+    pub route: Option<String>,
+    /// Why that route (JSON array of strings).
+    pub route_reasons: Value,
+    /// `running`, `succeeded` or `failed`.
+    pub status: String,
+    /// The answer text.
+    pub text: Option<String>,
+    /// Citations (JSON array).
+    pub citations: Value,
+    /// Timings in milliseconds (JSON object).
+    pub timings: Value,
+    /// Prompt tokens.
+    pub prompt_tokens: Option<i64>,
+    /// Prompt tokens served from the KV prefix cache.
+    pub cached_tokens: Option<i64>,
+    /// Generated tokens.
+    pub completion_tokens: Option<i64>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Asked at (Unix ms).
+    pub created_at: i64,
+    /// Finished at (Unix ms).
+    pub finished_at: Option<i64>,
+}
+
+/// What a finished answer records.
+#[derive(Debug, Clone)]
+pub struct AnswerOutcome<'a> {
+    /// Route taken.
+    pub route: &'a str,
+    /// Why (JSON array).
+    pub route_reasons: &'a Value,
+    /// Text.
+    pub text: &'a str,
+    /// Citations (JSON array).
+    pub citations: &'a Value,
+    /// Timings (JSON object).
+    pub timings: &'a Value,
+    /// Prompt tokens.
+    pub prompt_tokens: i64,
+    /// Cached prompt tokens.
+    pub cached_tokens: i64,
+    /// Generated tokens.
+    pub completion_tokens: i64,
+}
+
+fn json_column(r: &AnyRow, name: &str, empty: Value) -> Result<Value, sqlx::Error> {
+    let text: Option<String> = r.try_get(name)?;
+    Ok(text
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(empty))
+}
+
+fn answer_from(r: &AnyRow) -> Result<AnswerRow, sqlx::Error> {
+    Ok(AnswerRow {
+        id: r.try_get("id")?,
+        question: r.try_get("question")?,
+        scope: json_column(r, "scope", Value::Null)?,
+        route_requested: r.try_get("route_requested")?,
+        route: r.try_get("route")?,
+        route_reasons: json_column(r, "route_reasons", Value::Array(vec![]))?,
+        status: r.try_get("status")?,
+        text: r.try_get("text")?,
+        citations: json_column(r, "citations", Value::Array(vec![]))?,
+        timings: json_column(r, "timings", Value::Object(Default::default()))?,
+        prompt_tokens: r.try_get("prompt_tokens")?,
+        cached_tokens: r.try_get("cached_tokens")?,
+        completion_tokens: r.try_get("completion_tokens")?,
+        error: r.try_get("error")?,
+        created_at: r.try_get("created_at")?,
+        finished_at: r.try_get("finished_at")?,
+    })
+}
+
+impl Db {
+    /// Records a question being answered.
+    pub async fn insert_answer(
+        &self,
+        id: &str,
+        tenant_id: &str,
+        question: &str,
+        scope: &Value,
+        route_requested: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO answers (id, tenant_id, question, scope, route_requested, status, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(id)
+        .bind(tenant_id)
+        .bind(question)
+        .bind(scope.to_string())
+        .bind(route_requested)
+        .bind(status::RUNNING)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records a completed answer.
+    pub async fn complete_answer(
+        &self,
+        id: &str,
+        o: &AnswerOutcome<'_>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE answers SET status = $1, route = $2, route_reasons = $3, text = $4, citations = $5, \
+             timings = $6, prompt_tokens = $7, cached_tokens = $8, completion_tokens = $9, \
+             finished_at = $10 WHERE id = $11",
+        )
+        .bind(status::SUCCEEDED)
+        .bind(o.route)
+        .bind(o.route_reasons.to_string())
+        .bind(o.text)
+        .bind(o.citations.to_string())
+        .bind(o.timings.to_string())
+        .bind(o.prompt_tokens)
+        .bind(o.cached_tokens)
+        .bind(o.completion_tokens)
+        .bind(now_ms())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records a failed answer.
+    pub async fn fail_answer(&self, id: &str, error: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE answers SET status = $1, error = $2, finished_at = $3 WHERE id = $4")
+            .bind(status::FAILED)
+            .bind(error)
+            .bind(now_ms())
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// A tenant's answer.
+    pub async fn answer(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<Option<AnswerRow>, sqlx::Error> {
+        let row = sqlx::query("SELECT * FROM answers WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(answer_from).transpose()
+    }
+}

@@ -1,0 +1,201 @@
+//! `docqa serve`: prepares the data directory, models, database, engine and indexes, recovers what a
+//! crash left behind, starts the ingestion workers and the HTTP server, and on SIGINT/SIGTERM stops
+//! accepting requests, lets running ones finish, and puts a running ingestion back in the queue.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::Service;
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::models::bert::BertEmbedder;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle};
+use docqa_engine::text::TextTokenizer;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::auth::RateLimits;
+use crate::cli::models::fetch_with_progress;
+use crate::config::ServeConfig;
+use crate::db::{Db, Dialect, tenants};
+use crate::embedder::EngineEmbedder;
+use crate::indexes::TenantIndexes;
+use crate::metrics::Metrics;
+use crate::state::AppState;
+
+/// Runs the server until it is told to stop.
+pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    let data_dir = config.data_dir();
+    for sub in ["originals", "indexes"] {
+        std::fs::create_dir_all(data_dir.join(sub))
+            .with_context(|| format!("creating {}", data_dir.join(sub).display()))?;
+    }
+    let models_dir = crate::cli::models::models_dir_or_default(config.models_dir.clone());
+    eprintln!("docqa: checking models in {}", models_dir.display());
+    let models = {
+        let dir = models_dir.clone();
+        tokio::task::spawn_blocking(move || fetch_with_progress(&dir)).await??
+    };
+    let db = open_database(&config, &data_dir).await?;
+    bootstrap_keys(&db, &config).await?;
+    let local_mode = config.local_mode_enabled();
+    if local_mode {
+        db.ensure_local_tenant().await?;
+    }
+    let started = Instant::now();
+    let (engine, tokenizer, max_context) = start_engine(&config, &models.generator)?;
+    let bert = BertEmbedder::load(&models.embedder)
+        .with_context(|| format!("loading {}", models.embedder.display()))?;
+    eprintln!(
+        "docqa: models loaded in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let embedder = Arc::new(EngineEmbedder::new(bert));
+    let state = web::Data::new(AppState {
+        indexes: TenantIndexes::new(data_dir.join("indexes"), embedder),
+        originals_dir: data_dir.join("originals"),
+        rate_limits: RateLimits::new(config.rate_limit_per_minute),
+        model_name: models
+            .generator
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        db,
+        engine,
+        tokenizer,
+        max_context,
+        metrics: Metrics::new(),
+        jobs_queued: Notify::new(),
+        shutdown: CancellationToken::new(),
+        local_mode,
+        instance_id: uuid::Uuid::new_v4().to_string(),
+        config: config.clone(),
+    });
+    recover(&state).await?;
+    let workers = tokio::spawn(crate::ingest::run(
+        state.clone().into_inner(),
+        config.ingest_workers,
+    ));
+    let (server, addrs) = http_server(state.clone(), &config)?;
+    for addr in addrs {
+        println!("docqa listening on http://{addr}");
+    }
+    if local_mode {
+        println!("docqa: local mode: requests without an API key act as the local user");
+    }
+    let _ = std::io::stdout().flush();
+    server.await?;
+    eprintln!("docqa: stopping; waiting for ingestion workers");
+    state.shutdown.cancel();
+    if tokio::time::timeout(Duration::from_secs(60), workers)
+        .await
+        .is_err()
+    {
+        eprintln!("docqa: ingestion workers did not stop within 60 s");
+    }
+    state.db.close().await;
+    Ok(())
+}
+
+async fn open_database(config: &ServeConfig, data_dir: &Path) -> anyhow::Result<Db> {
+    match &config.database_url {
+        Some(url) => Db::connect(url)
+            .await
+            .with_context(|| "connecting to the database given by --database-url".to_string()),
+        None => {
+            let path = data_dir.join("docqa.db");
+            Db::open_sqlite(&path)
+                .await
+                .with_context(|| format!("opening {}", path.display()))
+        }
+    }
+}
+
+/// Makes sure an admin key exists: the one given, or a new one printed once.
+async fn bootstrap_keys(db: &Db, config: &ServeConfig) -> anyhow::Result<()> {
+    if let Some(key) = &config.admin_key {
+        if key.len() < 16 {
+            anyhow::bail!("the admin key must have at least 16 characters");
+        }
+        if db.key_owner(key).await?.is_none() {
+            db.insert_key(key, None, "admin (from configuration)", true)
+                .await?;
+        }
+        return Ok(());
+    }
+    if !db.has_admin_key().await? {
+        let key = tenants::generate_key();
+        db.insert_key(&key, None, "admin (bootstrap)", true).await?;
+        eprintln!("docqa: created the admin API key; it is shown only this once:\n\n    {key}\n");
+    }
+    Ok(())
+}
+
+fn start_engine(
+    config: &ServeConfig,
+    generator: &Path,
+) -> anyhow::Result<(EngineHandle, Arc<TextTokenizer>, usize)> {
+    let model = Llama::load(CpuBackend::new(), generator)
+        .with_context(|| format!("loading {}", generator.display()))?;
+    let engine_config = EngineConfig {
+        kv_cache_bytes: config.kv_cache_mib << 20,
+        max_waiting: config.max_waiting,
+        ..EngineConfig::default()
+    };
+    let core = EngineCore::new(
+        model,
+        TextTokenizer::from_model_dir(generator)?,
+        &engine_config,
+    )?;
+    let max_context = core.max_context();
+    let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
+    Ok((EngineHandle::spawn(core, None)?, tokenizer, max_context))
+}
+
+/// Jobs a crash left running are requeued (or failed), and no index keeps entries of a document that
+/// is not ready.
+async fn recover(state: &web::Data<AppState>) -> anyhow::Result<()> {
+    let owns_database = state.db.dialect() == Dialect::Sqlite;
+    crate::ingest::recover_at_start(state, owns_database).await?;
+    for (tenant_id, document_id) in state.db.unready_document_ids().await? {
+        crate::ingest::discard_index_entries(state, &tenant_id, &document_id).await;
+    }
+    Ok(())
+}
+
+fn http_server(
+    state: web::Data<AppState>,
+    config: &ServeConfig,
+) -> anyhow::Result<(actix_web::dev::Server, Vec<std::net::SocketAddr>)> {
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap_fn(|req, srv| {
+                let started = Instant::now();
+                let method = req.method().to_string();
+                let route = req.match_pattern().unwrap_or_else(|| "unmatched".into());
+                let state = req.app_data::<web::Data<AppState>>().cloned();
+                let fut = srv.call(req);
+                async move {
+                    let res = fut.await?;
+                    if let Some(state) = state {
+                        let status = res.status().as_u16();
+                        let secs = started.elapsed().as_secs_f64();
+                        state.metrics.observe_http(&method, &route, status, secs);
+                    }
+                    Ok(res)
+                }
+            })
+            .configure(crate::api::configure)
+    })
+    .workers(config.http_workers.max(1))
+    .shutdown_timeout(30)
+    .bind(config.bind)
+    .with_context(|| format!("binding {}", config.bind))?;
+    let addrs = server.addrs();
+    Ok((server.run(), addrs))
+}

@@ -1,0 +1,54 @@
+//! What every request handler and background worker shares.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use docqa_engine::serving::EngineHandle;
+use docqa_engine::text::TextTokenizer;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::auth::RateLimits;
+use crate::config::ServeConfig;
+use crate::db::Db;
+use crate::indexes::TenantIndexes;
+use crate::metrics::Metrics;
+
+/// The service's shared state.
+pub struct AppState {
+    /// Settings.
+    pub config: ServeConfig,
+    /// The database.
+    pub db: Db,
+    /// Per-tenant search indexes.
+    pub indexes: TenantIndexes,
+    /// The generator, behind its engine thread.
+    pub engine: EngineHandle,
+    /// The generator's tokenizer (token counts, prompts).
+    pub tokenizer: Arc<TextTokenizer>,
+    /// The generator's context window, in tokens.
+    pub max_context: usize,
+    /// Name of the generator model, as `/v1/models` reports it.
+    pub model_name: String,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Per-key rate limits.
+    pub rate_limits: RateLimits,
+    /// Where uploaded originals are kept: `<dir>/<tenant>/<document id>`.
+    pub originals_dir: PathBuf,
+    /// Wakes the ingestion workers when a job is queued.
+    pub jobs_queued: Notify,
+    /// Cancelled when the server shuts down.
+    pub shutdown: CancellationToken,
+    /// Whether requests without a key act as the local tenant.
+    pub local_mode: bool,
+    /// This process's id, recorded on the jobs it runs.
+    pub instance_id: String,
+}
+
+impl AppState {
+    /// Path of a document's original file.
+    pub fn original_path(&self, tenant_id: &str, document_id: &str) -> PathBuf {
+        self.originals_dir.join(tenant_id).join(document_id)
+    }
+}

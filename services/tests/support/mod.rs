@@ -1,0 +1,411 @@
+//! A real `docqa serve` for end-to-end tests: the built binary on a free loopback port, with its own
+//! data directory, the real models (CPU engine), and SQLite or a fresh PostgreSQL database. Requests go
+//! through real HTTP with `reqwest`.
+//!
+//! PostgreSQL: set `DOCQA_TEST_POSTGRES_URL` to a server's URL (a role allowed to create databases);
+//! each server then gets a new database. Without it the PostgreSQL variants say so and return, unless
+//! `DOCQA_REQUIRE_POSTGRES=1` (set by `.ci/run`), where that is a failure.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::{Client, RequestBuilder, Response, multipart};
+use serde_json::{Value, json};
+
+/// The admin key every test server is started with.
+pub const ADMIN_KEY: &str = "dq_test_admin_key_0123456789abcdef";
+
+/// Which database a test server uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file in the data directory (the default).
+    Sqlite,
+    /// A new database on the server named by `DOCQA_TEST_POSTGRES_URL`.
+    Postgres,
+}
+
+/// Runs `body` once per database: SQLite, then PostgreSQL when one is configured.
+#[macro_export]
+macro_rules! on_both_databases {
+    ($( $(#[$meta:meta])* fn $name:ident($db:ident) $body:block )*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                fn run($db: support::Database) $body
+                #[test]
+                $(#[$meta])*
+                fn on_sqlite() { run(support::Database::Sqlite) }
+                #[test]
+                $(#[$meta])*
+                fn on_postgres() {
+                    if support::postgres_url().is_some() { run(support::Database::Postgres) }
+                }
+            }
+        )*
+    };
+}
+
+/// The PostgreSQL URL for tests, or None (after checking that none is required).
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var("DOCQA_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        assert!(
+            std::env::var("DOCQA_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "DOCQA_REQUIRE_POSTGRES=1 but DOCQA_TEST_POSTGRES_URL is not set"
+        );
+        eprintln!("PostgreSQL variant not run: DOCQA_TEST_POSTGRES_URL is not set");
+    }
+    url
+}
+
+/// A new, empty PostgreSQL database; returns its URL.
+fn fresh_postgres_database() -> String {
+    let base = postgres_url().expect("a PostgreSQL URL");
+    let name = format!("docqa_test_{}", uuid_like());
+    let status = Command::new("psql")
+        .arg(&base)
+        .args(["-v", "ON_ERROR_STOP=1", "-q", "-c"])
+        .arg(format!("CREATE DATABASE {name}"))
+        .status()
+        .expect("psql runs");
+    assert!(status.success(), "cannot create database {name}");
+    let (prefix, _) = base.rsplit_once('/').expect("URL has a database part");
+    format!("{prefix}/{name}")
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}_{}", nanos, std::process::id())
+}
+
+/// Options of a test server.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Database.
+    pub database: Database,
+    /// Extra `docqa serve` flags.
+    pub args: Vec<String>,
+}
+
+impl Options {
+    /// Defaults for tests: small KV cache and RAG window (fast CPU answers), keys required.
+    pub fn new(database: Database) -> Self {
+        Options {
+            database,
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds a flag and its value.
+    pub fn arg(mut self, flag: &str, value: impl ToString) -> Self {
+        self.args.push(flag.to_string());
+        self.args.push(value.to_string());
+        self
+    }
+}
+
+/// A running server and what it needs to be restarted on the same data.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Its data directory (kept across restarts).
+    pub data_dir: PathBuf,
+    database_url: Option<String>,
+    options: Options,
+    _temp: Option<tempfile::TempDir>,
+    log: PathBuf,
+    /// HTTP client.
+    pub http: Client,
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_docqa")
+}
+
+impl Server {
+    /// Starts a server on a new data directory (and a new database).
+    pub fn start(options: Options) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let data_dir = temp.path().to_path_buf();
+        let database_url = match options.database {
+            Database::Sqlite => None,
+            Database::Postgres => Some(fresh_postgres_database()),
+        };
+        let mut server = Server {
+            child: None,
+            base: String::new(),
+            data_dir,
+            database_url,
+            options,
+            log: temp.path().join("server.log"),
+            _temp: Some(temp),
+            http: Client::builder()
+                .timeout(Duration::from_secs(300))
+                .build()
+                .expect("client"),
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let mut cmd = Command::new(binary());
+        cmd.args(["serve", "--bind", "127.0.0.1:0", "--local-mode", "off"])
+            .args([
+                "--kv-cache-mib",
+                "96",
+                "--rag-window",
+                "1024",
+                "--max-answer-tokens",
+                "64",
+            ])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(&self.options.args)
+            .env("DOCQA_ADMIN_KEY", ADMIN_KEY)
+            .env("RUST_LOG", "warn,docqa_service=info")
+            .stdout(Stdio::piped())
+            .stderr(log);
+        if let Some(url) = &self.database_url {
+            cmd.arg("--database-url").arg(url);
+        }
+        let mut child = cmd.spawn().expect("docqa starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("docqa listening on ") {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+            }
+        });
+        self.child = Some(child);
+        match rx.recv_timeout(Duration::from_secs(240)) {
+            Ok(base) => self.base = base,
+            Err(_) => panic!("docqa did not start; its log:\n{}", self.log_text()),
+        }
+    }
+
+    /// The server's stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns whether it exited with success.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = c.kill();
+        false
+    }
+
+    /// Starts the server again on the same data directory and database.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A request with `key` as bearer token (none for `None`).
+    pub fn req(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> RequestBuilder {
+        let r = self.http.request(method, self.url(path));
+        match key {
+            Some(k) => r.bearer_auth(k),
+            None => r,
+        }
+    }
+
+    /// GET with a key.
+    pub fn get(&self, path: &str, key: &str) -> Response {
+        self.req(reqwest::Method::GET, path, Some(key))
+            .send()
+            .expect("GET")
+    }
+
+    /// POST JSON with a key.
+    pub fn post(&self, path: &str, key: &str, body: &Value) -> Response {
+        self.req(reqwest::Method::POST, path, Some(key))
+            .json(body)
+            .send()
+            .expect("POST")
+    }
+
+    /// DELETE with a key.
+    pub fn delete(&self, path: &str, key: &str) -> Response {
+        self.req(reqwest::Method::DELETE, path, Some(key))
+            .send()
+            .expect("DELETE")
+    }
+
+    /// Creates a tenant; returns (tenant id, its key).
+    pub fn tenant(&self, name: &str) -> (String, String) {
+        let res = self.post("/v1/tenants", ADMIN_KEY, &json!({ "name": name }));
+        assert_eq!(res.status(), 201, "tenant creation");
+        let v: Value = res.json().expect("json");
+        (
+            v["tenant"]["id"].as_str().expect("id").to_string(),
+            v["api_key"]["key"].as_str().expect("key").to_string(),
+        )
+    }
+
+    /// Uploads files (name, bytes, content type); returns the response.
+    pub fn upload(
+        &self,
+        key: &str,
+        files: &[(&str, Vec<u8>, &str)],
+        collection: Option<&str>,
+    ) -> Response {
+        let mut form = multipart::Form::new();
+        for (name, bytes, mime) in files {
+            let part = multipart::Part::bytes(bytes.clone())
+                .file_name(name.to_string())
+                .mime_str(mime)
+                .expect("mime");
+            form = form.part("file", part);
+        }
+        if let Some(c) = collection {
+            form = form.text("collection", c.to_string());
+        }
+        self.req(reqwest::Method::POST, "/v1/documents", Some(key))
+            .multipart(form)
+            .send()
+            .expect("upload")
+    }
+
+    /// Uploads one file and waits for its job to end; returns (document id, final job JSON).
+    pub fn ingest(&self, key: &str, name: &str, bytes: Vec<u8>, mime: &str) -> (String, Value) {
+        let res = self.upload(key, &[(name, bytes, mime)], None);
+        assert_eq!(res.status(), 202, "upload accepted");
+        let v: Value = res.json().expect("json");
+        let doc = v["document_id"].as_str().expect("document id").to_string();
+        let job = v["job_id"].as_str().expect("job id").to_string();
+        (doc, self.wait_job(key, &job))
+    }
+
+    /// Polls a job until it has ended; returns its last state.
+    pub fn wait_job(&self, key: &str, job_id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let v: Value = self
+                .get(&format!("/v1/jobs/{job_id}"), key)
+                .json()
+                .expect("job json");
+            let status = v["status"].as_str().unwrap_or_default().to_string();
+            if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "job {job_id} did not end: {v}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The shared data directory (`$DOCQA_DATA`, else `../shared/data` from the workspace root).
+pub fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("DOCQA_DATA") {
+        return PathBuf::from(d);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+}
+
+/// One article of the SQuAD 2.0 dev set: (title, text, questions with their answers).
+pub fn squad_article(index: usize) -> (String, String, Vec<(String, Vec<String>)>) {
+    let path = data_dir().join("qa/squad2_articles_dev.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (the shared datasets are needed)", path.display()));
+    let line = text.lines().nth(index).expect("article exists");
+    let v: Value = serde_json::from_str(line).expect("json line");
+    let questions = v["questions"]
+        .as_array()
+        .expect("questions")
+        .iter()
+        .filter_map(|q| {
+            let answers: Vec<String> = q["answers"]
+                .as_array()?
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect();
+            let question = q["question"].as_str()?.to_string();
+            (!answers.is_empty()).then_some((question, answers))
+        })
+        .collect();
+    (
+        v["title"].as_str().expect("title").to_string(),
+        v["text"].as_str().expect("text").to_string(),
+        questions,
+    )
+}
+
+/// Reads server-sent events from a streaming response: (event name, data) pairs.
+pub fn read_events(res: Response) -> Vec<(String, String)> {
+    let mut events = Vec::new();
+    let mut name = String::new();
+    let mut data = Vec::new();
+    for line in BufReader::new(res).lines() {
+        let line = line.expect("stream line");
+        if line.is_empty() {
+            if !data.is_empty() {
+                events.push((std::mem::take(&mut name), data.join("\n")));
+                data.clear();
+            }
+            continue;
+        }
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            data.push(d.to_string());
+        }
+    }
+    events
+}
