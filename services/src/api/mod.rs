@@ -12,6 +12,7 @@ pub mod openai;
 pub mod openapi;
 pub mod search;
 pub mod sse;
+pub mod stats;
 pub mod upload;
 
 use actix_web::web;
@@ -40,6 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .configure(jobs::routes)
     .configure(ask::routes)
     .configure(search::routes)
+    .configure(stats::routes)
     .configure(openai::routes)
     .configure(admin::routes)
     .configure(health::routes)

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, ask, documents, health, jobs, openai, search};
+use super::{admin, ask, documents, health, jobs, openai, search, stats};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -16,7 +16,7 @@ use super::{admin, ask, documents, health, jobs, openai, search};
     paths(
         documents::upload, documents::list, documents::get, documents::download, documents::delete,
         jobs::get, jobs::cancel,
-        ask::ask, ask::get_answer, search::search,
+        ask::ask, ask::get_answer, search::search, stats::stats,
         openai::chat_completions, openai::models,
         admin::create_tenant, admin::list_tenants, admin::create_key, admin::list_keys, admin::revoke_key,
         health::healthz, health::readyz, health::metrics,

@@ -244,6 +244,22 @@ impl Db {
         Ok((docs, total))
     }
 
+    /// How many of a tenant's documents are in each status.
+    pub async fn document_counts(
+        &self,
+        tenant_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, i64>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT status, COUNT(*) AS n FROM documents WHERE tenant_id = $1 GROUP BY status",
+        )
+        .bind(tenant_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("status")?, r.try_get("n")?)))
+            .collect()
+    }
+
     /// Ids of every document that is not ready (their index entries must not exist).
     pub async fn unready_document_ids(&self) -> Result<Vec<(String, String)>, sqlx::Error> {
         let rows = sqlx::query("SELECT tenant_id, id FROM documents WHERE status <> $1")

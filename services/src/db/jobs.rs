@@ -213,14 +213,21 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Puts a running job back in the queue (clean shutdown: it resumes on the next start).
-    pub async fn requeue_job(&self, id: &str, reason: &str) -> Result<(), sqlx::Error> {
+    /// Puts a running job back in the queue. After a clean shutdown the attempt does not count
+    /// (`count_attempt` false); after a crash it does.
+    pub async fn requeue_job(
+        &self,
+        id: &str,
+        reason: &str,
+        count_attempt: bool,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "UPDATE jobs SET status = $1, error = $2, worker = NULL, progress = 0 \
-             WHERE id = $3 AND status = $4",
+            "UPDATE jobs SET status = $1, error = $2, worker = NULL, progress = 0, \
+             attempts = attempts - $3 WHERE id = $4 AND status = $5",
         )
         .bind(status::QUEUED)
         .bind(reason)
+        .bind(i64::from(!count_attempt))
         .bind(id)
         .bind(status::RUNNING)
         .execute(self.pool())
@@ -271,8 +278,12 @@ impl Db {
                 self.finish_job(&job.id, status::FAILED, Some(&reason))
                     .await?;
             } else {
-                self.requeue_job(&job.id, "resumed after the server stopped during ingestion")
-                    .await?;
+                self.requeue_job(
+                    &job.id,
+                    "resumed after the server stopped during ingestion",
+                    true,
+                )
+                .await?;
             }
         }
         Ok(jobs)

@@ -53,6 +53,7 @@ pub async fn run_job(state: &Arc<AppState>, job: Job) {
             db.requeue_job(
                 &job.id,
                 "interrupted by a server shutdown; resumes on the next start",
+                false,
             )
             .await
         }

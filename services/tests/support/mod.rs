@@ -348,6 +348,14 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        if let (Some(url), Some(base)) = (&self.database_url, postgres_url()) {
+            let name = url.rsplit('/').next().unwrap_or_default();
+            let _ = Command::new("psql")
+                .arg(base)
+                .args(["-q", "-c"])
+                .arg(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .status();
+        }
     }
 }
 
