@@ -98,6 +98,13 @@ impl ApiError {
         e
     }
 
+    /// 429: the engine's queue is full; retry after the given seconds.
+    pub fn overloaded(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", message);
+        e.retry_after_secs = Some(retry_after_secs.max(1));
+        e
+    }
+
     /// 503: a dependency (engine, database) cannot serve now.
     pub fn unavailable(message: impl Into<String>) -> Self {
         let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
@@ -146,11 +153,23 @@ impl ResponseError for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
-                ApiError::unavailable(format!("database unavailable: {e}"))
-            }
-            other => ApiError::internal(format!("database: {other}")),
+        let connection_lost = match &e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_) => true,
+            // SQLSTATE class 08 (connection exception), 57P (operator intervention: shutdown,
+            // terminated connection), 55000 (e.g. the database does not allow connections now).
+            sqlx::Error::Database(db) => db
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "55000"),
+            _ => false,
+        };
+        if connection_lost {
+            ApiError::unavailable(format!("database unavailable: {e}"))
+        } else {
+            ApiError::internal(format!("database: {e}"))
         }
     }
 }
@@ -158,7 +177,7 @@ impl From<sqlx::Error> for ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::Overloaded { .. } => ApiError::rate_limited(e.to_string(), 2),
+            EngineError::Overloaded { .. } => ApiError::overloaded(e.to_string(), 2),
             EngineError::RequestTooLarge { .. } | EngineError::ContextTooLong { .. } => {
                 ApiError::validation(e.to_string())
             }

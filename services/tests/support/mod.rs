@@ -88,28 +88,50 @@ fn uuid_like() -> String {
     format!("{:x}_{}", nanos, std::process::id())
 }
 
+/// Runs SQL on the PostgreSQL server of the tests (as its admin role); panics when it fails.
+pub fn psql(sql: &str) {
+    let base = postgres_url().expect("a PostgreSQL URL");
+    let status = Command::new("psql")
+        .arg(&base)
+        .args(["-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+        .status()
+        .expect("psql runs");
+    assert!(status.success(), "psql failed: {sql}");
+}
+
 /// Options of a test server.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Database.
     pub database: Database,
-    /// Extra `docqa serve` flags.
-    pub args: Vec<String>,
+    /// `docqa serve` flags and their values.
+    pub args: Vec<(String, String)>,
 }
 
 impl Options {
-    /// Defaults for tests: small KV cache and RAG window (fast CPU answers), keys required.
+    /// Defaults for tests: loopback on a free port, keys required, a small KV cache and RAG window
+    /// (fast CPU answers).
     pub fn new(database: Database) -> Self {
+        let defaults = [
+            ("--bind", "127.0.0.1:0"),
+            ("--local-mode", "off"),
+            ("--kv-cache-mib", "96"),
+            ("--rag-window", "1024"),
+            ("--max-answer-tokens", "64"),
+        ];
         Options {
             database,
-            args: Vec::new(),
+            args: defaults
+                .iter()
+                .map(|(f, v)| (f.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
-    /// Adds a flag and its value.
+    /// Sets a flag's value (replacing a default).
     pub fn arg(mut self, flag: &str, value: impl ToString) -> Self {
-        self.args.push(flag.to_string());
-        self.args.push(value.to_string());
+        self.args.retain(|(f, _)| f != flag);
+        self.args.push((flag.to_string(), value.to_string()));
         self
     }
 }
@@ -166,18 +188,10 @@ impl Server {
             .open(&self.log)
             .expect("log file");
         let mut cmd = Command::new(binary());
-        cmd.args(["serve", "--bind", "127.0.0.1:0", "--local-mode", "off"])
-            .args([
-                "--kv-cache-mib",
-                "96",
-                "--rag-window",
-                "1024",
-                "--max-answer-tokens",
-                "64",
-            ])
+        cmd.arg("serve")
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .args(&self.options.args)
+            .args(self.options.args.iter().flat_map(|(f, v)| [f, v]))
             .env("DOCQA_ADMIN_KEY", ADMIN_KEY)
             .env("RUST_LOG", "warn,docqa_service=info")
             .stdout(Stdio::piped())
@@ -205,6 +219,12 @@ impl Server {
     /// The server's stderr so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The PostgreSQL database of this server, if it uses one.
+    pub fn database_name(&self) -> Option<String> {
+        let url = self.database_url.as_ref()?;
+        Some(url.rsplit('/').next()?.to_string())
     }
 
     /// The server's process id.
