@@ -48,6 +48,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let (engine, tokenizer, max_context) = start_engine(&config, &models.generator)?;
+    let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
     let bert = BertEmbedder::load(&models.embedder)
         .with_context(|| format!("loading {}", models.embedder.display()))?;
     eprintln!(
@@ -68,6 +69,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         engine,
         tokenizer,
         max_context,
+        kv_capacity_tokens,
         metrics: Metrics::new(),
         jobs_queued: Notify::new(),
         shutdown: CancellationToken::new(),

@@ -28,6 +28,8 @@ pub struct AppState {
     pub tokenizer: Arc<TextTokenizer>,
     /// The generator's context window, in tokens.
     pub max_context: usize,
+    /// Tokens the whole KV cache holds (one request can never be longer).
+    pub kv_capacity_tokens: usize,
     /// Name of the generator model, as `/v1/models` reports it.
     pub model_name: String,
     /// Metrics.

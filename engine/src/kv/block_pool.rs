@@ -160,6 +160,18 @@ impl BlockPool {
         }
     }
 
+    /// Forget that a block holds prefix `hash` (its content stays until the block is reused); true when
+    /// one did.
+    pub fn uncache(&mut self, hash: BlockHash) -> bool {
+        match self.cached.remove(&hash) {
+            Some(id) => {
+                self.meta[id as usize].hash = None;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Drop every cached hash (content stays, but no future request can hit it).
     pub fn reset_prefix_cache(&mut self) {
         self.cached.clear();

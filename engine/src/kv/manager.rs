@@ -143,6 +143,24 @@ impl KvCacheManager {
         found
     }
 
+    /// Tokens at the start of `prompt` whose KV a request would take from the prefix cache now (no
+    /// statistics recorded).
+    pub fn cached_prefix_len(&self, prompt: &[u32]) -> usize {
+        self.lookup_prefix(prompt).num_tokens
+    }
+
+    /// Removes the prefix-cache entries of every full block of `tokens`, so no later request can reuse
+    /// that KV (e.g. the document was deleted). Blocks in use keep their content for their requests.
+    /// Returns how many entries were dropped.
+    pub fn forget_prefix(&mut self, tokens: &[u32]) -> usize {
+        let bs = self.cfg.block_size;
+        let full = tokens.len() / bs * bs;
+        full_block_hashes(&tokens[..full], bs, self.cfg.cache_salt)
+            .into_iter()
+            .filter(|h| self.pool.uncache(*h))
+            .count()
+    }
+
     fn lookup_prefix(&self, prompt: &[u32]) -> CachedPrefix {
         if !self.pool.caching_enabled() || prompt.len() < 2 {
             return CachedPrefix::default();

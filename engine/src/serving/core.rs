@@ -307,6 +307,16 @@ impl<B: Backend> EngineCore<B> {
         })
     }
 
+    /// Tokens at the start of `prompt` that are in the prefix cache now.
+    pub fn cached_prefix_len(&self, prompt: &[u32]) -> usize {
+        self.kv.cached_prefix_len(prompt)
+    }
+
+    /// Drops the cached KV of `tokens`' full blocks; returns how many blocks were forgotten.
+    pub fn forget_prefix(&mut self, tokens: &[u32]) -> usize {
+        self.kv.forget_prefix(tokens)
+    }
+
     /// Counters and gauges of the engine now.
     pub fn stats(&self) -> EngineStats {
         let prefix = self.kv.prefix_stats();

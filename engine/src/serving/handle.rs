@@ -26,6 +26,14 @@ enum Command {
         events: mpsc::UnboundedSender<GenerationEvent>,
     },
     Cancel(RequestId),
+    CachedPrefix {
+        prompt: Vec<u32>,
+        reply: oneshot::Sender<usize>,
+    },
+    ForgetPrefix {
+        tokens: Vec<u32>,
+        reply: oneshot::Sender<usize>,
+    },
 }
 
 struct EmbedJob {
@@ -177,6 +185,26 @@ impl EngineHandle {
         rx.await.map_err(|_| stopped())?
     }
 
+    /// How many leading tokens of `prompt` the prefix cache holds now (what a request would not have to
+    /// compute).
+    pub async fn cached_prefix_len(&self, prompt: Vec<u32>) -> Result<usize> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::CachedPrefix { prompt, reply })
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
+    }
+
+    /// Drops the prefix-cache entries of `tokens`' full blocks (a deleted document's KV); returns how
+    /// many blocks were forgotten.
+    pub async fn forget_prefix(&self, tokens: Vec<u32>) -> Result<usize> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::ForgetPrefix { tokens, reply })
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
+    }
+
     /// Whether the engine thread is still running (it stops only when every handle is gone, or by a
     /// bug).
     pub fn is_running(&self) -> bool {
@@ -259,6 +287,12 @@ fn accept<B: Backend>(
             if streams.remove(&id).is_some() {
                 let _ = core.abort(id);
             }
+        }
+        Command::CachedPrefix { prompt, reply } => {
+            let _ = reply.send(core.cached_prefix_len(&prompt));
+        }
+        Command::ForgetPrefix { tokens, reply } => {
+            let _ = reply.send(core.forget_prefix(&tokens));
         }
     }
 }

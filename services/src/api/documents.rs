@@ -264,6 +264,13 @@ pub async fn delete(
     id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     let doc = find(&state, &caller, &id).await?;
+    // The long path's cached KV of this document goes first, while its text is still readable.
+    if doc.status == crate::db::documents::status::READY
+        && let Ok(prefix) = crate::qa::prompt::long_prefix(&state, &doc).await
+    {
+        let forgotten = state.engine.forget_prefix(prefix).await.unwrap_or(0);
+        tracing::info!(document = %doc.id, forgotten, "dropped the document's cached KV blocks");
+    }
     if let Some(job) = state.db.job_of_document(&doc.id).await?
         && !crate::ingest::is_final(&job.status)
     {

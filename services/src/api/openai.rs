@@ -106,7 +106,9 @@ fn ask_input(req: &ChatRequest) -> ApiResult<AskInput> {
 fn extension(a: &FinalAnswer) -> Value {
     json!({
         "answer_id": a.answer_id,
+        "answerable": a.answerable,
         "route": a.route,
+        "self_route_fallback": a.self_route_fallback,
         "route_reasons": a.route_reasons,
         "citations": a.citations,
         "timings": a.timings,

@@ -1,7 +1,9 @@
 //! Which sources an answer rests on. RAG answers name sources as `[n]`; those are cited first. When an
-//! answer names none (and on the long path, which has no numbered sources), the chunks whose words best
-//! match the answer are cited instead, found with BM25 within the scope.
+//! answer names none (and on the long path, which has no numbered sources), each answer sentence is
+//! aligned with the chunk BM25 ranks first for it within the scope. Every citation quotes the chunk's
+//! sentence that best supports the answer.
 
+use docqa_indexer::chunk::sentences;
 use docqa_indexer::{SearchFilter, SearchMode};
 
 use super::prompt::{Prepared, Source};
@@ -42,7 +44,46 @@ pub fn cited_numbers(text: &str) -> Vec<usize> {
     found
 }
 
-fn citation(number: usize, title: &str, chunk: &ChunkRow, cited_in_text: bool) -> Citation {
+fn words(text: &str) -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
+    let mut word = String::new();
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_alphanumeric() && c.is_ascii() {
+            word.push(c);
+        } else {
+            if word.len() > 2 {
+                out.insert(std::mem::take(&mut word));
+            }
+            word.clear();
+            if c.is_alphanumeric() {
+                out.insert(c.to_string()); // CJK and other scripts without spaces: characters
+            }
+        }
+    }
+    if word.len() > 2 {
+        out.insert(word);
+    }
+    out
+}
+
+/// The sentence of `chunk_text` sharing the most words with `claim`.
+pub fn best_quote(chunk_text: &str, claim: &str) -> String {
+    let claim = words(claim);
+    sentences(chunk_text)
+        .into_iter()
+        .max_by_key(|s| words(s).intersection(&claim).count())
+        .unwrap_or(chunk_text)
+        .trim()
+        .to_string()
+}
+
+fn citation(
+    number: usize,
+    title: &str,
+    chunk: &ChunkRow,
+    claim: &str,
+    cited_in_text: bool,
+) -> Citation {
     Citation {
         source: number,
         document_id: chunk.document_id.clone(),
@@ -53,11 +94,12 @@ fn citation(number: usize, title: &str, chunk: &ChunkRow, cited_in_text: bool) -
         char_start: chunk.char_start,
         char_end: chunk.char_end,
         snippet: chunk.text.chars().take(SNIPPET_CHARS).collect(),
+        quote: best_quote(&chunk.text, claim),
         cited_in_text,
     }
 }
 
-/// The citations of `answer`.
+/// The citations of `answer`: the sources it names, else the chunks each of its sentences aligns with.
 pub async fn cite(state: &AppState, tenant_id: &str, answer: &str, p: &Prepared) -> Vec<Citation> {
     let named: Vec<&Source> = cited_numbers(answer)
         .into_iter()
@@ -66,88 +108,90 @@ pub async fn cite(state: &AppState, tenant_id: &str, answer: &str, p: &Prepared)
     if !named.is_empty() {
         return named
             .into_iter()
-            .map(|s| citation(s.number, &s.title, &s.chunk, true))
+            .map(|s| citation(s.number, &s.title, &s.chunk, answer, true))
             .collect();
     }
-    matched(state, tenant_id, answer, p)
-        .await
-        .unwrap_or_else(|| {
-            // Nothing matched: the best-ranked sources are what the answer was built from.
-            p.sources
-                .iter()
-                .take(MATCHED_CITATIONS)
-                .map(|s| citation(s.number, &s.title, &s.chunk, false))
-                .collect()
-        })
+    let aligned = aligned(state, tenant_id, answer, p).await;
+    if !aligned.is_empty() {
+        return aligned;
+    }
+    // Nothing aligned: the best-ranked sources are what the answer was built from.
+    p.sources
+        .iter()
+        .take(MATCHED_CITATIONS)
+        .map(|s| citation(s.number, &s.title, &s.chunk, answer, false))
+        .collect()
 }
 
-/// Chunks of the scope that best match the answer's words.
-async fn matched(
-    state: &AppState,
-    tenant_id: &str,
-    answer: &str,
-    p: &Prepared,
-) -> Option<Vec<Citation>> {
-    let document_ids: Vec<String> = match &p.document {
-        Some(doc) => vec![doc.id.clone()],
-        None => p
-            .sources
-            .iter()
-            .map(|s| s.chunk.document_id.clone())
-            .collect(),
+/// For each sentence of the answer, the chunk of the scope (of the prompt's sources, on the RAG path)
+/// that BM25 ranks first for it.
+async fn aligned(state: &AppState, tenant_id: &str, answer: &str, p: &Prepared) -> Vec<Citation> {
+    let Ok(index) = state.indexes.get(&state.db, tenant_id).await else {
+        return Vec::new();
     };
-    if answer.trim().is_empty() || document_ids.is_empty() {
-        return None;
-    }
-    let index = state.indexes.get(&state.db, tenant_id).await.ok()?;
+    let allowed: Option<Vec<u64>> =
+        (!p.sources.is_empty()).then(|| p.sources.iter().map(|s| s.chunk.id as u64).collect());
     let filter = SearchFilter {
-        document_ids: Some(document_ids),
+        document_ids: Some(p.documents.iter().map(|d| d.id.clone()).collect()),
         collection: None,
     };
-    let query = answer.to_string();
-    let hits = tokio::task::spawn_blocking(move || {
+    let claims: Vec<String> = sentences(answer).into_iter().map(str::to_string).collect();
+    let found = tokio::task::spawn_blocking(move || {
         let r = index.read().unwrap_or_else(|e| e.into_inner());
-        r.search(&query, MATCHED_CITATIONS * 4, SearchMode::Bm25, &filter)
+        let mut picks: Vec<(String, u64)> = Vec::new();
+        for claim in claims {
+            let hits = r
+                .search(&claim, 50, SearchMode::Bm25, &filter)
+                .unwrap_or_default();
+            let best = hits
+                .iter()
+                .map(|h| h.chunk_id)
+                .find(|id| allowed.as_ref().is_none_or(|a| a.contains(id)));
+            if let Some(id) = best
+                && !picks.iter().any(|(_, c)| *c == id)
+            {
+                picks.push((claim, id));
+            }
+        }
+        picks
     })
     .await
-    .ok()?
-    .ok()?;
-    let allowed: Option<Vec<i64>> = p
-        .document
-        .is_none()
-        .then(|| p.sources.iter().map(|s| s.chunk.id).collect());
-    let ids: Vec<i64> = hits
+    .unwrap_or_default();
+    let ids: Vec<i64> = found
         .iter()
-        .map(|h| h.chunk_id as i64)
-        .filter(|id| allowed.as_ref().is_none_or(|a| a.contains(id)))
         .take(MATCHED_CITATIONS)
+        .map(|(_, id)| *id as i64)
         .collect();
-    let chunks = state.db.chunks_by_ids(tenant_id, &ids).await.ok()?;
-    if chunks.is_empty() {
-        return None;
-    }
-    let title = |chunk: &ChunkRow| match &p.document {
-        Some(doc) => doc.title.clone().unwrap_or_default(),
-        None => p
-            .sources
-            .iter()
-            .find(|s| s.chunk.id == chunk.id)
-            .map(|s| s.title.clone())
-            .unwrap_or_default(),
+    let Ok(chunks) = state.db.chunks_by_ids(tenant_id, &ids).await else {
+        return Vec::new();
     };
-    let number = |chunk: &ChunkRow, rank: usize| {
-        p.sources
-            .iter()
-            .find(|s| s.chunk.id == chunk.id)
-            .map_or(rank + 1, |s| s.number)
-    };
-    Some(
-        chunks
-            .iter()
-            .enumerate()
-            .map(|(rank, c)| citation(number(c, rank), &title(c), c, false))
-            .collect(),
-    )
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(rank, c)| {
+            let claim = found
+                .iter()
+                .find(|(_, id)| *id as i64 == c.id)
+                .map_or(answer, |(claim, _)| claim.as_str());
+            let source = p.sources.iter().find(|s| s.chunk.id == c.id);
+            let title = match source {
+                Some(s) => s.title.clone(),
+                None => p
+                    .documents
+                    .iter()
+                    .find(|d| d.id == c.document_id)
+                    .map(|d| d.title.clone().unwrap_or_else(|| d.file_name.clone()))
+                    .unwrap_or_default(),
+            };
+            citation(
+                source.map_or(rank + 1, |s| s.number),
+                &title,
+                c,
+                claim,
+                false,
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -159,6 +203,16 @@ mod tests {
         assert_eq!(
             cited_numbers("Paris [2]. Also [1, 3] and [2-4]."),
             vec![2, 1, 3, 4]
+        );
+    }
+
+    #[test]
+    fn the_quote_is_the_chunk_sentence_closest_to_the_claim() {
+        let chunk =
+            "The Normans settled in Normandy. Rollo was their first ruler. They spoke French.";
+        assert_eq!(
+            super::best_quote(chunk, "Their first ruler was Rollo."),
+            "Rollo was their first ruler."
         );
     }
 

@@ -1,30 +1,37 @@
-//! Answering a question: resolve its scope, choose the path (RAG window or whole document), build the
-//! prompt, generate with the engine, then cite. [`start`] runs the answer on its own task and streams
-//! [`AskEvent`]s; dropping the receiver cancels the generation.
+//! Answering a question: resolve its scope ([`scope`]), plan the route ([`plan`], [`router`]), build the
+//! prompt ([`prompt`]), generate with the engine, recognise refusals ([`unanswerable`]) and cite
+//! ([`citations`]). [`start`] returns once the first generation is admitted (so overload and bad input
+//! are answered as errors), then runs on its own task and streams [`AskEvent`]s; dropping the receiver
+//! cancels the generation.
 //!
-//! Files: [`scope`] (which documents, which route and why), [`prompt`] (filling the window),
-//! [`citations`] (which sources the answer used), [`types`] (request and answer shapes).
+//! Self-Route: the RAG attempt is generated without streaming; when it says the passages cannot answer,
+//! the long path answers instead, and only that answer is streamed.
 
 pub mod citations;
+pub mod plan;
 pub mod prompt;
+pub mod router;
 pub mod scope;
 pub mod types;
+pub mod unanswerable;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use docqa_engine::sampling::SamplingParams;
-use docqa_engine::serving::{FinishReason, GenerateRequest, GenerationEvent};
+use docqa_engine::serving::{FinishReason, GenerateRequest, GenerationEvent, TokenStream};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::api::error::ApiError;
 use crate::db::answers::AnswerOutcome;
 use crate::state::AppState;
+use plan::Plan;
+use prompt::Prepared;
+use router::Decision;
 pub use types::{AskEvent, AskInput, FinalAnswer, RouteChoice, Scope, Timings, Usage};
 
-/// Validates the question, prepares the prompt (errors here are answered before any streaming), then
-/// generates on a background task that sends tokens and the final answer.
+/// Validates, plans, admits the first generation, then answers on a background task.
 pub async fn start(
     state: Arc<AppState>,
     tenant_id: String,
@@ -33,8 +40,14 @@ pub async fn start(
     let started = Instant::now();
     let max_tokens = input.validate(state.config.max_answer_tokens)?;
     let docs = scope::resolve(&state, &tenant_id, &input.scope).await?;
-    let plan = scope::choose_route(&state, &docs, input.route, max_tokens)?;
-    let prepared = prompt::prepare(&state, &tenant_id, &input, &docs, plan, max_tokens).await?;
+    let plan = plan::plan(&state, &tenant_id, &input, &docs, max_tokens).await?;
+    let first = first_prompt(&plan)?;
+    let params = SamplingParams {
+        temperature: input.temperature.unwrap_or(0.0),
+        max_tokens,
+        seed: input.seed,
+        ..SamplingParams::default()
+    };
     let answer_id = crate::db::new_id();
     let scope_json = serde_json::to_value(&input.scope).unwrap_or_default();
     state
@@ -47,67 +60,166 @@ pub async fn start(
             input.route.as_str(),
         )
         .await?;
-    let params = SamplingParams {
-        temperature: input.temperature.unwrap_or(0.0),
-        max_tokens,
-        seed: input.seed,
-        ..SamplingParams::default()
-    };
-    let request = GenerateRequest::new(prepared.prompt.clone(), params);
-    let stream = match state.engine.generate(request).await {
+    let stream = match admit(&state, &first, &params).await {
         Ok(s) => s,
-        Err(e) => {
-            let err = ApiError::from(e);
+        Err(err) => {
             let _ = state.db.fail_answer(&answer_id, &err.message).await;
             state
                 .metrics
-                .observe_answer(prepared.route.as_str(), false, 0.0);
+                .observe_answer(first.route.as_str(), false, 0.0);
             return Err(err);
         }
     };
     let (tx, rx) = mpsc::channel(64);
-    let ctx = Generation {
+    let answering = Answering {
         state,
         tenant_id,
         answer_id,
-        prepared,
-        started,
         input,
+        plan,
+        params,
+        started,
+        usage: Usage::default(),
+        first_token_ms: None,
     };
-    tokio::spawn(ctx.run(stream, tx));
+    tokio::spawn(answering.run(stream, tx));
     Ok(rx)
 }
 
-struct Generation {
+fn first_prompt(plan: &Plan) -> Result<Prepared, ApiError> {
+    let p = match plan.decision {
+        Decision::Route(types::Route::Long) => plan.long.as_ref(),
+        Decision::Route(types::Route::Rag) | Decision::SelfRoute => plan.rag.as_ref(),
+    };
+    p.cloned()
+        .ok_or_else(|| ApiError::internal("the router chose a path without a prompt"))
+}
+
+async fn admit(
+    state: &AppState,
+    prepared: &Prepared,
+    params: &SamplingParams,
+) -> Result<TokenStream, ApiError> {
+    let request = GenerateRequest::new(prepared.prompt.clone(), params.clone());
+    Ok(state.engine.generate(request).await?)
+}
+
+/// One generation's result.
+struct Generated {
+    text: String,
+    reason: FinishReason,
+}
+
+/// The caller went away, or the engine failed.
+enum Stop {
+    Disconnected,
+    Failed(ApiError),
+}
+
+struct Answering {
     state: Arc<AppState>,
     tenant_id: String,
     answer_id: String,
-    prepared: prompt::Prepared,
-    started: Instant,
     input: AskInput,
+    plan: Plan,
+    params: SamplingParams,
+    started: Instant,
+    usage: Usage,
+    first_token_ms: Option<u64>,
 }
 
-impl Generation {
-    async fn run(self, mut stream: docqa_engine::serving::TokenStream, tx: mpsc::Sender<AskEvent>) {
+impl Answering {
+    async fn run(mut self, stream: TokenStream, tx: mpsc::Sender<AskEvent>) {
         let gen_start = Instant::now();
+        let result = self.answer(stream, &tx).await;
+        let event = match result {
+            Ok((prepared, generated, fallback)) => {
+                self.finish(prepared, generated, fallback, gen_start).await
+            }
+            Err(Stop::Disconnected) => {
+                let _ = self
+                    .state
+                    .db
+                    .fail_answer(&self.answer_id, "the caller disconnected")
+                    .await;
+                return;
+            }
+            Err(Stop::Failed(err)) => {
+                let _ = self
+                    .state
+                    .db
+                    .fail_answer(&self.answer_id, &err.message)
+                    .await;
+                self.state.metrics.observe_answer("none", false, 0.0);
+                AskEvent::Error(err)
+            }
+        };
+        let _ = tx.send(event).await;
+    }
+
+    /// Generates on the chosen path; under Self-Route, falls back to the long path when the RAG
+    /// attempt cannot answer. Returns the prompt used, the text, and whether a fallback happened.
+    async fn answer(
+        &mut self,
+        stream: TokenStream,
+        tx: &mpsc::Sender<AskEvent>,
+    ) -> Result<(Prepared, Generated, bool), Stop> {
+        let first = first_prompt(&self.plan).map_err(Stop::Failed)?;
+        if self.plan.decision != Decision::SelfRoute {
+            let generated = self.generate(stream, Some(tx)).await?;
+            return Ok((first, generated, false));
+        }
+        let attempt = self.generate(stream, None).await?;
+        let long = self.plan.long.clone();
+        match long {
+            Some(long) if unanswerable::says_unanswerable(&attempt.text) => {
+                self.plan.reasons.push(
+                    "the retrieved passages could not answer, so the whole document was read"
+                        .into(),
+                );
+                let stream = admit(&self.state, &long, &self.params)
+                    .await
+                    .map_err(Stop::Failed)?;
+                let generated = self.generate(stream, Some(tx)).await?;
+                Ok((long, generated, true))
+            }
+            _ => {
+                self.plan
+                    .reasons
+                    .push("the retrieved passages answered the self-check".into());
+                self.first_token_ms.get_or_insert_with(|| ms(self.started));
+                if !attempt.text.is_empty()
+                    && tx
+                        .send(AskEvent::Token(attempt.text.clone()))
+                        .await
+                        .is_err()
+                {
+                    return Err(Stop::Disconnected);
+                }
+                Ok((first, attempt, false))
+            }
+        }
+    }
+
+    /// Runs one generation, sending its text as it comes when `tx` is given.
+    async fn generate(
+        &mut self,
+        mut stream: TokenStream,
+        tx: Option<&mpsc::Sender<AskEvent>>,
+    ) -> Result<Generated, Stop> {
         let mut text = String::new();
-        let mut first_token_ms = None;
         while let Some(event) = stream.next().await {
             match event {
                 GenerationEvent::Token { text: piece, .. } => {
-                    first_token_ms.get_or_insert_with(|| ms(self.started));
                     if piece.is_empty() {
                         continue;
                     }
                     text.push_str(&piece);
-                    if tx.send(AskEvent::Token(piece)).await.is_err() {
-                        // The caller went away: dropping the stream cancels the generation.
-                        let _ = self
-                            .state
-                            .db
-                            .fail_answer(&self.answer_id, "the caller disconnected")
-                            .await;
-                        return;
+                    if let Some(tx) = tx {
+                        self.first_token_ms.get_or_insert_with(|| ms(self.started));
+                        if tx.send(AskEvent::Token(piece)).await.is_err() {
+                            return Err(Stop::Disconnected);
+                        }
                     }
                 }
                 GenerationEvent::Finished {
@@ -115,76 +227,100 @@ impl Generation {
                     text: tail,
                     usage,
                 } => {
-                    text.push_str(&tail);
-                    if !tail.is_empty() {
-                        let _ = tx.send(AskEvent::Token(tail)).await;
+                    if let (Some(tx), false) = (tx, tail.is_empty()) {
+                        let _ = tx.send(AskEvent::Token(tail.clone())).await;
                     }
-                    let timings = Timings {
-                        retrieval_ms: self.prepared.retrieval_ms,
-                        prompt_ms: self.prepared.prompt_ms,
-                        first_token_ms: first_token_ms.unwrap_or_else(|| ms(self.started)),
-                        generation_ms: ms(gen_start),
-                        total_ms: ms(self.started),
-                    };
-                    let usage = Usage {
-                        prompt_tokens: usage.prompt_tokens,
-                        cached_prompt_tokens: usage.cached_prompt_tokens,
-                        completion_tokens: usage.completion_tokens,
-                    };
-                    let answer = self.finish(text, reason, timings, usage).await;
-                    let _ = tx.send(answer).await;
-                    return;
+                    text.push_str(&tail);
+                    self.usage.prompt_tokens += usage.prompt_tokens;
+                    self.usage.cached_prompt_tokens += usage.cached_prompt_tokens;
+                    self.usage.completion_tokens += usage.completion_tokens;
+                    return Ok(Generated { text, reason });
                 }
                 GenerationEvent::Failed { message } => {
-                    let _ = self.state.db.fail_answer(&self.answer_id, &message).await;
-                    self.state
-                        .metrics
-                        .observe_answer(self.prepared.route.as_str(), false, 0.0);
-                    let err = ApiError::from(docqa_engine::EngineError::Internal(message));
-                    let _ = tx.send(AskEvent::Error(err)).await;
-                    return;
+                    return Err(Stop::Failed(ApiError::from(
+                        docqa_engine::EngineError::Internal(message),
+                    )));
                 }
             }
         }
+        Err(Stop::Failed(ApiError::internal(
+            "the engine ended a request without finishing it",
+        )))
     }
 
     async fn finish(
         self,
-        text: String,
-        reason: FinishReason,
-        timings: Timings,
-        usage: Usage,
+        prepared: Prepared,
+        generated: Generated,
+        fallback: bool,
+        gen_start: Instant,
     ) -> AskEvent {
-        let citations = citations::cite(&self.state, &self.tenant_id, &text, &self.prepared).await;
-        let route = self.prepared.route;
+        let text = generated.text.trim().to_string();
+        let answerable = !unanswerable::says_unanswerable(&text);
+        let citations = if answerable {
+            citations::cite(&self.state, &self.tenant_id, &text, &prepared).await
+        } else {
+            Vec::new()
+        };
+        let timings = Timings {
+            retrieval_ms: self.plan.retrieval_ms,
+            prompt_ms: prepared.prompt_ms,
+            first_token_ms: self.first_token_ms.unwrap_or_else(|| ms(self.started)),
+            generation_ms: ms(gen_start),
+            total_ms: ms(self.started),
+        };
         let final_answer = FinalAnswer {
             answer_id: self.answer_id.clone(),
             question: self.input.question.clone(),
-            answer: text.trim().to_string(),
-            route,
-            route_reasons: self.prepared.reasons.clone(),
+            answer: if answerable {
+                text
+            } else {
+                prompt::NOT_FOUND.to_string()
+            },
+            answerable,
+            route: prepared.route,
+            route_reasons: self.plan.reasons.clone(),
+            self_route_fallback: fallback,
+            signals: self.plan.signals.clone(),
             citations,
-            finish_reason: match reason {
+            passages: prepared
+                .sources
+                .iter()
+                .map(|s| types::Passage {
+                    number: s.number,
+                    document_id: s.chunk.document_id.clone(),
+                    chunk_id: s.chunk.id,
+                    ordinal: s.chunk.ordinal,
+                    page_start: s.chunk.page_start,
+                    page_end: s.chunk.page_end,
+                })
+                .collect(),
+            finish_reason: match generated.reason {
                 FinishReason::Stop => "stop",
                 FinishReason::Length => "length",
                 FinishReason::Cancelled => "cancelled",
             }
             .to_string(),
             timings,
-            usage,
+            usage: self.usage,
         };
-        let reasons = json!(final_answer.route_reasons);
-        let cites = serde_json::to_value(&final_answer.citations).unwrap_or_default();
-        let times = serde_json::to_value(final_answer.timings).unwrap_or_default();
+        self.record(&final_answer).await;
+        AskEvent::Done(Box::new(final_answer))
+    }
+
+    async fn record(&self, a: &FinalAnswer) {
+        let reasons = json!(a.route_reasons);
+        let cites = serde_json::to_value(&a.citations).unwrap_or_default();
+        let times = json!({ "timings": a.timings, "signals": a.signals, "self_route_fallback": a.self_route_fallback });
         let outcome = AnswerOutcome {
-            route: route.as_str(),
+            route: a.route.as_str(),
             route_reasons: &reasons,
-            text: &final_answer.answer,
+            text: &a.answer,
             citations: &cites,
             timings: &times,
-            prompt_tokens: usage.prompt_tokens as i64,
-            cached_tokens: usage.cached_prompt_tokens as i64,
-            completion_tokens: usage.completion_tokens as i64,
+            prompt_tokens: a.usage.prompt_tokens as i64,
+            cached_tokens: a.usage.cached_prompt_tokens as i64,
+            completion_tokens: a.usage.completion_tokens as i64,
         };
         if let Err(error) = self
             .state
@@ -194,10 +330,13 @@ impl Generation {
         {
             tracing::error!(%error, "cannot store an answer");
         }
-        self.state
-            .metrics
-            .observe_answer(route.as_str(), true, timings.total_ms as f64 / 1000.0);
-        AskEvent::Done(Box::new(final_answer))
+        tracing::info!(answer = %a.answer_id, route = a.route.as_str(), fallback = a.self_route_fallback,
+            answerable = a.answerable, total_ms = a.timings.total_ms, "answered");
+        self.state.metrics.observe_answer(
+            a.route.as_str(),
+            true,
+            a.timings.total_ms as f64 / 1000.0,
+        );
     }
 }
 

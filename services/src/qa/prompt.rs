@@ -1,27 +1,31 @@
-//! Building the prompt. RAG: retrieve candidates with hybrid search over the scope, then add whole
-//! chunks, best first, while the window (prompt plus answer budget) has room; each is numbered so the
-//! answer can cite it. Long: the whole document, placed before the question so that later questions
-//! about the same document reuse its KV cache.
+//! Building prompts.
+//!
+//! RAG: hybrid retrieval over the scope gives candidates; whole chunks are taken best first while the
+//! budget (window minus question and answer allowance) has room, then laid out **in document order** and
+//! numbered so the answer can cite them. Long: every document of the scope in full, the question last,
+//! so the documents' KV blocks are prefix-cached and a later question computes only itself.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use docqa_engine::text::ChatMessage;
-use docqa_indexer::{SearchFilter, SearchMode};
+use docqa_indexer::{Retriever, SearchFilter, SearchMode};
 
-use super::scope::Plan;
-use super::types::{AskInput, Route};
+use super::types::Route;
 use crate::api::error::ApiError;
 use crate::db::chunks::ChunkRow;
 use crate::db::documents::Document;
 use crate::state::AppState;
 
-const RAG_SYSTEM: &str = "You answer questions using only the numbered sources given. Cite the sources \
-you use with their numbers in square brackets, like [1]. If the sources do not hold the answer, say \
-that you do not know.";
+/// What the answer says when the passages or the document do not hold the answer.
+pub const NOT_FOUND: &str = "Not found in the document.";
 
-const LONG_SYSTEM: &str = "You answer questions about the document given, using only that document. \
-If the document does not hold the answer, say that you do not know.";
+const RAG_SYSTEM: &str = "You answer questions using only the numbered sources given. Cite the sources \
+you use with their numbers in square brackets, like [1]. If the sources do not hold the answer, reply \
+exactly: Not found in the document.";
+
+const LONG_SYSTEM: &str = "You answer questions about the documents given, using only those documents. \
+If they do not hold the answer, reply exactly: Not found in the document.";
 
 /// A chunk placed in a RAG prompt.
 #[derive(Debug, Clone)]
@@ -34,38 +38,30 @@ pub struct Source {
     pub title: String,
 }
 
+/// The candidates retrieval found for a question.
+#[derive(Debug, Clone, Default)]
+pub struct Retrieval {
+    /// Candidate chunks, best first.
+    pub chunks: Vec<ChunkRow>,
+    /// Best BM25 score among them (0 when BM25 found nothing).
+    pub top_bm25: f32,
+    /// Time spent.
+    pub ms: u64,
+}
+
 /// A prompt ready for the engine.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The path.
     pub route: Route,
-    /// Why.
-    pub reasons: Vec<String>,
     /// Prompt token ids (chat template applied).
     pub prompt: Vec<u32>,
-    /// RAG: the numbered sources. Long: empty.
+    /// RAG: the numbered sources, in document order. Long: empty.
     pub sources: Vec<Source>,
-    /// Long: the document read.
-    pub document: Option<Document>,
-    /// Time spent retrieving.
-    pub retrieval_ms: u64,
+    /// The scope's documents (long: the ones read, in prompt order).
+    pub documents: Vec<Document>,
     /// Time spent building and tokenising the prompt.
     pub prompt_ms: u64,
-}
-
-/// Builds the prompt for the chosen path.
-pub async fn prepare(
-    state: &Arc<AppState>,
-    tenant_id: &str,
-    input: &AskInput,
-    docs: &[Document],
-    plan: Plan,
-    max_tokens: usize,
-) -> Result<Prepared, ApiError> {
-    match plan.route {
-        Route::Rag => rag(state, tenant_id, input, docs, plan, max_tokens).await,
-        Route::Long => long(state, input, &docs[0], plan, max_tokens).await,
-    }
 }
 
 fn encode(state: &AppState, system: &str, user: &str) -> Result<Vec<u32>, ApiError> {
@@ -83,6 +79,50 @@ fn encode(state: &AppState, system: &str, user: &str) -> Result<Vec<u32>, ApiErr
         .map_err(ApiError::internal)
 }
 
+fn title_of(doc: &Document) -> String {
+    doc.title.clone().unwrap_or_else(|| doc.file_name.clone())
+}
+
+/// Hybrid search of the question over the scope's documents.
+pub async fn retrieve(
+    state: &Arc<AppState>,
+    tenant_id: &str,
+    question: &str,
+    docs: &[Document],
+) -> Result<Retrieval, ApiError> {
+    let started = Instant::now();
+    let index = state
+        .indexes
+        .get(&state.db, tenant_id)
+        .await
+        .map_err(ApiError::internal)?;
+    let filter = SearchFilter {
+        document_ids: Some(docs.iter().map(|d| d.id.clone()).collect()),
+        collection: None,
+    };
+    let query = question.to_string();
+    let k = state.config.rag_candidates.max(1);
+    let hits = tokio::task::spawn_blocking(move || {
+        let r = index.read().unwrap_or_else(|e| e.into_inner());
+        r.search(&query, k, SearchMode::Hybrid, &filter)
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    let top_bm25 = hits
+        .iter()
+        .flat_map(|h| &h.sources)
+        .filter(|s| s.retriever == Retriever::Bm25)
+        .map(|s| s.score)
+        .fold(0.0_f32, f32::max);
+    let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id as i64).collect();
+    let chunks = state.db.chunks_by_ids(tenant_id, &ids).await?;
+    Ok(Retrieval {
+        chunks,
+        top_bm25,
+        ms: started.elapsed().as_millis() as u64,
+    })
+}
+
 fn source_block(number: usize, title: &str, chunk: &ChunkRow) -> String {
     let pages = if chunk.page_start == chunk.page_end {
         format!("page {}", chunk.page_start)
@@ -96,133 +136,155 @@ fn rag_user(blocks: &str, question: &str) -> String {
     format!("Sources:\n\n{blocks}Question: {}", question.trim())
 }
 
-async fn rag(
-    state: &Arc<AppState>,
-    tenant_id: &str,
-    input: &AskInput,
+/// The RAG window in tokens (prompt and answer).
+pub fn rag_window(state: &AppState) -> usize {
+    state.config.rag_window.min(state.max_context)
+}
+
+/// Prompt tokens left for passages in the RAG window.
+pub fn rag_budget(state: &AppState, question: &str, max_tokens: usize) -> Result<usize, ApiError> {
+    let base = encode(state, RAG_SYSTEM, &rag_user("", question))?.len();
+    Ok(rag_window(state).saturating_sub(max_tokens + base))
+}
+
+/// The RAG prompt: the best candidates that fit the budget, laid out in document order.
+pub fn rag(
+    state: &AppState,
+    question: &str,
     docs: &[Document],
-    plan: Plan,
+    retrieval: &Retrieval,
     max_tokens: usize,
 ) -> Result<Prepared, ApiError> {
     let started = Instant::now();
-    let index = state
-        .indexes
-        .get(&state.db, tenant_id)
-        .await
-        .map_err(ApiError::internal)?;
-    let filter = SearchFilter {
-        document_ids: Some(docs.iter().map(|d| d.id.clone()).collect()),
-        collection: None,
-    };
-    let question = input.question.clone();
-    let k = state.config.rag_candidates.max(1);
-    let hits = tokio::task::spawn_blocking(move || {
-        let r = index.read().unwrap_or_else(|e| e.into_inner());
-        r.search(&question, k, SearchMode::Hybrid, &filter)
-    })
-    .await
-    .map_err(ApiError::internal)??;
-    let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id as i64).collect();
-    let chunks = state.db.chunks_by_ids(tenant_id, &ids).await?;
-    let retrieval_ms = started.elapsed().as_millis() as u64;
-
-    let started = Instant::now();
-    let window = state.config.rag_window.min(state.max_context);
-    let base = encode(state, RAG_SYSTEM, &rag_user("", &input.question))?.len();
-    let budget = window.saturating_sub(max_tokens + base);
+    let window = rag_window(state);
+    let budget = rag_budget(state, question, max_tokens)?;
     if budget == 0 {
         return Err(ApiError::validation(format!(
             "the question and {max_tokens} answer tokens leave no room for sources in the \
              {window}-token RAG window"
         )));
     }
+    let title = |c: &ChunkRow| {
+        docs.iter()
+            .find(|d| d.id == c.document_id)
+            .map(title_of)
+            .unwrap_or_default()
+    };
+    let mut chosen: Vec<&ChunkRow> = Vec::new();
     let mut used = 0;
-    let mut sources = Vec::new();
-    let mut blocks = String::new();
-    for chunk in chunks {
-        let title = docs
-            .iter()
-            .find(|d| d.id == chunk.document_id)
-            .and_then(|d| d.title.clone())
-            .unwrap_or_default();
-        let block = source_block(sources.len() + 1, &title, &chunk);
+    for chunk in &retrieval.chunks {
         let cost = state
             .tokenizer
-            .encode(&block, false)
+            .encode(&source_block(99, &title(chunk), chunk), false)
             .map_err(ApiError::internal)?
             .len();
-        if used + cost > budget {
-            continue; // a shorter chunk further down may still fit
+        if used + cost <= budget {
+            used += cost;
+            chosen.push(chunk);
         }
-        used += cost;
-        blocks.push_str(&block);
-        sources.push(Source {
-            number: sources.len() + 1,
-            chunk,
-            title,
-        });
     }
-    let mut prompt = encode(state, RAG_SYSTEM, &rag_user(&blocks, &input.question))?;
-    // Tokens can merge across block boundaries; never exceed the window.
-    while prompt.len() + max_tokens > window && sources.pop().is_some() {
-        blocks = sources
+    let doc_rank = |c: &ChunkRow| docs.iter().position(|d| d.id == c.document_id);
+    chosen.sort_by_key(|c| (doc_rank(c), c.ordinal));
+    let mut sources: Vec<Source> = chosen
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| Source {
+            number: i + 1,
+            chunk: c.clone(),
+            title: title(c),
+        })
+        .collect();
+    let render = |sources: &[Source]| -> Result<Vec<u32>, ApiError> {
+        let blocks: String = sources
             .iter()
             .map(|s| source_block(s.number, &s.title, &s.chunk))
             .collect();
-        prompt = encode(state, RAG_SYSTEM, &rag_user(&blocks, &input.question))?;
+        encode(state, RAG_SYSTEM, &rag_user(&blocks, question))
+    };
+    let mut prompt = render(&sources)?;
+    // Tokens can merge across block boundaries: never exceed the window.
+    while prompt.len() + max_tokens > window && !sources.is_empty() {
+        let worst = retrieval
+            .chunks
+            .iter()
+            .rev()
+            .find_map(|c| sources.iter().position(|s| s.chunk.id == c.id))
+            .unwrap_or(sources.len() - 1);
+        sources.remove(worst);
+        for (i, s) in sources.iter_mut().enumerate() {
+            s.number = i + 1;
+        }
+        prompt = render(&sources)?;
     }
-    let mut reasons = plan.reasons;
-    reasons.push(format!(
-        "retrieval (BM25 + dense, fused) found {} candidate chunks; {} fit the {window}-token window",
-        hits.len(),
-        sources.len()
-    ));
     Ok(Prepared {
         route: Route::Rag,
-        reasons,
         prompt,
         sources,
-        document: None,
-        retrieval_ms,
+        documents: docs.to_vec(),
         prompt_ms: started.elapsed().as_millis() as u64,
     })
 }
 
-async fn long(
-    state: &Arc<AppState>,
-    input: &AskInput,
-    doc: &Document,
-    plan: Plan,
-    max_tokens: usize,
+fn long_user(docs: &[(String, String)], question: &str) -> String {
+    let mut user = String::new();
+    for (i, (title, text)) in docs.iter().enumerate() {
+        if docs.len() == 1 {
+            user.push_str(&format!("Document: {title}\n\n{}\n\n", text.trim()));
+        } else {
+            user.push_str(&format!(
+                "Document {}: {title}\n\n{}\n\n",
+                i + 1,
+                text.trim()
+            ));
+        }
+    }
+    user.push_str("Question: ");
+    user.push_str(question.trim());
+    user
+}
+
+async fn texts(state: &AppState, docs: &[Document]) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = Vec::with_capacity(docs.len());
+    for doc in docs {
+        let (text, _) = state
+            .db
+            .document_text(&doc.id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("document text", &doc.id))?;
+        out.push((title_of(doc), text));
+    }
+    Ok(out)
+}
+
+/// The long prompt: every document of the scope, oldest first, then the question.
+pub async fn long(
+    state: &AppState,
+    question: &str,
+    docs: &[Document],
 ) -> Result<Prepared, ApiError> {
     let started = Instant::now();
-    let (text, _) = state
-        .db
-        .document_text(&doc.id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("document text", &doc.id))?;
-    let title = doc.title.clone().unwrap_or_else(|| doc.file_name.clone());
-    let user = format!(
-        "Document: {title}\n\n{}\n\nQuestion: {}",
-        text.trim(),
-        input.question.trim()
-    );
-    let prompt = encode(state, LONG_SYSTEM, &user)?;
-    if prompt.len() + max_tokens > state.max_context {
-        return Err(ApiError::validation(format!(
-            "the document's prompt has {} tokens; with {max_tokens} answer tokens it does not fit the \
-             model's {}-token window: use route=rag",
-            prompt.len(),
-            state.max_context
-        )));
-    }
+    let mut ordered = docs.to_vec();
+    ordered.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    let prompt = encode(
+        state,
+        LONG_SYSTEM,
+        &long_user(&texts(state, &ordered).await?, question),
+    )?;
     Ok(Prepared {
         route: Route::Long,
-        reasons: plan.reasons,
         prompt,
         sources: Vec::new(),
-        document: Some(doc.clone()),
-        retrieval_ms: 0,
+        documents: ordered,
         prompt_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// The tokens a long prompt over `doc` alone starts with (everything before the question), whose
+/// cached KV is dropped when the document is deleted.
+pub async fn long_prefix(state: &AppState, doc: &Document) -> Result<Vec<u32>, ApiError> {
+    let mut prompt = long(state, "", std::slice::from_ref(doc)).await?.prompt;
+    // The question and the chat template's closing markers follow the document: drop a block's worth
+    // so only tokens shared with every question on this document remain.
+    prompt.truncate(prompt.len().saturating_sub(32));
+    Ok(prompt)
 }

@@ -146,8 +146,27 @@ pub struct Citation {
     pub char_end: i64,
     /// The beginning of the span's text.
     pub snippet: String,
+    /// The sentence of the span that best supports the answer.
+    pub quote: String,
     /// Whether the answer names this source (`[n]`); otherwise it was matched to the answer text.
     pub cited_in_text: bool,
+}
+
+/// A passage the RAG prompt held, by its number.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Passage {
+    /// Its `[n]` in the prompt.
+    pub number: usize,
+    /// Document id.
+    pub document_id: String,
+    /// Chunk id.
+    pub chunk_id: i64,
+    /// Position of the chunk in its document, from 0.
+    pub ordinal: i64,
+    /// First page.
+    pub page_start: i64,
+    /// Last page.
+    pub page_end: i64,
 }
 
 /// Where the time went, in milliseconds.
@@ -177,20 +196,28 @@ pub struct Usage {
 }
 
 /// A complete answer.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FinalAnswer {
     /// Id for `GET /v1/answers/{id}`.
     pub answer_id: String,
     /// The question.
     pub question: String,
-    /// The answer text.
+    /// The answer text (`Not found in the document.` when the documents do not hold the answer).
     pub answer: String,
+    /// False when the answer says the documents do not hold it.
+    pub answerable: bool,
     /// The path taken.
     pub route: Route,
     /// Why that path.
     pub route_reasons: Vec<String>,
+    /// Self-Route tried the RAG path first and fell back to the long path.
+    pub self_route_fallback: bool,
+    /// What the router measured.
+    pub signals: super::router::Signals,
     /// Sources.
     pub citations: Vec<Citation>,
+    /// The passages the RAG prompt held, in prompt (document) order; empty on the long path.
+    pub passages: Vec<Passage>,
     /// `stop` or `length`.
     pub finish_reason: String,
     /// Timings.

@@ -1,0 +1,246 @@
+//! The per-question router. Policies: `rag`, `long`, `auto`.
+//!
+//! `auto`, in order:
+//! 1. the scope fits the RAG budget → read it whole (the long path, at RAG cost);
+//! 2. the whole scope cannot fit the model's window → RAG (the only path that can answer);
+//! 3. cheap signals that the question needs the whole document — a global question (summaries,
+//!    counting, comparisons), the document's KV already cached (long then costs only the question),
+//!    weak retrieval — → long;
+//! 4. otherwise Self-Route: RAG with a self-check; if the model says the sources cannot answer, long.
+//!
+//! Every decision carries its signals and its cost estimate (prompt tokens to compute on each path).
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::types::{Route, RouteChoice};
+
+/// Share of the long prompt that must already be cached for the long path to count as cheap.
+const CACHED_SHARE: f64 = 0.5;
+/// Below this best-hit BM25 score the retrieval is weak (BM25 scores of a matching term are ≥ ~2).
+const WEAK_RETRIEVAL_SCORE: f32 = 1.0;
+
+/// What the router measured.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct Signals {
+    /// Tokens of the scope's documents.
+    pub scope_tokens: usize,
+    /// Prompt tokens available for passages on the RAG path.
+    pub rag_budget: usize,
+    /// Whether the whole scope fits the RAG budget.
+    pub fits_rag_budget: bool,
+    /// Whether the whole scope, question and answer fit the model's window.
+    pub fits_model_window: bool,
+    /// The question asks about the whole document (summary, count, comparison, list of all…).
+    pub global_question: bool,
+    /// Tokens of the long prompt already in the KV prefix cache.
+    pub cached_long_tokens: usize,
+    /// Best BM25 score of the question in the scope (None when not measured).
+    pub top_bm25_score: Option<f32>,
+    /// Prompt tokens the RAG path would compute.
+    pub rag_cost_tokens: usize,
+    /// Prompt tokens the long path would compute (after the prefix cache).
+    pub long_cost_tokens: usize,
+}
+
+/// The router's choice before generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Answer on this route.
+    Route(Route),
+    /// RAG with a self-check, falling back to long when the model cannot answer from the passages.
+    SelfRoute,
+}
+
+/// Words that mark a question about the whole document.
+const GLOBAL_MARKERS: &[&str] = &[
+    "summar",
+    "overview",
+    "main point",
+    "main idea",
+    "main topic",
+    "key point",
+    "overall",
+    "whole document",
+    "entire document",
+    "throughout",
+    "how many times",
+    "how often",
+    "list all",
+    "list every",
+    "all the ",
+    "compare",
+    "comparison",
+    "difference between",
+    "differ",
+    "in general",
+    "what is the plot",
+    "what happens in",
+    "总结",
+    "概括",
+    "主要内容",
+    "多少次",
+    "比较",
+];
+
+/// Whether the question asks about the whole document rather than a fact in one place.
+pub fn is_global_question(question: &str) -> bool {
+    let q = question.to_lowercase();
+    GLOBAL_MARKERS.iter().any(|m| q.contains(m))
+}
+
+/// Decides the route of a question from its policy and signals; returns the decision and the reasons
+/// given to the caller.
+pub fn decide(choice: RouteChoice, s: &Signals) -> (Decision, Vec<String>) {
+    let mut reasons = Vec::new();
+    let decision = match choice {
+        RouteChoice::Rag => {
+            reasons.push("the RAG path was asked for".into());
+            Decision::Route(Route::Rag)
+        }
+        RouteChoice::Long => {
+            reasons.push("the long-context path was asked for".into());
+            Decision::Route(Route::Long)
+        }
+        RouteChoice::Auto => auto(s, &mut reasons),
+    };
+    reasons.push(format!(
+        "cost estimate: RAG computes about {} prompt tokens, long {} (after {} cached)",
+        s.rag_cost_tokens, s.long_cost_tokens, s.cached_long_tokens
+    ));
+    (decision, reasons)
+}
+
+fn auto(s: &Signals, reasons: &mut Vec<String>) -> Decision {
+    if s.fits_rag_budget && s.fits_model_window {
+        reasons.push(format!(
+            "the scope's {} tokens fit the RAG budget of {} tokens: it is read whole",
+            s.scope_tokens, s.rag_budget
+        ));
+        return Decision::Route(Route::Long);
+    }
+    if !s.fits_model_window {
+        reasons.push(format!(
+            "the scope's {} tokens do not fit the model's window: retrieval picks the passages",
+            s.scope_tokens
+        ));
+        return Decision::Route(Route::Rag);
+    }
+    if s.global_question {
+        reasons
+            .push("the question is about the whole document (summary, count or comparison)".into());
+        return Decision::Route(Route::Long);
+    }
+    let cached_share =
+        s.cached_long_tokens as f64 / (s.long_cost_tokens + s.cached_long_tokens).max(1) as f64;
+    if cached_share >= CACHED_SHARE {
+        reasons.push(format!(
+            "{:.0}% of the document's prompt is already in the KV cache, so reading it whole is cheap",
+            cached_share * 100.0
+        ));
+        return Decision::Route(Route::Long);
+    }
+    if s.top_bm25_score.is_some_and(|b| b < WEAK_RETRIEVAL_SCORE) {
+        reasons.push("retrieval found no passage sharing the question's words".into());
+        return Decision::Route(Route::Long);
+    }
+    reasons.push(
+        "Self-Route: answer from retrieved passages with a self-check, and read the whole document \
+         if the passages cannot answer"
+            .into(),
+    );
+    Decision::SelfRoute
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signals() -> Signals {
+        Signals {
+            scope_tokens: 6000,
+            rag_budget: 900,
+            fits_rag_budget: false,
+            fits_model_window: true,
+            global_question: false,
+            cached_long_tokens: 0,
+            top_bm25_score: Some(7.5),
+            rag_cost_tokens: 1000,
+            long_cost_tokens: 6100,
+        }
+    }
+
+    #[test]
+    fn a_scope_that_fits_the_rag_budget_is_read_whole() {
+        let s = Signals {
+            scope_tokens: 500,
+            fits_rag_budget: true,
+            ..signals()
+        };
+        assert_eq!(
+            decide(RouteChoice::Auto, &s).0,
+            Decision::Route(Route::Long)
+        );
+    }
+
+    #[test]
+    fn a_scope_beyond_the_model_window_goes_to_rag_even_for_global_questions() {
+        let s = Signals {
+            fits_model_window: false,
+            global_question: true,
+            ..signals()
+        };
+        assert_eq!(decide(RouteChoice::Auto, &s).0, Decision::Route(Route::Rag));
+    }
+
+    #[test]
+    fn global_questions_cached_documents_and_weak_retrieval_take_the_long_path() {
+        for s in [
+            Signals {
+                global_question: true,
+                ..signals()
+            },
+            Signals {
+                cached_long_tokens: 6000,
+                long_cost_tokens: 100,
+                ..signals()
+            },
+            Signals {
+                top_bm25_score: Some(0.0),
+                ..signals()
+            },
+        ] {
+            assert_eq!(
+                decide(RouteChoice::Auto, &s).0,
+                Decision::Route(Route::Long),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_questions_self_route_and_explicit_policies_are_obeyed() {
+        assert_eq!(decide(RouteChoice::Auto, &signals()).0, Decision::SelfRoute);
+        assert_eq!(
+            decide(RouteChoice::Rag, &signals()).0,
+            Decision::Route(Route::Rag)
+        );
+        assert_eq!(
+            decide(RouteChoice::Long, &signals()).0,
+            Decision::Route(Route::Long)
+        );
+    }
+
+    #[test]
+    fn summaries_counts_and_comparisons_are_global_questions() {
+        for q in [
+            "Summarize the meeting.",
+            "How many times is Paris mentioned?",
+            "Compare the two proposals",
+            "请总结这篇文章",
+        ] {
+            assert!(is_global_question(q), "{q}");
+        }
+        assert!(!is_global_question("In what country is Normandy located?"));
+    }
+}

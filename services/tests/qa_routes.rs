@@ -1,0 +1,180 @@
+//! The answer paths and the router, end to end on the real model (CPU engine, SQLite): a document that
+//! fits the RAG budget is read whole; a specific question on a longer one goes through Self-Route; a
+//! global question reads the whole document; the next question on it reuses its cached KV; RAG
+//! passages are laid out in document order; deleting a document drops its cached KV.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Database, Options, Server};
+
+fn ask(server: &Server, key: &str, doc: &str, question: &str, route: &str) -> Value {
+    let res = server.post("/v1/ask", key, &json!({
+        "question": question, "route": route, "max_tokens": 24, "scope": { "document_ids": [doc] },
+    }));
+    let status = res.status();
+    let body: Value = res.json().unwrap();
+    assert_eq!(status, 200, "{question} ({route}): {body}");
+    body
+}
+
+fn reasons(a: &Value) -> String {
+    a["route_reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+#[test]
+fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reuses_cached_kv() {
+    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 512));
+    let (_, key) = server.tenant("qa");
+    let (small, _) = server.ingest(
+        &key,
+        "memo.txt",
+        b"Memo. The audit starts on 4 March and lasts two weeks. Maria Lopez leads it.".to_vec(),
+        "text/plain",
+    );
+    let (title, text, questions) = support::squad_article(3);
+    let (article, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.clone().into_bytes(),
+        "text/plain",
+    );
+
+    // Fits the 1,024-token RAG budget: read whole, no retrieval needed.
+    let a = ask(&server, &key, &small, "Who leads the audit?", "auto");
+    assert_eq!(a["route"], "long", "{a}");
+    assert!(reasons(&a).contains("read whole"), "{}", reasons(&a));
+    assert_eq!(a["signals"]["fits_rag_budget"], true);
+    assert!(a["passages"].as_array().unwrap().is_empty());
+
+    // A specific question on a document larger than the budget: Self-Route, RAG tried first.
+    let (question, _) = &questions[0];
+    let a = ask(&server, &key, &article, question, "auto");
+    assert!(reasons(&a).contains("Self-Route"), "{}", reasons(&a));
+    let s = &a["signals"];
+    assert_eq!(s["fits_rag_budget"], false);
+    assert_eq!(s["fits_model_window"], true);
+    assert!(s["rag_cost_tokens"].as_u64().unwrap() < s["long_cost_tokens"].as_u64().unwrap());
+    if a["self_route_fallback"] == true {
+        assert_eq!(a["route"], "long");
+    } else {
+        assert_eq!(a["route"], "rag");
+        assert!(a["usage"]["prompt_tokens"].as_u64().unwrap() <= 1024);
+    }
+
+    // RAG passages: numbered in document order.
+    let a = ask(&server, &key, &article, question, "rag");
+    let ordinals: Vec<i64> = a["passages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["ordinal"].as_i64().unwrap())
+        .collect();
+    assert!(ordinals.len() >= 2, "{a}");
+    assert!(
+        ordinals.windows(2).all(|w| w[0] < w[1]),
+        "passages not in document order: {ordinals:?}"
+    );
+    let numbers: Vec<u64> = a["passages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+
+    // A global question reads the whole document; its citations quote the document.
+    let first = ask(
+        &server,
+        &key,
+        &article,
+        "Summarize the main points of the document.",
+        "auto",
+    );
+    assert_eq!(first["route"], "long", "{first}");
+    assert!(
+        reasons(&first).contains("whole document"),
+        "{}",
+        reasons(&first)
+    );
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens > 2000);
+    for c in first["citations"].as_array().unwrap() {
+        let quote = c["quote"].as_str().unwrap();
+        assert!(
+            !quote.is_empty() && text.contains(quote),
+            "quote not from the document: {quote:?}"
+        );
+    }
+
+    // The next question on it: the document's KV is cached, so the router takes the long path and
+    // only the question is computed.
+    let (question, _) = &questions[1];
+    let second = ask(&server, &key, &article, question, "auto");
+    assert_eq!(second["route"], "long", "{}", reasons(&second));
+    assert!(
+        reasons(&second).contains("KV cache"),
+        "{}",
+        reasons(&second)
+    );
+    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
+    let total = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        total - cached < 96,
+        "{cached} of {total} prompt tokens cached"
+    );
+
+    // Deleting the document drops its cached KV: the same file uploaded again is computed anew.
+    assert_eq!(
+        server
+            .delete(&format!("/v1/documents/{article}"), &key)
+            .status(),
+        204
+    );
+    let (again, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    let fresh = ask(&server, &key, &again, question, "long");
+    assert!(
+        fresh["usage"]["cached_prompt_tokens"].as_u64().unwrap() < 64,
+        "{}",
+        fresh["usage"]
+    );
+}
+
+#[test]
+fn an_explicit_long_route_on_a_scope_beyond_the_window_is_refused_with_a_reason() {
+    let server = Server::start(Options::new(Database::Sqlite));
+    let (_, key) = server.tenant("qa");
+    let (title, text, _) = support::squad_article(9); // European Union law: ~14K tokens
+    let (doc, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    let res = server.post("/v1/ask", &key, &json!({ "question": "What is EU law?", "route": "long", "scope": { "document_ids": [doc] } }));
+    assert_eq!(res.status(), 422);
+    let body: Value = res.json().unwrap();
+    assert!(
+        body["message"].as_str().unwrap().contains("window"),
+        "{body}"
+    );
+    // Auto answers from retrieved passages instead, and says why.
+    let a = ask(&server, &key, &doc, "What is EU law?", "auto");
+    assert_eq!(a["route"], "rag");
+    assert!(
+        reasons(&a).contains("do not fit the model's window"),
+        "{}",
+        reasons(&a)
+    );
+}
