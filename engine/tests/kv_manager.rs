@@ -86,6 +86,28 @@ fn two_live_requests_share_prefix_blocks_by_reference() {
 }
 
 #[test]
+fn a_forgotten_document_is_not_reused_and_the_probe_counts_no_statistics() {
+    let mut kv = manager(32, 4, true, None);
+    let doc: Vec<u32> = (0..21).collect();
+    run_whole(&mut kv, 1, &doc);
+    kv.free(1).unwrap();
+    let stats_before = kv.prefix_stats();
+    assert_eq!(kv.cached_prefix_len(&doc), 20);
+    assert_eq!(kv.prefix_stats(), stats_before, "probing records nothing");
+    // Forgetting the first 10 tokens drops the entries of their two full blocks only.
+    assert_eq!(kv.forget_prefix(&doc[..10]), 2);
+    assert_eq!(kv.cached_prefix_len(&doc), 0, "the chain breaks at the first block");
+    assert_eq!(kv.forget_prefix(&doc), 3, "the remaining full blocks");
+    assert_eq!(kv.forget_prefix(&doc), 0);
+    kv.pool().check_invariants().unwrap();
+    // The freed blocks are reused normally.
+    run_whole(&mut kv, 2, &doc);
+    assert_eq!(kv.prefix_stats().hit_tokens, stats_before.hit_tokens);
+    kv.free(2).unwrap();
+    kv.pool().check_invariants().unwrap();
+}
+
+#[test]
 fn without_prefix_caching_nothing_is_reused() {
     let mut kv = manager(32, 4, false, None);
     let a: Vec<u32> = (0..20).collect();
