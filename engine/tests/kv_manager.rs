@@ -96,7 +96,11 @@ fn a_forgotten_document_is_not_reused_and_the_probe_counts_no_statistics() {
     assert_eq!(kv.prefix_stats(), stats_before, "probing records nothing");
     // Forgetting the first 10 tokens drops the entries of their two full blocks only.
     assert_eq!(kv.forget_prefix(&doc[..10]), 2);
-    assert_eq!(kv.cached_prefix_len(&doc), 0, "the chain breaks at the first block");
+    assert_eq!(
+        kv.cached_prefix_len(&doc),
+        0,
+        "the chain breaks at the first block"
+    );
     assert_eq!(kv.forget_prefix(&doc), 3, "the remaining full blocks");
     assert_eq!(kv.forget_prefix(&doc), 0);
     kv.pool().check_invariants().unwrap();

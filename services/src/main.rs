@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod db;
 mod embedder;
+mod eval;
 mod indexes;
 mod ingest;
 mod metrics;

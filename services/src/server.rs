@@ -29,6 +29,15 @@ use crate::state::AppState;
 
 /// Runs the server until it is told to stop.
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    run_with(config, |_| {}).await
+}
+
+/// Runs the server, calling `on_ready` with its addresses once it listens (used by an in-process
+/// evaluation, which binds port 0).
+pub async fn run_with(
+    config: ServeConfig,
+    on_ready: impl FnOnce(&[std::net::SocketAddr]),
+) -> anyhow::Result<()> {
     let data_dir = config.data_dir();
     for sub in ["originals", "indexes"] {
         std::fs::create_dir_all(data_dir.join(sub))
@@ -83,6 +92,7 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         config.ingest_workers,
     ));
     let (server, addrs) = http_server(state.clone(), &config)?;
+    on_ready(&addrs);
     for addr in addrs {
         println!("docqa listening on http://{addr}");
     }

@@ -4,6 +4,7 @@
 //! [`Command`].
 
 mod embed;
+mod eval;
 mod eval_retrieval;
 mod generate;
 pub mod models;
@@ -30,6 +31,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Print MiniLM sentence embeddings of texts as JSON lines.
     Embed(embed::EmbedArgs),
+    /// Answer quality against latency per route (rag, long, auto) on QA datasets, with reports.
+    Eval(eval::EvalArgs),
     /// Retrieval quality (nDCG@10, recall@100) of BM25, dense and hybrid on a BEIR-style dataset.
     EvalRetrieval(eval_retrieval::EvalRetrievalArgs),
 }
@@ -39,6 +42,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Serve(config) => serve::run(config),
+            Command::Eval(args) => eval::run(args),
             Command::Models(args) => models::run(args),
             Command::Generate(args) => generate::run(args),
             Command::Embed(args) => embed::run(args),

@@ -1,0 +1,150 @@
+//! `docqa eval`: runs QA datasets through the routes and writes `results.jsonl`, `report.json` and
+//! `report.md` to the output directory. In-process by default (a server on a free loopback port, its
+//! data under `OUT/server`, kept so a resumed run reuses the ingested documents), or against a running
+//! server with `--url` and `--api-key`.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser};
+
+use crate::config::ServeConfig;
+use crate::eval::client::DocqaClient;
+use crate::eval::{report, runner};
+
+/// `docqa eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Dataset files in docqa's JSON Lines format (repeat the flag, or separate with commas).
+    #[arg(long, required = true, value_delimiter = ',')]
+    dataset: Vec<PathBuf>,
+    /// Routes to ask each question on, in this order.
+    #[arg(long, default_value = "rag,long,auto", value_delimiter = ',')]
+    routes: Vec<String>,
+    /// Output directory (results, reports; a second run with the same directory resumes).
+    #[arg(long)]
+    out: PathBuf,
+    /// Questions per dataset: a seeded sample.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Seed of the sample.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Answer tokens per question (greedy decoding).
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Questions in flight at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// A running docqa server to evaluate instead of an in-process one.
+    #[arg(long, env = "DOCQA_EVAL_URL")]
+    url: Option<String>,
+    /// API key for `--url`.
+    #[arg(long, env = "DOCQA_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// RAG window of the in-process server, in tokens.
+    #[arg(long, default_value_t = 8192)]
+    rag_window: usize,
+    /// Directory holding the model directories (in-process server).
+    #[arg(long, env = "DOCQA_MODELS_DIR")]
+    models_dir: Option<PathBuf>,
+}
+
+#[derive(Parser)]
+struct ServeOnly {
+    #[command(flatten)]
+    serve: ServeConfig,
+}
+
+/// Runs `docqa eval`.
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    for r in &args.routes {
+        anyhow::ensure!(
+            ["rag", "long", "auto"].contains(&r.as_str()),
+            "unknown route {r:?}: use rag, long or auto"
+        );
+    }
+    let client = match &args.url {
+        Some(url) => DocqaClient::new(url, args.api_key.clone())?,
+        None => DocqaClient::new(&start_in_process(&args)?, None)?,
+    };
+    let settings = runner::Settings {
+        datasets: args.dataset.clone(),
+        routes: args.routes.clone(),
+        out: args.out.clone(),
+        limit: args.limit,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        concurrency: args.concurrency,
+    };
+    let results = runner::run(&client, &settings)?;
+    let summaries = report::summarize(&results);
+    std::fs::write(
+        args.out.join("report.json"),
+        serde_json::to_string_pretty(
+            &serde_json::json!({ "summaries": summaries, "results": results }),
+        )?,
+    )?;
+    let header = format!(
+        "{} answers; routes {}; limit {:?} per dataset, seed {}; max answer tokens {}; {}.",
+        results.len(),
+        args.routes.join(", "),
+        args.limit,
+        args.seed,
+        args.max_tokens,
+        match &args.url {
+            Some(u) => format!("server {u}"),
+            None => format!("in-process server, RAG window {}", args.rag_window),
+        }
+    );
+    let md = report::markdown(&summaries, &header);
+    std::fs::write(args.out.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// Starts `docqa serve` in this process on a free loopback port; returns its base URL.
+fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
+    let data = args.out.join("server");
+    let mut argv: Vec<String> = vec![
+        "serve".into(),
+        "--bind".into(),
+        "127.0.0.1:0".into(),
+        "--local-mode".into(),
+        "on".into(),
+        "--rate-limit-per-minute".into(),
+        "0".into(),
+        "--max-waiting".into(),
+        "1024".into(),
+        "--rag-window".into(),
+        args.rag_window.to_string(),
+        "--max-answer-tokens".into(),
+        args.max_tokens.max(1).to_string(),
+        "--data-dir".into(),
+        data.display().to_string(),
+    ];
+    if let Some(dir) = &args.models_dir {
+        argv.push("--models-dir".into());
+        argv.push(dir.display().to_string());
+    }
+    let config = ServeOnly::try_parse_from(argv)?.serve;
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("docqa-eval-server".into())
+        .spawn(move || {
+            let result =
+                actix_web::rt::System::new().block_on(crate::server::run_with(config, |addrs| {
+                    let _ = tx.send(addrs.first().copied());
+                }));
+            if let Err(e) = result {
+                eprintln!("docqa eval: the in-process server stopped: {e:#}");
+            }
+        })?;
+    let addr = rx
+        .recv_timeout(Duration::from_secs(600))
+        .context("the in-process server did not start")?
+        .context("the in-process server has no address")?;
+    Ok(format!("http://{addr}"))
+}

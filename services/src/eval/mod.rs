@@ -1,0 +1,10 @@
+//! Batch evaluation of answer quality against latency, per route: datasets ([`dataset`]), metrics
+//! ([`metrics`]), the HTTP client ([`client`]), the run with resume ([`runner`], [`results`]) and the
+//! reports ([`report`]).
+
+pub mod client;
+pub mod dataset;
+pub mod metrics;
+pub mod report;
+pub mod results;
+pub mod runner;

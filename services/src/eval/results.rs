@@ -1,0 +1,219 @@
+//! Per-question results: scored from an answer, appended to `results.jsonl` as they come, and read back
+//! so an interrupted run resumes without asking anything twice.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::dataset::{EvalDocument, EvalQuestion};
+use super::metrics;
+
+/// One question answered on one route.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QuestionResult {
+    /// Dataset file stem.
+    pub dataset: String,
+    /// The document's `source`.
+    pub source: String,
+    /// The dataset's document id.
+    pub document: String,
+    /// Tokens of the document.
+    pub document_tokens: u64,
+    /// The dataset's question id.
+    pub question_id: String,
+    /// Question kind.
+    pub kind: String,
+    /// Route asked for.
+    pub route_requested: String,
+    /// Route taken.
+    pub route: String,
+    /// Self-Route fell back to long.
+    pub self_route_fallback: bool,
+    /// The answer.
+    pub answer: String,
+    /// The answer did not say "not found".
+    pub answerable: bool,
+    /// The metric that fits the kind (F1, ROUGE-L, accuracy, or abstention), 0..=1.
+    pub score: f64,
+    /// Exact match (extractive).
+    pub exact_match: Option<f64>,
+    /// Token F1 (extractive; characters for Chinese).
+    pub f1: Option<f64>,
+    /// ROUGE-L (free-form).
+    pub rouge_l: Option<f64>,
+    /// Whether an answer citation quotes gold evidence (when evidence is given).
+    pub cites_evidence: Option<bool>,
+    /// Share of the evidence spans found in the top 10 retrieved chunks.
+    pub evidence_recall_at_10: Option<f64>,
+    /// Time to first token.
+    pub first_token_ms: u64,
+    /// Total time.
+    pub total_ms: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Of those, from the KV prefix cache.
+    pub cached_tokens: u64,
+    /// Answer tokens.
+    pub completion_tokens: u64,
+    /// Why the question failed (then the scores are 0).
+    pub error: Option<String>,
+}
+
+impl QuestionResult {
+    /// The key a run resumes by.
+    pub fn key(&self) -> String {
+        key(&self.question_id, &self.route_requested)
+    }
+}
+
+/// The resume key of a question on a route.
+pub fn key(question_id: &str, route: &str) -> String {
+    format!("{question_id}\u{1f}{route}")
+}
+
+/// Whether `part` is (mostly) inside `container`: 60% of its words occur there (for Chinese, one holds
+/// the other).
+pub fn supports(container: &str, part: &str) -> bool {
+    if metrics::is_chinese(part) {
+        let c = metrics::normalize(container).replace(' ', "");
+        let p = metrics::normalize(part).replace(' ', "");
+        return !p.is_empty() && (c.contains(&p) || p.contains(&c));
+    }
+    let words: HashSet<String> = metrics::normalize(container)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let p: Vec<String> = metrics::normalize(part)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    !p.is_empty() && p.iter().filter(|w| words.contains(*w)).count() * 10 >= p.len() * 6
+}
+
+/// Share of `evidence` spans that some chunk of `chunks` overlaps (an evidence span is found when a
+/// chunk holds most of its words).
+pub fn evidence_recall(evidence: &[String], chunks: &[String]) -> Option<f64> {
+    if evidence.is_empty() {
+        return None;
+    }
+    let found = evidence
+        .iter()
+        .filter(|e| chunks.iter().any(|c| supports(c, e)))
+        .count();
+    Some(found as f64 / evidence.len() as f64)
+}
+
+/// Scores an answer to `q`.
+pub fn score(
+    dataset: &str,
+    doc: &EvalDocument,
+    document_tokens: u64,
+    q: &EvalQuestion,
+    route_requested: &str,
+    answer: &Value,
+    evidence_recall_at_10: Option<f64>,
+) -> QuestionResult {
+    let text = answer["answer"].as_str().unwrap_or_default().to_string();
+    let answerable = answer["answerable"].as_bool().unwrap_or(true);
+    let (mut em, mut f1, mut rouge) = (None, None, None);
+    let score = match q.kind.as_str() {
+        "unanswerable" => f64::from(u8::from(!answerable)),
+        "multiple-choice" => metrics::multiple_choice(&text, &q.answers),
+        "extractive" => {
+            em = Some(metrics::exact_match(&text, &q.answers));
+            let v = metrics::f1(&text, &q.answers);
+            f1 = Some(v);
+            v
+        }
+        _ => {
+            let v = metrics::rouge_l(&text, &q.answers);
+            rouge = Some(v);
+            v
+        }
+    };
+    let quotes: Vec<String> = answer["citations"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c["quote"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cites_evidence = (!q.evidence.is_empty()).then(|| {
+        quotes
+            .iter()
+            .any(|quote| q.evidence.iter().any(|e| supports(e, quote)))
+    });
+    let u = |k: &str| answer["usage"][k].as_u64().unwrap_or(0);
+    let t = |k: &str| answer["timings"][k].as_u64().unwrap_or(0);
+    QuestionResult {
+        dataset: dataset.to_string(),
+        source: doc.source.clone(),
+        document: doc.id.clone(),
+        document_tokens,
+        question_id: q.id.clone(),
+        kind: q.kind.clone(),
+        route_requested: route_requested.to_string(),
+        route: answer["route"].as_str().unwrap_or_default().to_string(),
+        self_route_fallback: answer["self_route_fallback"].as_bool().unwrap_or(false),
+        answer: text,
+        answerable,
+        score,
+        exact_match: em,
+        f1,
+        rouge_l: rouge,
+        cites_evidence,
+        evidence_recall_at_10,
+        first_token_ms: t("first_token_ms"),
+        total_ms: t("total_ms"),
+        prompt_tokens: u("prompt_tokens"),
+        cached_tokens: u("cached_prompt_tokens"),
+        completion_tokens: u("completion_tokens"),
+        error: None,
+    }
+}
+
+/// Results already in `path` (a run being resumed).
+pub fn read(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(path)?;
+    // A line cut by a crash is dropped: that question is simply asked again.
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// Appends one result and flushes it to disk.
+pub fn append(path: &Path, r: &QuestionResult) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    writeln!(f, "{}", serde_json::to_string(r)?)?;
+    f.sync_data()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_holding_most_of_an_evidence_span_finds_it() {
+        let chunk =
+            "The Normans were the people who gave their name to Normandy, a region in France.";
+        let ev = vec!["gave their name to Normandy, a region in France".to_string()];
+        assert_eq!(evidence_recall(&ev, &[chunk.to_string()]), Some(1.0));
+        assert_eq!(
+            evidence_recall(&ev, &["Steam engines burn coal.".to_string()]),
+            Some(0.0)
+        );
+        assert_eq!(evidence_recall(&[], &[chunk.to_string()]), None);
+    }
+}

@@ -1,0 +1,238 @@
+//! Running an evaluation: each sampled question of each dataset is asked on each route through a
+//! docqa server, scored, and appended to `results.jsonl` at once; documents are ingested once and their
+//! ids kept in `documents.json`, so an interrupted run resumes where it stopped.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::client::DocqaClient;
+use super::dataset::{self, EvalDocument};
+use super::results::{self, QuestionResult};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Dataset files.
+    pub datasets: Vec<PathBuf>,
+    /// Routes, in the order each question is asked on them.
+    pub routes: Vec<String>,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Questions per dataset (seeded sample), or all.
+    pub limit: Option<usize>,
+    /// Sample seed.
+    pub seed: u64,
+    /// Answer tokens.
+    pub max_tokens: usize,
+    /// Questions in flight at once.
+    pub concurrency: usize,
+}
+
+/// Chunks retrieved to measure evidence recall.
+const EVIDENCE_K: usize = 10;
+
+/// Runs every question not already in `results.jsonl`; returns all results (old and new).
+pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionResult>> {
+    std::fs::create_dir_all(&s.out)?;
+    let results_path = s.out.join("results.jsonl");
+    let previous = results::read(&results_path)?;
+    let done: HashSet<String> = previous.iter().map(QuestionResult::key).collect();
+    let ids_path = s.out.join("documents.json");
+    let mut ids: HashMap<String, String> = std::fs::read_to_string(&ids_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let mut plans = Vec::new();
+    for path in &s.datasets {
+        let docs = dataset::load(path)?;
+        let picked = dataset::sample(&docs, s.limit, s.seed);
+        plans.push((stem(path), docs, picked));
+    }
+    let todo: usize = plans
+        .iter()
+        .flat_map(|(_, docs, picked)| picked.iter().map(move |(d, q)| &docs[*d].questions[*q]))
+        .map(|q| {
+            s.routes
+                .iter()
+                .filter(|r| !done.contains(&results::key(&q.id, r)))
+                .count()
+        })
+        .sum();
+    let bar = progress(todo as u64);
+    let sink = Mutex::new(previous);
+    for (name, docs, picked) in &plans {
+        let mut by_doc: Vec<(usize, Vec<usize>)> = Vec::new();
+        for &(d, q) in picked {
+            match by_doc.last_mut() {
+                Some((last, qs)) if *last == d => qs.push(q),
+                _ => by_doc.push((d, vec![q])),
+            }
+        }
+        for (d, questions) in by_doc {
+            let doc = &docs[d];
+            let pending: Vec<usize> = questions
+                .into_iter()
+                .filter(|&q| {
+                    s.routes
+                        .iter()
+                        .any(|r| !done.contains(&results::key(&doc.questions[q].id, r)))
+                })
+                .collect();
+            if pending.is_empty() {
+                continue;
+            }
+            bar.set_message(format!("{name}: {}", doc.id));
+            let docqa_id = ensure_ingested(client, doc, &mut ids, &ids_path)?;
+            let tokens = document_tokens(client, &docqa_id);
+            let ctx = DocContext {
+                client,
+                s,
+                name,
+                doc,
+                docqa_id: &docqa_id,
+                tokens,
+                done: &done,
+            };
+            run_questions(&ctx, &pending, &results_path, &sink, &bar)?;
+        }
+    }
+    bar.finish_and_clear();
+    Ok(sink.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+struct DocContext<'a> {
+    client: &'a DocqaClient,
+    s: &'a Settings,
+    name: &'a str,
+    doc: &'a EvalDocument,
+    docqa_id: &'a str,
+    tokens: u64,
+    done: &'a HashSet<String>,
+}
+
+fn run_questions(
+    ctx: &DocContext<'_>,
+    pending: &[usize],
+    results_path: &Path,
+    sink: &Mutex<Vec<QuestionResult>>,
+    bar: &ProgressBar,
+) -> anyhow::Result<()> {
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..ctx.s.concurrency.max(1) {
+            scope.spawn(|| {
+                while let Some(&q) = pending.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    for r in ask_routes(ctx, q) {
+                        let written = results::append(results_path, &r);
+                        if let Err(e) = written {
+                            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                            return;
+                        }
+                        sink.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                        bar.inc(1);
+                    }
+                }
+            });
+        }
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e.context("writing results")),
+        None => Ok(()),
+    }
+}
+
+/// Asks question `q` on every route not yet done.
+fn ask_routes(ctx: &DocContext<'_>, q: usize) -> Vec<QuestionResult> {
+    let question = &ctx.doc.questions[q];
+    let evidence = if question.evidence.is_empty() {
+        None
+    } else {
+        ctx.client
+            .search(ctx.docqa_id, &question.question, EVIDENCE_K)
+            .ok()
+            .and_then(|chunks| results::evidence_recall(&question.evidence, &chunks))
+    };
+    let mut out = Vec::new();
+    for route in &ctx.s.routes {
+        if ctx.done.contains(&results::key(&question.id, route)) {
+            continue;
+        }
+        let answer = ctx
+            .client
+            .ask(ctx.docqa_id, &question.question, route, ctx.s.max_tokens);
+        out.push(match answer {
+            Ok(a) => results::score(ctx.name, ctx.doc, ctx.tokens, question, route, &a, evidence),
+            Err(e) => {
+                let mut r = results::score(
+                    ctx.name,
+                    ctx.doc,
+                    ctx.tokens,
+                    question,
+                    route,
+                    &serde_json::Value::Null,
+                    evidence,
+                );
+                r.score = 0.0;
+                r.error = Some(e.to_string());
+                r
+            }
+        });
+    }
+    out
+}
+
+fn ensure_ingested(
+    client: &DocqaClient,
+    doc: &EvalDocument,
+    ids: &mut HashMap<String, String>,
+    ids_path: &Path,
+) -> anyhow::Result<String> {
+    if let Some(id) = ids.get(&doc.id)
+        && client.has_document(id)
+    {
+        return Ok(id.clone());
+    }
+    let file = format!(
+        "{}.txt",
+        if doc.title.is_empty() {
+            &doc.id
+        } else {
+            &doc.title
+        }
+    );
+    let id = client
+        .ingest(&file, &doc.text)
+        .with_context(|| format!("ingesting {}", doc.id))?;
+    ids.insert(doc.id.clone(), id.clone());
+    std::fs::write(ids_path, serde_json::to_string_pretty(ids)?)?;
+    Ok(id)
+}
+
+fn document_tokens(client: &DocqaClient, id: &str) -> u64 {
+    client
+        .document(id)
+        .ok()
+        .and_then(|d| d["token_count"].as_u64())
+        .unwrap_or(0)
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn progress(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    let style = ProgressStyle::with_template("{msg:<40} [{bar:30}] {pos}/{len} answers, ETA {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}
