@@ -43,6 +43,10 @@ pub struct RouteSummary {
     pub first_token_ms: [f64; 3],
     /// Total time: mean, p50, p95 (ms).
     pub total_ms: [f64; 3],
+    /// Mean time to first token of answers whose prompt was mostly computed (cold KV cache).
+    pub cold_first_token_ms: Option<f64>,
+    /// Mean time to first token of answers whose prompt was mostly cached (warm KV cache).
+    pub warm_first_token_ms: Option<f64>,
     /// Mean prompt tokens.
     pub prompt_tokens: f64,
     /// Mean prompt tokens from the KV cache.
@@ -143,6 +147,16 @@ pub fn summarize(results: &[QuestionResult]) -> Vec<RouteSummary> {
                 ),
                 first_token_ms: spread(ok.iter().map(|r| r.first_token_ms as f64).collect()),
                 total_ms: spread(ok.iter().map(|r| r.total_ms as f64).collect()),
+                cold_first_token_ms: mean_of(
+                    ok.iter()
+                        .filter(|r| r.cached_tokens * 2 < r.prompt_tokens)
+                        .map(|r| r.first_token_ms as f64),
+                ),
+                warm_first_token_ms: mean_of(
+                    ok.iter()
+                        .filter(|r| r.cached_tokens * 2 >= r.prompt_tokens)
+                        .map(|r| r.first_token_ms as f64),
+                ),
                 prompt_tokens: mean(
                     &ok.iter()
                         .map(|r| r.prompt_tokens as f64)
@@ -194,7 +208,7 @@ pub fn markdown(summaries: &[RouteSummary], header: &str) -> String {
             current = s.dataset.clone();
             let _ = write!(
                 md,
-                "\n## {current}\n\n| route | n | score | EM | F1 | ROUGE-L | MC acc | abstain P | abstain R | evidence@10 | cites evidence | TTFT mean ms | total mean / p50 / p95 ms | prompt tok | cached tok | answer tok | routes taken | auto = best |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+                "\n## {current}\n\n| route | n | score | EM | F1 | ROUGE-L | MC acc | abstain P | abstain R | evidence@10 | cites evidence | TTFT mean ms (cold / warm KV) | total mean / p50 / p95 ms | prompt tok | cached tok | answer tok | routes taken | auto = best |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
             );
         }
         let routes: Vec<String> = s
@@ -204,7 +218,7 @@ pub fn markdown(summaries: &[RouteSummary], header: &str) -> String {
             .collect();
         let _ = writeln!(
             md,
-            "| {} | {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} | {:.1} | {} | {} |",
+            "| {} | {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} ({} / {}) | {:.0} / {:.0} / {:.0} | {:.0} | {:.0} | {:.1} | {} | {} |",
             s.route,
             s.questions,
             if s.errors > 0 {
@@ -222,6 +236,10 @@ pub fn markdown(summaries: &[RouteSummary], header: &str) -> String {
             cell(s.evidence_recall_at_10),
             cell(s.cites_evidence),
             s.first_token_ms[0],
+            s.cold_first_token_ms
+                .map_or("–".into(), |v| format!("{v:.0}")),
+            s.warm_first_token_ms
+                .map_or("–".into(), |v| format!("{v:.0}")),
             s.total_ms[0],
             s.total_ms[1],
             s.total_ms[2],

@@ -183,10 +183,14 @@ impl Answering {
                 let generated = self.generate(stream, Some(tx)).await?;
                 Ok((long, generated, true))
             }
-            _ => {
-                self.plan
-                    .reasons
-                    .push("the retrieved passages answered the self-check".into());
+            long => {
+                self.plan.reasons.push(if long.is_none() && unanswerable::says_unanswerable(&attempt.text) {
+                    "the retrieved passages could not answer, and the whole scope does not fit the \
+                     model's window"
+                        .into()
+                } else {
+                    "the retrieved passages answered the self-check".into()
+                });
                 self.first_token_ms.get_or_insert_with(|| ms(self.started));
                 if !attempt.text.is_empty()
                     && tx

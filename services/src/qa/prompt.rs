@@ -20,12 +20,13 @@ use crate::state::AppState;
 /// What the answer says when the passages or the document do not hold the answer.
 pub const NOT_FOUND: &str = "Not found in the document.";
 
-const RAG_SYSTEM: &str = "You answer questions using only the numbered sources given. Cite the sources \
-you use with their numbers in square brackets, like [1]. If the sources do not hold the answer, reply \
-exactly: Not found in the document.";
+const RAG_SYSTEM: &str = "You answer questions using only the numbered sources given. Answer briefly: a \
+few words for a fact, a few sentences at most. Cite the sources you use with their numbers in square \
+brackets, like [1]. If the sources do not hold the answer, reply exactly: Not found in the document.";
 
 const LONG_SYSTEM: &str = "You answer questions about the documents given, using only those documents. \
-If they do not hold the answer, reply exactly: Not found in the document.";
+Answer briefly: a few words for a fact, a few sentences at most. If they do not hold the answer, reply \
+exactly: Not found in the document.";
 
 /// A chunk placed in a RAG prompt.
 #[derive(Debug, Clone)]

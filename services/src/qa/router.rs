@@ -102,12 +102,15 @@ pub fn decide(choice: RouteChoice, s: &Signals) -> (Decision, Vec<String>) {
             reasons.push("the long-context path was asked for".into());
             Decision::Route(Route::Long)
         }
-        RouteChoice::Auto => auto(s, &mut reasons),
+        RouteChoice::Auto => {
+            let d = auto(s, &mut reasons);
+            reasons.push(format!(
+                "cost estimate: RAG computes about {} prompt tokens, long {} (after {} cached)",
+                s.rag_cost_tokens, s.long_cost_tokens, s.cached_long_tokens
+            ));
+            d
+        }
     };
-    reasons.push(format!(
-        "cost estimate: RAG computes about {} prompt tokens, long {} (after {} cached)",
-        s.rag_cost_tokens, s.long_cost_tokens, s.cached_long_tokens
-    ));
     (decision, reasons)
 }
 

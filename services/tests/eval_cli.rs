@@ -1,0 +1,145 @@
+//! `docqa eval` as users run it: in-process and against a running server (same answers for the same
+//! seed and greedy decoding), and interrupted with `kill -9` then resumed (no question asked twice,
+//! the same results as an uninterrupted run).
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Database, Options, Server};
+
+/// A dataset of two SQuAD articles, four answerable questions each, in docqa's JSON Lines format.
+fn write_dataset(dir: &Path) -> std::path::PathBuf {
+    let mut lines = Vec::new();
+    for i in [3, 10] {
+        let (title, text, questions) = support::squad_article(i);
+        let qs: Vec<Value> = questions
+            .iter()
+            .take(4)
+            .enumerate()
+            .map(|(n, (q, a))| json!({ "id": format!("a{i}-q{n}"), "question": q, "answers": a, "kind": "extractive" }))
+            .collect();
+        lines.push(json!({ "id": format!("article-{i}"), "source": "squad_v2", "title": title, "text": text, "questions": qs }).to_string());
+    }
+    let path = dir.join("mini.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+fn eval(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_docqa"));
+    cmd.arg("eval").args(args);
+    cmd
+}
+
+/// (question id, route) → answer, from a results file.
+fn answers(out: &Path) -> HashMap<(String, String), String> {
+    let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let mut seen = HashMap::new();
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let key = (
+            r["question_id"].as_str().unwrap().to_string(),
+            r["route_requested"].as_str().unwrap().to_string(),
+        );
+        assert!(r["error"].is_null(), "{r}");
+        let previous = seen.insert(key.clone(), r["answer"].as_str().unwrap().to_string());
+        assert!(previous.is_none(), "{key:?} was asked twice");
+    }
+    seen
+}
+
+#[test]
+fn an_interrupted_run_resumes_and_matches_an_uninterrupted_one_and_a_server_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_dataset(dir.path());
+    let data = data.to_str().unwrap();
+    let common = [
+        "--routes",
+        "rag",
+        "--limit",
+        "6",
+        "--seed",
+        "3",
+        "--max-tokens",
+        "16",
+        "--rag-window",
+        "1024",
+    ];
+
+    // Uninterrupted, in-process.
+    let full = dir.path().join("full");
+    let status = eval(&["--dataset", data, "--out", full.to_str().unwrap()])
+        .args(common)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let reference = answers(&full);
+    assert_eq!(reference.len(), 6);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(full.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["summaries"][0]["questions"], 6);
+    assert!(
+        std::fs::read_to_string(full.join("report.md"))
+            .unwrap()
+            .contains("| rag | 6 |")
+    );
+
+    // Killed after its second answer, then resumed.
+    let cut = dir.path().join("cut");
+    let mut child = eval(&["--dataset", data, "--out", cut.to_str().unwrap()])
+        .args(common)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while std::fs::read_to_string(cut.join("results.jsonl")).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(Instant::now() < deadline, "no answer within 10 minutes");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = answers(&cut).len();
+    assert!((2..6).contains(&before), "{before} answers before the kill");
+    let status = eval(&["--dataset", data, "--out", cut.to_str().unwrap()])
+        .args(common)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        answers(&cut),
+        reference,
+        "the resumed run answers exactly as the uninterrupted one"
+    );
+
+    // Against a running server over HTTP, with a tenant key.
+    let server = Server::start(
+        Options::new(Database::Sqlite)
+            .arg("--rag-window", 1024)
+            .arg("--rate-limit-per-minute", 0),
+    );
+    let (_, key) = server.tenant("eval");
+    let remote = dir.path().join("remote");
+    let status = eval(&[
+        "--dataset",
+        data,
+        "--out",
+        remote.to_str().unwrap(),
+        "--url",
+        &server.base,
+        "--api-key",
+        &key,
+    ])
+    .args(common)
+    .status()
+    .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        answers(&remote),
+        reference,
+        "in-process and HTTP runs give the same answers"
+    );
+}
