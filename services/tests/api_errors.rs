@@ -74,6 +74,19 @@ on_both_databases! {
         assert_error(server.post("/v1/ask", &key, &json!({ "question": "what?", "scope": { "document_ids": [doc] } })), 409, "conflict");
     }
 
+    fn a_lost_original_file_is_a_500_for_its_download_and_search_still_works(db) {
+        let server = Server::start(Options::new(db));
+        let (tenant, key) = server.tenant("t");
+        let (doc, job) = server.ingest(&key, "a.txt", b"The vault opens at nine.".to_vec(), "text/plain");
+        assert_eq!(job["status"], "succeeded");
+        // Someone removes the stored original behind docqa's back.
+        std::fs::remove_file(server.data_dir.join("originals").join(&tenant).join(&doc)).unwrap();
+        assert_error(server.get(&format!("/v1/documents/{doc}/original"), &key), 500, "internal_error");
+        // The document stays searchable: the database and the indexes do not depend on the original.
+        let hits: Value = server.post("/v1/search", &key, &json!({ "query": "vault opens", "mode": "bm25" })).json().unwrap();
+        assert_eq!(hits["hits"][0]["document_id"], doc.as_str());
+    }
+
     fn a_key_over_its_rate_limit_gets_429_with_retry_after(db) {
         let server = Server::start(Options::new(db).arg("--rate-limit-per-minute", 5));
         let (_, key) = server.tenant("t");
