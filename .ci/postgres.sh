@@ -2,6 +2,7 @@
 # Installs PostgreSQL from Debian's packages when missing, starts a cluster on 127.0.0.1:5432, and sets the
 # password of the `postgres` role to `postgres`. Prints the URL the tests use. Run as root.
 set -euo pipefail
+exec 3>&1 1>&2   # everything but the URL goes to stderr
 
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
@@ -18,4 +19,4 @@ for _ in $(seq 1 30); do
     sleep 1
 done
 su postgres -c "psql -q -c \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null
-echo "postgres://postgres:postgres@127.0.0.1:5432/postgres"
+echo "postgres://postgres:postgres@127.0.0.1:5432/postgres" >&3

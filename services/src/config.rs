@@ -77,19 +77,7 @@ pub struct ServeConfig {
 impl ServeConfig {
     /// The data directory, resolved.
     pub fn data_dir(&self) -> PathBuf {
-        if let Some(dir) = &self.data_dir {
-            return dir.clone();
-        }
-        let env = |key: &str| {
-            std::env::var_os(key)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
-        match (env("XDG_DATA_HOME"), env("HOME")) {
-            (Some(data), _) => data.join("docqa"),
-            (None, Some(home)) => home.join(".local").join("share").join("docqa"),
-            (None, None) => PathBuf::from("docqa-data"),
-        }
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
     }
 
     /// Whether local single-user mode is on.
@@ -99,5 +87,19 @@ impl ServeConfig {
             LocalMode::Off => false,
             LocalMode::Auto => self.bind.ip().is_loopback(),
         }
+    }
+}
+
+/// `$XDG_DATA_HOME/docqa`, else `~/.local/share/docqa`, else `./docqa-data`.
+pub fn default_data_dir() -> PathBuf {
+    let env = |key: &str| {
+        std::env::var_os(key)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    match (env("XDG_DATA_HOME"), env("HOME")) {
+        (Some(data), _) => data.join("docqa"),
+        (None, Some(home)) => home.join(".local").join("share").join("docqa"),
+        (None, None) => PathBuf::from("docqa-data"),
     }
 }

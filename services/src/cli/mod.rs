@@ -8,6 +8,7 @@ mod eval;
 mod eval_retrieval;
 mod generate;
 pub mod models;
+mod reindex;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +34,8 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Answer quality against latency per route (rag, long, auto) on QA datasets, with reports.
     Eval(eval::EvalArgs),
+    /// Rebuild the search indexes from the database's chunks and stored vectors.
+    Reindex(reindex::ReindexArgs),
     /// Retrieval quality (nDCG@10, recall@100) of BM25, dense and hybrid on a BEIR-style dataset.
     EvalRetrieval(eval_retrieval::EvalRetrievalArgs),
 }
@@ -43,6 +46,7 @@ impl Cli {
         match self.command {
             Command::Serve(config) => serve::run(config),
             Command::Eval(args) => eval::run(args),
+            Command::Reindex(args) => reindex::run(args),
             Command::Models(args) => models::run(args),
             Command::Generate(args) => generate::run(args),
             Command::Embed(args) => embed::run(args),

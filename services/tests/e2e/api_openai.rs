@@ -2,7 +2,7 @@
 //! `/v1/models`, streaming and not. The interpreter is `$DOCQA_PYTHON` (else `python3`); without the
 //! package the test says so and returns, unless `DOCQA_REQUIRE_OPENAI=1` (set by `.ci/run`).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
@@ -47,7 +47,7 @@ fn the_openai_python_client_gets_answers_streaming_and_not() {
         "text/plain",
     );
     assert_eq!(job["status"], "succeeded");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/openai_client.py");
     let out = Command::new(python())
         .args([script, &server.base, &key, &doc])
         .output()

@@ -1,7 +1,7 @@
 //! Tenant isolation and keys: another tenant's documents, jobs and answers answer 404 to every
 //! operation; a revoked key stops working at once; admin endpoints need the admin key.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{ADMIN_KEY, Options, Server};

@@ -2,7 +2,7 @@
 //! (with Retry-After), each with the one error body `{"error_type", "message"}`; and bad input loses
 //! nothing (the data before the error is intact after it).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Options, Server};

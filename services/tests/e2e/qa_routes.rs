@@ -3,7 +3,7 @@
 //! global question reads the whole document; the next question on it reuses its cached KV; RAG
 //! passages are laid out in document order; deleting a document drops its cached KV.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Database, Options, Server};

@@ -3,7 +3,7 @@
 //! visible, and after the restart the job is resumed to success with the indexes agreeing with the
 //! database. Cancelling jobs, queued or running, leaves nothing searchable.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

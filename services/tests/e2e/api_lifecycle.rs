@@ -2,9 +2,8 @@
 //! follow their jobs, list, ask with route=rag (plain and streamed), delete, and see the document
 //! gone from search — on SQLite and on PostgreSQL.
 
-#[path = "../../indexer/tests/parse_support/mod.rs"]
-mod parse_support;
-mod support;
+use crate::parse_support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Options, Server};

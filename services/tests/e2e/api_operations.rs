@@ -2,7 +2,7 @@
 //! page; local single-user mode (on for loopback, off for other addresses); engine overload (429 with
 //! Retry-After); a database that goes away (503, and recovery when it is back).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Database, Options, Server};
@@ -147,4 +147,63 @@ fn a_database_that_goes_away_answers_503_and_recovers() {
             .status(),
         200
     );
+}
+
+#[test]
+fn reindex_rebuilds_lost_indexes_from_the_database() {
+    let mut server = Server::start(Options::new(Database::Sqlite));
+    let (tenant, key) = server.tenant("re");
+    let (title, text, _) = support::squad_article(8);
+    let (doc, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    let chunks = server
+        .get(&format!("/v1/documents/{doc}"), &key)
+        .json::<Value>()
+        .unwrap()["chunk_count"]
+        .as_i64()
+        .unwrap();
+    assert!(server.terminate());
+    std::fs::remove_dir_all(server.data_dir.join("indexes")).unwrap();
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docqa"))
+        .arg("reindex")
+        .arg("--data-dir")
+        .arg(&server.data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let expected =
+        format!("tenant {tenant}: {chunks} chunks in the database, bm25 {chunks}, dense {chunks}");
+    assert!(printed.contains(&expected), "{printed}");
+    assert!(
+        server
+            .data_dir
+            .join("indexes")
+            .join(&tenant)
+            .join("bm25")
+            .exists()
+    );
+
+    server.restart();
+    let stats: Value = server.get("/v1/stats", &key).json().unwrap();
+    assert_eq!(stats["bm25_chunks"].as_i64(), Some(chunks));
+    assert_eq!(stats["dense_chunks"].as_i64(), Some(chunks));
+    let hits: Value = server
+        .post(
+            "/v1/search",
+            &key,
+            &json!({ "query": "oil crisis embargo", "mode": "bm25" }),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(hits["hits"][0]["document_id"], doc.as_str());
 }

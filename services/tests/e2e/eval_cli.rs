@@ -2,7 +2,7 @@
 //! seed and greedy decoding), and interrupted with `kill -9` then resumed (no question asked twice,
 //! the same results as an uninterrupted run).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,0 +1,16 @@
+//! End-to-end tests of `docqa serve` and `docqa eval`: real server processes on loopback, the real models
+//! on the CPU engine, SQLite and PostgreSQL, talked to over HTTP. One test binary, one module per area.
+
+#[macro_use]
+mod support;
+#[path = "../../../indexer/tests/parse_support/mod.rs"]
+mod parse_support;
+
+mod api_crash;
+mod api_errors;
+mod api_lifecycle;
+mod api_openai;
+mod api_operations;
+mod api_tenants;
+mod eval_cli;
+mod qa_routes;
