@@ -142,7 +142,11 @@ pub struct QaQuestion {
     pub id: String,
     /// Question text.
     pub question: String,
-    /// Kind (`extractive`, `free-form`, ...).
+    /// Reference answers (for multiple choice: the letter, then the option's text; none when
+    /// unanswerable).
+    #[serde(default)]
+    pub answers: Vec<String>,
+    /// Kind (`extractive`, `free-form`, `multiple-choice`, `unanswerable`).
     #[serde(default)]
     pub kind: String,
     /// Gold evidence snippets (verbatim text of the document), possibly none.
@@ -155,6 +159,9 @@ pub struct QaQuestion {
 pub struct QaDocument {
     /// Document id.
     pub id: String,
+    /// The dataset it comes from.
+    #[serde(default)]
+    pub source: String,
     /// Title.
     #[serde(default)]
     pub title: String,

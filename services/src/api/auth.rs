@@ -112,51 +112,62 @@ async fn identify(req: HttpRequest) -> Result<Identity, ApiError> {
     })
 }
 
+type Extracted<T> = Pin<Box<dyn Future<Output = Result<T, ApiError>>>>;
+
+/// Identifies the caller, then lets `accept` decide whether that identity may call.
+fn extract<T: 'static>(
+    req: &HttpRequest,
+    accept: fn(Identity) -> Result<T, ApiError>,
+) -> Extracted<T> {
+    let req = req.clone();
+    Box::pin(async move { accept(identify(req).await?) })
+}
+
+fn tenant_caller(identity: Identity) -> Result<TenantCaller, ApiError> {
+    match identity {
+        Identity::Local => Ok(TenantCaller {
+            tenant_id: LOCAL_TENANT.to_string(),
+            key_id: "local".to_string(),
+        }),
+        Identity::Key {
+            key_id,
+            tenant_id: Some(tenant_id),
+            ..
+        } => Ok(TenantCaller { tenant_id, key_id }),
+        Identity::Key { .. } => Err(ApiError::forbidden(
+            "admin keys manage tenants and keys; use a tenant key for data endpoints",
+        )),
+    }
+}
+
+fn admin_caller(identity: Identity) -> Result<AdminCaller, ApiError> {
+    match identity {
+        Identity::Key {
+            key_id,
+            is_admin: true,
+            ..
+        } => Ok(AdminCaller { key_id }),
+        Identity::Local => Err(ApiError::unauthorized(
+            "an admin API key is required: send `Authorization: Bearer <admin key>`",
+        )),
+        Identity::Key { .. } => Err(ApiError::forbidden("this endpoint needs an admin key")),
+    }
+}
+
 impl FromRequest for TenantCaller {
     type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+    type Future = Extracted<Self>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move {
-            match identify(req).await? {
-                Identity::Local => Ok(TenantCaller {
-                    tenant_id: LOCAL_TENANT.to_string(),
-                    key_id: "local".to_string(),
-                }),
-                Identity::Key {
-                    key_id,
-                    tenant_id: Some(tenant_id),
-                    ..
-                } => Ok(TenantCaller { tenant_id, key_id }),
-                Identity::Key { .. } => Err(ApiError::forbidden(
-                    "admin keys manage tenants and keys; use a tenant key for data endpoints",
-                )),
-            }
-        })
+        extract(req, tenant_caller)
     }
 }
 
 impl FromRequest for AdminCaller {
     type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+    type Future = Extracted<Self>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move {
-            match identify(req).await? {
-                Identity::Key {
-                    key_id,
-                    is_admin: true,
-                    ..
-                } => Ok(AdminCaller { key_id }),
-                Identity::Local => Err(ApiError::unauthorized(
-                    "an admin API key is required: send `Authorization: Bearer <admin key>`",
-                )),
-                Identity::Key { .. } => {
-                    Err(ApiError::forbidden("this endpoint needs an admin key"))
-                }
-            }
-        })
+        extract(req, admin_caller)
     }
 }

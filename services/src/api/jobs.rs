@@ -85,6 +85,14 @@ impl From<Job> for JobView {
     }
 }
 
+async fn find(state: &AppState, caller: &TenantCaller, id: &str) -> ApiResult<Job> {
+    state
+        .db
+        .job(&caller.tenant_id, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("job", id))
+}
+
 /// An ingestion job's status.
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
     responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
@@ -93,11 +101,7 @@ pub async fn get(
     caller: TenantCaller,
     id: web::Path<String>,
 ) -> ApiResult<web::Json<JobView>> {
-    let job = state
-        .db
-        .job(&caller.tenant_id, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("job", &id))?;
+    let job = find(&state, &caller, &id).await?;
     Ok(web::Json(job.into()))
 }
 
@@ -109,11 +113,7 @@ pub async fn cancel(
     caller: TenantCaller,
     id: web::Path<String>,
 ) -> ApiResult<web::Json<JobView>> {
-    let job = state
-        .db
-        .job(&caller.tenant_id, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("job", &id))?;
+    let job = find(&state, &caller, &id).await?;
     if !state.db.cancel_job(&caller.tenant_id, &id).await? {
         return Err(ApiError::conflict(format!(
             "job {id} has already ended ({})",
@@ -131,11 +131,7 @@ pub async fn cancel(
             )
             .await?;
     }
-    let job = state
-        .db
-        .job(&caller.tenant_id, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("job", &id))?;
+    let job = find(&state, &caller, &id).await?;
     Ok(web::Json(job.into()))
 }
 

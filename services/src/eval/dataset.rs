@@ -1,4 +1,5 @@
-//! Evaluation datasets in docqa's JSON Lines format: one document per line, with its questions.
+//! Evaluation datasets in docqa's JSON Lines format (read by the indexer's loader, which the
+//! within-document retrieval evaluation shares): one document per line, with its questions.
 //!
 //! ```json
 //! {"id": "...", "source": "squad_v2", "title": "...", "text": "...",
@@ -9,61 +10,12 @@
 //! `kind` is `extractive`, `free-form`, `multiple-choice` (answers: the letter, then the option text) or
 //! `unanswerable` (no answers). `evidence` lists text spans of the document that support the answer.
 
-use std::path::Path;
-
-use anyhow::Context;
-use serde::Deserialize;
-
-/// One question.
-#[derive(Debug, Clone, Deserialize)]
-pub struct EvalQuestion {
-    /// Unique id.
-    pub id: String,
-    /// The question.
-    pub question: String,
-    /// Reference answers.
-    #[serde(default)]
-    pub answers: Vec<String>,
-    /// `extractive`, `free-form`, `multiple-choice` or `unanswerable`.
-    #[serde(default = "default_kind")]
-    pub kind: String,
-    /// Supporting spans of the document.
-    #[serde(default)]
-    pub evidence: Vec<String>,
-}
-
-fn default_kind() -> String {
-    "free-form".into()
-}
-
-/// One document and its questions.
-#[derive(Debug, Clone, Deserialize)]
-pub struct EvalDocument {
-    /// Unique id.
-    pub id: String,
-    /// Where it comes from (reports group by it).
-    #[serde(default)]
-    pub source: String,
-    /// Title.
-    #[serde(default)]
-    pub title: String,
-    /// Full text.
-    pub text: String,
-    /// Questions.
-    pub questions: Vec<EvalQuestion>,
-}
+pub use docqa_indexer::eval::dataset::{QaDocument as EvalDocument, QaQuestion as EvalQuestion};
 
 /// Reads a dataset file.
-pub fn load(path: &Path) -> anyhow::Result<Vec<EvalDocument>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).with_context(|| format!("{} line {}", path.display(), i + 1))
-        })
-        .collect()
+pub fn load(path: &std::path::Path) -> anyhow::Result<Vec<EvalDocument>> {
+    docqa_indexer::eval::dataset::load_qa(path)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
 }
 
 /// A seeded sample of at most `limit` questions (all when None), as (document index, question index),

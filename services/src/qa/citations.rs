@@ -180,7 +180,7 @@ async fn aligned(state: &AppState, tenant_id: &str, answer: &str, p: &Prepared) 
                     .documents
                     .iter()
                     .find(|d| d.id == c.document_id)
-                    .map(|d| d.title.clone().unwrap_or_else(|| d.file_name.clone()))
+                    .map(super::prompt::title_of)
                     .unwrap_or_default(),
             };
             citation(

@@ -80,7 +80,8 @@ fn encode(state: &AppState, system: &str, user: &str) -> Result<Vec<u32>, ApiErr
         .map_err(ApiError::internal)
 }
 
-fn title_of(doc: &Document) -> String {
+/// A document's title, or its file name when it has none.
+pub fn title_of(doc: &Document) -> String {
     doc.title.clone().unwrap_or_else(|| doc.file_name.clone())
 }
 
