@@ -13,7 +13,9 @@ version=$(ls /usr/lib/postgresql | sort -n | tail -1)
 if ! pg_lsclusters -h | grep -q "^$version main"; then
     pg_createcluster "$version" main >/dev/null
 fi
-pg_ctlcluster "$version" main start 2>/dev/null || true
+# The server outlives this script: it must not inherit the caller's pipes (fd 3 is the URL's), or a
+# caller reading this script's output through `$(...)` would wait for the server to exit.
+pg_ctlcluster "$version" main start </dev/null >/dev/null 2>&1 3>&- || true
 for _ in $(seq 1 30); do
     if su postgres -c "pg_isready -q -h 127.0.0.1 -p 5432"; then break; fi
     sleep 1
