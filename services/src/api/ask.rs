@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::sse;
+use crate::db::answers::AnswerRow;
 use crate::db::rfc3339;
 use crate::qa::{self, AskEvent, AskInput, FinalAnswer};
 use crate::state::AppState;
@@ -126,24 +127,30 @@ pub async fn get_answer(
         .answer(&caller.tenant_id, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("answer", &id))?;
-    Ok(web::Json(AnswerView {
-        answer_id: a.id,
-        question: a.question,
-        scope: a.scope,
-        route_requested: a.route_requested,
-        route: a.route,
-        route_reasons: a.route_reasons,
-        status: a.status,
-        answer: a.text,
-        citations: a.citations,
-        timings: a.timings,
-        prompt_tokens: a.prompt_tokens,
-        cached_prompt_tokens: a.cached_tokens,
-        completion_tokens: a.completion_tokens,
-        error: a.error,
-        created_at: rfc3339(a.created_at),
-        finished_at: a.finished_at.map(rfc3339),
-    }))
+    Ok(web::Json(AnswerView::from(a)))
+}
+
+impl From<AnswerRow> for AnswerView {
+    fn from(a: AnswerRow) -> Self {
+        AnswerView {
+            answer_id: a.id,
+            question: a.question,
+            scope: a.scope,
+            route_requested: a.route_requested,
+            route: a.route,
+            route_reasons: a.route_reasons,
+            status: a.status,
+            answer: a.text,
+            citations: a.citations,
+            timings: a.timings,
+            prompt_tokens: a.prompt_tokens,
+            cached_prompt_tokens: a.cached_tokens,
+            completion_tokens: a.completion_tokens,
+            error: a.error,
+            created_at: rfc3339(a.created_at),
+            finished_at: a.finished_at.map(rfc3339),
+        }
+    }
 }
 
 /// Routes of this file.

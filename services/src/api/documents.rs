@@ -219,7 +219,8 @@ pub async fn get(
     Ok(web::Json(DocumentDetail { document, job_id }))
 }
 
-async fn find(state: &AppState, caller: &TenantCaller, id: &str) -> ApiResult<Document> {
+/// The caller's document, or 404.
+pub async fn find(state: &AppState, caller: &TenantCaller, id: &str) -> ApiResult<Document> {
     state
         .db
         .document(&caller.tenant_id, id)

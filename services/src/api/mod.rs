@@ -1,12 +1,16 @@
 //! The HTTP API: one file per resource, each with a `routes` function, plus the shared pieces
-//! ([`error`], [`auth`], [`sse`], [`upload`]) and the OpenAPI document ([`openapi`]).
+//! ([`error`], [`auth`], [`sse`], [`upload`]), the OpenAPI document ([`openapi`]) and the browser UI
+//! ([`web_ui`]).
 
 pub mod admin;
 pub mod ask;
 pub mod auth;
+pub mod document_text;
 pub mod documents;
 pub mod error;
 pub mod health;
+pub mod history;
+pub mod info;
 pub mod jobs;
 pub mod openai;
 pub mod openapi;
@@ -14,6 +18,7 @@ pub mod search;
 pub mod sse;
 pub mod stats;
 pub mod upload;
+pub mod web_ui;
 
 use actix_web::web;
 
@@ -38,6 +43,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(|err, _| extraction_error(format!("invalid path: {err}"))),
     )
     .configure(documents::routes)
+    .configure(document_text::routes)
+    .configure(history::routes)
     .configure(jobs::routes)
     .configure(ask::routes)
     .configure(search::routes)
@@ -46,6 +53,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .configure(admin::routes)
     .configure(health::routes)
     .configure(openapi::routes)
+    .configure(info::routes)
+    .configure(web_ui::routes)
     .default_service(web::to(not_found));
 }
 

@@ -5,7 +5,9 @@ use actix_web::{HttpResponse, web};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, ask, documents, health, jobs, openai, search, stats};
+use super::{
+    admin, ask, document_text, documents, health, history, info, jobs, openai, search, stats,
+};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -15,11 +17,12 @@ use super::{admin, ask, documents, health, jobs, openai, search, stats};
         long-context path. Every error has the body `{\"error_type\", \"message\"}`."),
     paths(
         documents::upload, documents::list, documents::get, documents::download, documents::delete,
+        document_text::document_text, history::document_answers,
         jobs::get, jobs::cancel,
         ask::ask, ask::get_answer, search::search, stats::stats,
         openai::chat_completions, openai::models,
         admin::create_tenant, admin::list_tenants, admin::create_key, admin::list_keys, admin::revoke_key,
-        health::healthz, health::readyz, health::metrics,
+        health::healthz, health::readyz, health::metrics, info::info,
     ),
     modifiers(&BearerAuth),
     security(("api_key" = [])),

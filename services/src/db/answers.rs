@@ -104,7 +104,7 @@ fn answer_from(r: &AnyRow) -> Result<AnswerRow, sqlx::Error> {
 }
 
 impl Db {
-    /// Records a question being answered.
+    /// Records a question being answered, and the documents it is asked about.
     pub async fn insert_answer(
         &self,
         id: &str,
@@ -112,7 +112,9 @@ impl Db {
         question: &str,
         scope: &Value,
         route_requested: &str,
+        document_ids: &[&str],
     ) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
         sqlx::query(
             "INSERT INTO answers (id, tenant_id, question, scope, route_requested, status, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -124,9 +126,16 @@ impl Db {
         .bind(route_requested)
         .bind(status::RUNNING)
         .bind(now_ms())
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        for document_id in document_ids {
+            sqlx::query("INSERT INTO answer_documents (answer_id, document_id) VALUES ($1, $2)")
+                .bind(id)
+                .bind(*document_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
     }
 
     /// Records a completed answer.
@@ -180,5 +189,25 @@ impl Db {
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(answer_from).transpose()
+    }
+
+    /// A tenant's answers about one document, newest first.
+    pub async fn answers_of_document(
+        &self,
+        tenant_id: &str,
+        document_id: &str,
+        limit: i64,
+    ) -> Result<Vec<AnswerRow>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT a.* FROM answers a JOIN answer_documents d ON d.answer_id = a.id \
+             WHERE a.tenant_id = $1 AND d.document_id = $2 ORDER BY a.created_at DESC, a.id DESC \
+             LIMIT $3",
+        )
+        .bind(tenant_id)
+        .bind(document_id)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(answer_from).collect()
     }
 }

@@ -340,7 +340,7 @@ impl Db {
     /// Deletes a tenant's document with its text, chunks and jobs; false when there is none.
     pub async fn delete_document(&self, tenant_id: &str, id: &str) -> Result<bool, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
-        for table in ["chunks", "document_texts", "jobs"] {
+        for table in ["chunks", "document_texts", "jobs", "answer_documents"] {
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE document_id = $1"
             )))

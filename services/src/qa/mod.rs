@@ -50,6 +50,7 @@ pub async fn start(
     };
     let answer_id = crate::db::new_id();
     let scope_json = serde_json::to_value(&input.scope).unwrap_or_default();
+    let document_ids: Vec<&str> = docs.iter().map(|d| d.id.as_str()).collect();
     state
         .db
         .insert_answer(
@@ -58,6 +59,7 @@ pub async fn start(
             &input.question,
             &scope_json,
             input.route.as_str(),
+            &document_ids,
         )
         .await?;
     let stream = match admit(&state, &first, &params).await {

@@ -53,6 +53,19 @@ on_both_databases! {
         assert_eq!(stored["answer"], answer["answer"]);
         assert_eq!(stored["route"], "rag");
 
+        // The document's history holds the question; its text holds each citation's quote in its span.
+        let history: Value = server.get(&format!("/v1/documents/{doc}/answers"), &key).json().unwrap();
+        let ids: Vec<&str> = history["answers"].as_array().unwrap().iter().map(|a| a["answer_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, [answer["answer_id"].as_str().unwrap()]);
+        assert_eq!(history["answers"][0]["question"], question.as_str());
+        let view: Value = server.get(&format!("/v1/documents/{doc}/text"), &key).json().unwrap();
+        assert_eq!(view["page_starts"], json!([0]));
+        let chars: Vec<char> = view["text"].as_str().unwrap().chars().collect();
+        for c in citations {
+            let span: String = chars[c["char_start"].as_u64().unwrap() as usize..c["char_end"].as_u64().unwrap() as usize].iter().collect();
+            assert!(span.contains(c["quote"].as_str().unwrap()), "{span:?} lacks the quote {}", c["quote"]);
+        }
+
         // Streaming: token events that add up to the final answer event.
         let res = server.req(reqwest::Method::POST, "/v1/ask", Some(&key))
             .json(&json!({ "question": question, "route": "rag", "stream": true, "max_tokens": 24 }))
@@ -73,6 +86,9 @@ on_both_databases! {
         // Delete: gone from get, list and search.
         assert_eq!(server.delete(&format!("/v1/documents/{doc}"), &key).status(), 204);
         assert_eq!(server.get(&format!("/v1/documents/{doc}"), &key).status(), 404);
+        for gone in ["text", "answers"] {
+            assert_eq!(server.get(&format!("/v1/documents/{doc}/{gone}"), &key).status(), 404);
+        }
         let list: Value = server.get("/v1/documents", &key).json().unwrap();
         assert_eq!(list["total"], 0);
         let search: Value = server.post("/v1/search", &key, &json!({ "query": question })).json().unwrap();

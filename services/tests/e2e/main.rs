@@ -14,3 +14,4 @@ mod api_operations;
 mod api_tenants;
 mod eval_cli;
 mod qa_routes;
+mod web_ui;

@@ -1,0 +1,47 @@
+//! `GET /v1/info`: what a client needs to know before signing in — the version, whether a key is
+//! needed (local single-user mode), and the limits it should respect. No key needed; nothing secret.
+
+use actix_web::web;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::state::AppState;
+
+/// The server's public facts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServerInfo {
+    /// docqa's version.
+    pub version: &'static str,
+    /// Requests without a key act as the local user.
+    pub local_mode: bool,
+    /// Largest upload (all files of one request together), in bytes.
+    pub max_upload_bytes: u64,
+    /// Tokens of the RAG path's window.
+    pub rag_window: usize,
+    /// Most tokens an answer may have.
+    pub max_answer_tokens: usize,
+    /// The generator's context length in tokens (the long path's limit).
+    pub max_context: usize,
+    /// The generator's name.
+    pub model: String,
+}
+
+/// Version, sign-in mode and limits.
+#[utoipa::path(get, path = "/v1/info", tag = "operations",
+    responses((status = 200, body = ServerInfo)))]
+pub async fn info(state: web::Data<AppState>) -> web::Json<ServerInfo> {
+    web::Json(ServerInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        local_mode: state.local_mode,
+        max_upload_bytes: state.config.max_upload_bytes,
+        rag_window: state.config.rag_window,
+        max_answer_tokens: state.config.max_answer_tokens,
+        max_context: state.max_context,
+        model: state.model_name.clone(),
+    })
+}
+
+/// Routes of this file.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/info", web::get().to(info));
+}
