@@ -44,7 +44,7 @@ __device__ void attend(const float* q, Keys kv, int visible, int head_dim, float
     const int d = threadIdx.x, lane = d & 31, warp = d >> 5, warps = blockDim.x >> 5;
     q_s[d] = q[d];
     __syncthreads();
-    float m = -INFINITY, l = 0.0f, acc = 0.0f;
+    float m = NEG_INF, l = 0.0f, acc = 0.0f;
     for (int j0 = 0; j0 < visible; j0 += TILE) {
         const int n = min(TILE, visible - j0);
         for (int jj = warp; jj < n; jj += warps) {

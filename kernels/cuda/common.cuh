@@ -7,6 +7,9 @@
 
 typedef unsigned short bf16_t;
 
+// -inf without math.h (NVRTC has no INFINITY macro).
+#define NEG_INF __int_as_float(0xff800000)
+
 // The f32 value of a bf16 bit pattern.
 __device__ __forceinline__ float bf16_to_f32(bf16_t b) {
     return __uint_as_float(((unsigned)b) << 16);

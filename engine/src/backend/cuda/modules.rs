@@ -93,3 +93,30 @@ impl Kernels {
             .ok_or_else(|| EngineError::Internal(format!("no CUDA kernel named {name}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVRTC is the fallback for GPUs without prebuilt cubins, so every module must compile with it
+    /// too (no include path, no math.h macros). Skipped where NVRTC is not installed, unless
+    /// `DOCQA_REQUIRE_NVRTC=1` (CI sets it).
+    #[test]
+    fn every_kernel_module_compiles_with_nvrtc() {
+        if !nvrtc_present() {
+            assert!(
+                std::env::var_os("DOCQA_REQUIRE_NVRTC").is_none(),
+                "DOCQA_REQUIRE_NVRTC is set but libnvrtc cannot be loaded"
+            );
+            eprintln!("skipped: NVRTC is not installed");
+            return;
+        }
+        for m in SOURCES {
+            for cc in [(8, 0), (9, 0)] {
+                if let Err(e) = compile(m, cc) {
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+}

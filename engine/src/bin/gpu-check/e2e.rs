@@ -1,129 +1,27 @@
-//! End-to-end parity: a Llama with SmolLM2-135M's shapes and random bf16 weights (written to a temp
-//! directory and loaded on both backends), greedy decoding from random prompts.
+//! End-to-end parity on random checkpoints (written to a temp directory, loaded on both backends):
+//! greedy decoding with a Llama of SmolLM2-135M's shapes (bf16), and a BERT of MiniLM's shapes (f32).
 //!
 //! Both models are fed the CPU's token at every step (teacher forcing), so one disagreement does not
 //! hide the steps after it. A step whose arg-max differs counts as a near-tie when the CPU's logit gap
 //! between its pick and the GPU's pick is within twice that step's largest logit difference.
 
-use std::path::Path;
-
+use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::backend::cuda::CudaBackend;
-use docqa_engine::backend::{Backend, KvDtype};
 use docqa_engine::models::LogitsMode;
+use docqa_engine::models::bert::Bert;
 use docqa_engine::models::generate::{SingleSequence, argmax};
 use docqa_engine::models::llama::Llama;
-use docqa_engine::weights::WeightDtype;
 use docqa_engine::{EngineError, Result};
 
-use crate::inputs::{Rng, tensor_bytes};
+use crate::inputs::Rng;
+use crate::random_models::{MINILM_VOCAB, SMOLLM2_VOCAB, write_minilm, write_smollm2};
 use crate::report::{Report, rel_err};
-
-const HIDDEN: usize = 576;
-const FFN: usize = 1536;
-const LAYERS: usize = 30;
-const HEADS: usize = 9;
-const KV_HEADS: usize = 3;
-const VOCAB: usize = 49152;
-const HEAD_DIM: usize = HIDDEN / HEADS;
 
 /// Tolerance on the logits after a whole forward pass (bf16 matmuls through 30 layers).
 const TOL_LOGITS: f64 = 2e-2;
-
-/// Writes config.json and model.safetensors of a random SmolLM2-shaped model into `dir`.
-fn write_model(dir: &Path, rng: &mut Rng) -> Result<()> {
-    let config = serde_json::json!({
-        "architectures": ["LlamaForCausalLM"], "hidden_size": HIDDEN, "intermediate_size": FFN,
-        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
-        "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
-        "tie_word_embeddings": true, "vocab_size": VOCAB, "eos_token_id": 2, "bos_token_id": 1
-    });
-    let io = |e| EngineError::io(dir, e);
-    std::fs::write(dir.join("config.json"), config.to_string()).map_err(io)?;
-    let s = 1.0 / (HIDDEN as f32).sqrt();
-    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
-    let mut specs: Vec<(String, Vec<usize>, f32, f32)> = vec![
-        (
-            "model.embed_tokens.weight".into(),
-            vec![VOCAB, HIDDEN],
-            1.0,
-            0.0,
-        ),
-        ("model.norm.weight".into(), vec![HIDDEN], 0.1, 1.0),
-    ];
-    for i in 0..LAYERS {
-        let p = format!("model.layers.{i}");
-        specs.extend([
-            (
-                format!("{p}.input_layernorm.weight"),
-                vec![HIDDEN],
-                0.1,
-                1.0,
-            ),
-            (
-                format!("{p}.post_attention_layernorm.weight"),
-                vec![HIDDEN],
-                0.1,
-                1.0,
-            ),
-            (
-                format!("{p}.self_attn.q_proj.weight"),
-                vec![q, HIDDEN],
-                2.0 * s,
-                0.0,
-            ),
-            (
-                format!("{p}.self_attn.k_proj.weight"),
-                vec![kv, HIDDEN],
-                2.0 * s,
-                0.0,
-            ),
-            (
-                format!("{p}.self_attn.v_proj.weight"),
-                vec![kv, HIDDEN],
-                s,
-                0.0,
-            ),
-            (
-                format!("{p}.self_attn.o_proj.weight"),
-                vec![HIDDEN, q],
-                s,
-                0.0,
-            ),
-            (
-                format!("{p}.mlp.gate_proj.weight"),
-                vec![FFN, HIDDEN],
-                s,
-                0.0,
-            ),
-            (format!("{p}.mlp.up_proj.weight"), vec![FFN, HIDDEN], s, 0.0),
-            (
-                format!("{p}.mlp.down_proj.weight"),
-                vec![HIDDEN, FFN],
-                s,
-                0.0,
-            ),
-        ]);
-    }
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for (name, shape, scale, offset) in specs {
-        let n: usize = shape.iter().product();
-        let values: Vec<f32> = rng.vec(n, scale).iter().map(|v| v + offset).collect();
-        let start = data.len();
-        data.extend(tensor_bytes(&values, WeightDtype::Bf16));
-        let info = serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [start, data.len()]});
-        header.insert(name, info);
-    }
-    let mut text = serde_json::Value::Object(header).to_string();
-    while !text.len().is_multiple_of(8) {
-        text.push(' ');
-    }
-    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(text.as_bytes());
-    bytes.extend_from_slice(&data);
-    std::fs::write(dir.join("model.safetensors"), bytes).map_err(io)
-}
+/// Tolerance on BERT's hidden states (f32 matmuls through 6 layers).
+const TOL_BERT: f64 = 1e-4;
 
 /// How one prompt went.
 struct Outcome {
@@ -170,11 +68,11 @@ fn decode(
     Ok(out)
 }
 
-/// Runs the end-to-end check and adds its rows to the report.
-pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
+/// Runs the Llama end-to-end check and adds its rows to the report.
+pub fn run_llama(rng: &mut Rng, r: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
     let t = std::time::Instant::now();
-    write_model(dir.path(), rng)?;
+    write_smollm2(dir.path(), rng)?;
     let cpu = Llama::load(CpuBackend::new(), dir.path())?;
     let gpu = Llama::load(CudaBackend::new(0)?, dir.path())?;
     println!(
@@ -189,7 +87,9 @@ pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
         (300, KvDtype::Bf16),
     ];
     for (len, dtype) in cases {
-        let prompt: Vec<u32> = (0..len).map(|_| 3 + rng.below(VOCAB - 3) as u32).collect();
+        let prompt: Vec<u32> = (0..len)
+            .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
+            .collect();
         let t = std::time::Instant::now();
         let o = decode(&cpu, &gpu, &prompt, 32, dtype)?;
         let shape = format!("prompt {len}, 32 new, {dtype:?} KV");
@@ -210,7 +110,26 @@ pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
         }
         println!("    ({:.1} s)", t.elapsed().as_secs_f64());
     }
-    gpu.backend.synchronize()?;
-    let _ = gpu.backend.name();
+    Ok(())
+}
+
+/// Encodes a packed batch of random texts with a random MiniLM-shaped BERT on both backends.
+pub fn run_bert(rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
+    write_minilm(dir.path(), rng)?;
+    let cpu = Bert::load(CpuBackend::new(), dir.path())?;
+    let gpu = Bert::load(CudaBackend::new(0)?, dir.path())?;
+    for lens in [&[9usize, 128, 40][..], &[256, 256, 1, 17, 200]] {
+        let mut starts = vec![0u32];
+        for &l in lens {
+            starts.push(starts.last().copied().unwrap_or(0) + l as u32);
+        }
+        let n = *starts.last().unwrap_or(&0) as usize;
+        let ids: Vec<u32> = (0..n).map(|_| rng.below(MINILM_VOCAB) as u32).collect();
+        let (c, g) = (cpu.encode(&ids, &starts)?, gpu.encode(&ids, &starts)?);
+        let lens: Vec<String> = lens.iter().map(usize::to_string).collect();
+        let shape = format!("lens {}, f32 weights", lens.join(","));
+        r.check("bert encoder hidden states", &shape, &g, &c, TOL_BERT);
+    }
     Ok(())
 }

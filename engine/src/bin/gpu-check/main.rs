@@ -1,6 +1,7 @@
 //! gpu-check: runs every CUDA backend op against the CPU reference on fresh random inputs, with the
 //! GPU outputs poisoned (NaN) beforehand, and prints a table of relative errors and a summary line;
-//! then end-to-end greedy parity on a random model with SmolLM2-135M's shapes.
+//! then end-to-end parity on random models: a BERT with MiniLM's shapes, and greedy decoding with a
+//! Llama of SmolLM2-135M's shapes.
 //!
 //! Usage: `gpu-check [--ops-only]`. Exit status 0 when every check passes, 1 when one fails, 2 when
 //! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
@@ -10,6 +11,7 @@ mod attention;
 mod e2e;
 mod inputs;
 mod ops;
+mod random_models;
 mod report;
 
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};
@@ -48,7 +50,8 @@ fn run(ops_only: bool) -> Result<bool> {
     ops::run(&pair, &mut rng, &mut report)?;
     attention::run(&pair, &mut rng, &mut report)?;
     if !ops_only {
-        e2e::run(&mut rng, &mut report)?;
+        e2e::run_bert(&mut rng, &mut report)?;
+        e2e::run_llama(&mut rng, &mut report)?;
     }
     Ok(report.summary())
 }
