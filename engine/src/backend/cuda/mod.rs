@@ -130,6 +130,17 @@ impl CudaBackend {
         Ok(host)
     }
 
+    /// Device milliseconds of the work `f` issues, between two CUDA events on the stream.
+    pub fn time_ms(&self, f: impl FnOnce() -> Result<()>) -> Result<f32> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let s = &self.dev.stream;
+        let start = s.record_event(flags).map_err(cuda_err)?;
+        f()?;
+        let end = s.record_event(flags).map_err(cuda_err)?;
+        end.synchronize().map_err(cuda_err)?;
+        start.elapsed_ms(&end).map_err(cuda_err)
+    }
+
     /// Waits for every op issued so far.
     pub fn synchronize(&self) -> Result<()> {
         self.dev.stream.synchronize().map_err(cuda_err)

@@ -3,11 +3,12 @@
 //! then end-to-end parity on random models: a BERT with MiniLM's shapes, and greedy decoding with a
 //! Llama of SmolLM2-135M's shapes.
 //!
-//! Usage: `gpu-check [--ops-only]`. Exit status 0 when every check passes, 1 when one fails, 2 when
+//! Usage: `gpu-check [--ops-only] [--bench]`; `--bench` adds baseline timings after the checks. Exit status 0 when every check passes, 1 when one fails, 2 when
 //! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
 //! cubins (default: `cubins/` beside the executable), else the kernels are compiled with NVRTC.
 
 mod attention;
+mod bench;
 mod e2e;
 mod inputs;
 mod ops;
@@ -32,7 +33,7 @@ pub fn cpu_kv_f32(kv: &CpuKv) -> Vec<f32> {
     }
 }
 
-fn run(ops_only: bool) -> Result<bool> {
+fn run(ops_only: bool, bench: bool) -> Result<bool> {
     let t = std::time::Instant::now();
     let gpu = CudaBackend::new(0)?;
     println!(
@@ -53,12 +54,16 @@ fn run(ops_only: bool) -> Result<bool> {
         e2e::run_bert(&mut rng, &mut report)?;
         e2e::run_llama(&mut rng, &mut report)?;
     }
-    Ok(report.summary())
+    let passed = report.summary();
+    if bench {
+        bench::run(&pair.gpu, &mut rng)?;
+    }
+    Ok(passed)
 }
 
 fn main() {
-    let ops_only = std::env::args().any(|a| a == "--ops-only");
-    match run(ops_only) {
+    let flag = |f: &str| std::env::args().any(|a| a == f);
+    match run(flag("--ops-only"), flag("--bench")) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e @ EngineError::NoCudaDevice(_)) => {
