@@ -380,3 +380,30 @@ impl Backend for CudaBackend {
         attention::varlen(self, q, (k, v), query_start_loc, num_seqs, shape, out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a machine without the CUDA driver (CI), opening the backend is a typed error, not a panic;
+    /// with a driver and a GPU it opens.
+    #[test]
+    fn opening_without_a_driver_is_a_no_cuda_device_error() {
+        match CudaBackend::new(0) {
+            Err(EngineError::NoCudaDevice(_)) => {}
+            Err(e) => panic!("expected NoCudaDevice, got {e}"),
+            Ok(b) => assert!(
+                driver_present(),
+                "opened without a driver: {}",
+                b.describe()
+            ),
+        }
+    }
+
+    #[test]
+    fn buffer_length_checks_name_the_op() {
+        let e = check_len("rope x", 3, 4).expect_err("3 < 4");
+        assert!(e.to_string().contains("rope x"), "{e}");
+        assert!(check_len("rope x", 4, 4).is_ok());
+    }
+}
