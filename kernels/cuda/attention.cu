@@ -13,9 +13,9 @@
 // A sequence's keys in the paged pool [num_blocks, block_size, num_kv_heads, head_dim].
 template <typename T>
 struct PagedKeys {
-    const T* k;
-    const T* v;
-    const unsigned* blocks;  // this sequence's row of the block table
+    const T* k;              // [num_blocks, block_size, num_kv_heads, head_dim]
+    const T* v;              // [num_blocks, block_size, num_kv_heads, head_dim]
+    const unsigned* blocks;  // [max_blocks_per_seq]: this sequence's row of the block table
     int block_size;
     int row_stride;  // num_kv_heads * head_dim
     int head_off;    // kv_head * head_dim
@@ -27,8 +27,8 @@ struct PagedKeys {
 
 // A sequence's keys in dense rows [tokens, num_kv_heads, head_dim] starting at row `start`.
 struct DenseKeys {
-    const float* k;
-    const float* v;
+    const float* k;  // [tokens, num_kv_heads, head_dim]
+    const float* v;  // [tokens, num_kv_heads, head_dim]
     long long start;
     int row_stride;
     int head_off;
@@ -38,7 +38,13 @@ struct DenseKeys {
 // Softmax(q·Kᵀ·scale)·V over the first `visible` keys, for one query row and head; the block's
 // threads each own one output element.
 template <typename Keys>
-__device__ void attend(const float* q, Keys kv, int visible, int head_dim, float scale, float* out) {
+__device__ void attend(
+    const float* q,  // [head_dim]: this row's head
+    Keys kv,
+    int visible,
+    int head_dim,
+    float scale,
+    float* out) {    // [head_dim]
     __shared__ float q_s[MAX_HEAD_DIM];
     __shared__ float s_s[TILE];
     const int d = threadIdx.x, lane = d & 31, warp = d >> 5, warps = blockDim.x >> 5;
@@ -78,7 +84,10 @@ __device__ void attend(const float* q, Keys kv, int visible, int head_dim, float
 }
 
 // Index of the sequence owning query row t: the last s with query_start_loc[s] <= t.
-__device__ __forceinline__ int seq_of(const unsigned* query_start_loc, int num_seqs, int t) {
+__device__ __forceinline__ int seq_of(
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    int num_seqs,
+    int t) {
     int lo = 0, hi = num_seqs - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -91,11 +100,18 @@ __device__ __forceinline__ int seq_of(const unsigned* query_start_loc, int num_s
     return lo;
 }
 
+// One (query row, head) of causal paged attention, for the entry points below.
 template <typename T>
-__device__ void paged(const float* q, const T* k_cache, const T* v_cache, const unsigned* query_start_loc,
-                      const unsigned* seq_lens, const unsigned* block_table, float* out, int num_seqs,
-                      int num_heads, int num_kv_heads, int head_dim, int block_size,
-                      int max_blocks_per_seq, float scale) {
+__device__ void paged(
+    const float* q,                   // [num_tokens, num_heads, head_dim]
+    const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
+    const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+    int max_blocks_per_seq, float scale) {
     const int t = blockIdx.x, h = blockIdx.y;
     const int s = seq_of(query_start_loc, num_seqs, t);
     const int q_len = (int)(query_start_loc[s + 1] - query_start_loc[s]);

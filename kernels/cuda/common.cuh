@@ -40,7 +40,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 // `scratch` holds 32 floats of shared memory; the call ends with the block synchronised.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+__device__ __forceinline__ float block_sum(float v, float* scratch /* [32], shared */) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     v = warp_sum(v);
     __syncthreads();

@@ -53,8 +53,14 @@ extern "C" __global__ void cast_f32_bf16(
     GRID_STRIDE(i, n) { y[i] = f32_to_bf16(x[i]); }
 }
 
+// out[t] = table[ids[t]] widened to f32, for the entry points below.
 template <typename T>
-__device__ void gather(const T* table, const unsigned* ids, float* out, int rows, int width) {
+__device__ void gather(
+    const T* table,        // [any, width]
+    const unsigned* ids,   // [rows]
+    float* out,            // [rows, width]
+    int rows,
+    int width) {
     GRID_STRIDE(i, (long long)rows * width) {
         const long long r = i / width, c = i % width;
         out[i] = load_f32(table + (long long)ids[r] * width + c);

@@ -1,9 +1,16 @@
 // KV-cache writes: new K and V rows scattered into the paged pools at their slots.
 #include "common.cuh"
 
+// kc[slots[t]] = k[t], vc[slots[t]] = v[t], rounded to T, for the entry points below.
 template <typename T>
-__device__ void scatter(const float* k, const float* v, const unsigned* slots, T* kc, T* vc, int rows,
-                        int width) {
+__device__ void scatter(
+    const float* k,          // [rows, width]
+    const float* v,          // [rows, width]
+    const unsigned* slots,   // [rows]
+    T* kc,                   // [num_slots, width]
+    T* vc,                   // [num_slots, width]
+    int rows,
+    int width) {
     const long long n = (long long)rows * width;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
