@@ -214,6 +214,12 @@ pub enum EngineError {
     /// The request id is not known to the engine (finished, cancelled, or never added).
     #[error("unknown request {0}")]
     UnknownRequest(u64),
+    /// No usable CUDA device: the driver or a CUDA library is missing, or no GPU answers.
+    #[error("no CUDA device: {0}")]
+    NoCudaDevice(String),
+    /// A CUDA call failed (driver, cuBLAS, NVRTC, kernel launch).
+    #[error("CUDA error: {0}")]
+    Cuda(String),
     /// An internal invariant broke; this is a bug in docqa.
     #[error("internal engine error: {0}")]
     Internal(String),

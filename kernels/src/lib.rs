@@ -1,20 +1,82 @@
 //! docqa-kernels: the CUDA sources of docqa's GPU backend and the registry that names them.
 //!
-//! The `.cu`/`.cuh` files live beside this crate, one op family per file, with `extern "C"` entry points
-//! named `<op>_<dtype>[_<variant>]`. This crate exposes them as embedded source text so the engine can
-//! compile them at run time with NVRTC, or load cubins built ahead of time for `sm_90a`.
+//! The `.cu`/`.cuh` files live in `kernels/cuda/`, one op family per file, with `extern "C"` entry
+//! points named `<op>_<dtype>[_<variant>]`. This crate exposes them as embedded source text so the
+//! engine can compile them at run time with NVRTC, or load the cubins that `kernels/build-cubins.sh`
+//! builds ahead of time for `sm_90a` (file `<module>.sm_90a.cubin`).
+//!
+//! The modules include only `common.cuh`; [`KernelSource::nvrtc_source`] pastes it in, so NVRTC needs
+//! no include path.
 
-/// A CUDA module known to docqa: its name and its source text.
+/// A CUDA module known to docqa: its name, its source text and its entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelSource {
     /// Module name, also the stem of its `.cu` file.
     pub name: &'static str,
     /// The CUDA C++ source of the module.
     pub source: &'static str,
+    /// Its `extern "C"` kernels.
+    pub functions: &'static [&'static str],
 }
 
-/// Every CUDA module docqa ships. Empty until the CUDA backend lands.
-pub const SOURCES: &[KernelSource] = &[];
+/// The shared header every module includes.
+pub const COMMON_HEADER: &str = include_str!("../cuda/common.cuh");
+
+const INCLUDE_COMMON: &str = "#include \"common.cuh\"";
+
+impl KernelSource {
+    /// The source with `common.cuh` pasted in place of its `#include`, ready for NVRTC.
+    pub fn nvrtc_source(&self) -> String {
+        self.source.replacen(INCLUDE_COMMON, COMMON_HEADER, 1)
+    }
+
+    /// File name of the module's ahead-of-time cubin for `sm_<arch>` (e.g. `"90a"`).
+    pub fn cubin_file(&self, arch: &str) -> String {
+        format!("{}.sm_{arch}.cubin", self.name)
+    }
+}
+
+/// Every CUDA module docqa ships.
+pub const SOURCES: &[KernelSource] = &[
+    KernelSource {
+        name: "elementwise",
+        source: include_str!("../cuda/elementwise.cu"),
+        functions: &[
+            "silu_mul_f32",
+            "gelu_f32",
+            "add_f32",
+            "bias_add_f32",
+            "cast_f32_bf16",
+            "embedding_f32",
+            "embedding_bf16",
+            "gather_rows_f32",
+        ],
+    },
+    KernelSource {
+        name: "norm",
+        source: include_str!("../cuda/norm.cu"),
+        functions: &["rms_norm_f32", "layer_norm_f32"],
+    },
+    KernelSource {
+        name: "rope",
+        source: include_str!("../cuda/rope.cu"),
+        functions: &["rope_table_f32", "rope_f32"],
+    },
+    KernelSource {
+        name: "kv",
+        source: include_str!("../cuda/kv.cu"),
+        functions: &["kv_write_f32", "kv_write_bf16"],
+    },
+    KernelSource {
+        name: "attention",
+        source: include_str!("../cuda/attention.cu"),
+        functions: &[
+            "paged_attention_f32",
+            "paged_attention_bf16",
+            "varlen_attention_f32",
+        ],
+    },
+];
 
 #[cfg(test)]
 mod tests {
@@ -27,5 +89,38 @@ mod tests {
         let before = names.len();
         names.dedup();
         assert_eq!(before, names.len());
+    }
+
+    #[test]
+    fn every_listed_function_is_an_extern_c_kernel_of_its_module() {
+        for m in SOURCES {
+            for f in m.functions {
+                let decl = format!("extern \"C\" __global__ void {f}(");
+                assert!(m.source.contains(&decl), "{} lacks {f}", m.name);
+            }
+            let count = m.source.matches("extern \"C\" __global__").count();
+            assert_eq!(count, m.functions.len(), "{} lists every kernel", m.name);
+        }
+    }
+
+    #[test]
+    fn nvrtc_source_needs_no_include_path() {
+        for m in SOURCES {
+            assert!(!m.nvrtc_source().contains("#include"), "{}", m.name);
+        }
+    }
+
+    #[test]
+    fn every_cu_file_is_registered() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .expect("kernels/cuda exists")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|n| n.strip_suffix(".cu").map(str::to_owned))
+            .collect();
+        on_disk.sort();
+        let mut registered: Vec<String> = SOURCES.iter().map(|s| s.name.to_owned()).collect();
+        registered.sort();
+        assert_eq!(on_disk, registered);
     }
 }

@@ -11,6 +11,8 @@
 //! `[num_blocks, block_size, num_kv_heads, head_dim]`, and `slot_mapping[t] = block * block_size + offset`.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use crate::config::RopeFreqs;
 use crate::error::Result;

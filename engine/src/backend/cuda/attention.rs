@@ -1,0 +1,149 @@
+//! Launches of the attention kernels: causal over the paged KV pool, bidirectional varlen.
+//!
+//! Both run one block per (query row, head) with `head_dim` threads, so `head_dim` must be a
+//! multiple of 32 and at most 256 (64 and 128 are the models' widths).
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err};
+use crate::backend::{AttnShape, PagedAttnMeta};
+use crate::error::{EngineError, Result};
+
+/// Largest head width the kernels support.
+pub const MAX_HEAD_DIM: usize = 256;
+
+fn launch_config(rows: usize, shape: AttnShape) -> Result<LaunchConfig> {
+    let hd = shape.head_dim;
+    if hd == 0 || !hd.is_multiple_of(32) || hd > MAX_HEAD_DIM {
+        return Err(EngineError::InvalidConfig(format!(
+            "CUDA attention needs head_dim a multiple of 32 up to {MAX_HEAD_DIM}, got {hd}"
+        )));
+    }
+    if shape.num_kv_heads == 0 || !shape.num_heads.is_multiple_of(shape.num_kv_heads) {
+        return Err(EngineError::InvalidConfig(format!(
+            "{} heads is not a multiple of {} KV heads",
+            shape.num_heads, shape.num_kv_heads
+        )));
+    }
+    Ok(LaunchConfig {
+        grid_dim: (rows as u32, shape.num_heads as u32, 1),
+        block_dim: (hd as u32, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+pub(super) fn paged(
+    be: &CudaBackend,
+    q: &CudaSlice<f32>,
+    (kc, vc): (&CudaKv, &CudaKv),
+    meta: &PagedAttnMeta<'_, CudaBackend>,
+    shape: AttnShape,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let width = meta.num_tokens * shape.num_heads * shape.head_dim;
+    check_len("paged_attention q", q.len(), width)?;
+    check_len("paged_attention out", out.len(), width)?;
+    check_len(
+        "query_start_loc",
+        meta.query_start_loc.len(),
+        meta.num_seqs + 1,
+    )?;
+    check_len("seq_lens", meta.seq_lens.len(), meta.num_seqs)?;
+    let table = meta.num_seqs * meta.max_blocks_per_seq;
+    check_len("block_table", meta.block_table.len(), table)?;
+    if meta.num_tokens == 0 {
+        return Ok(());
+    }
+    let cfg = launch_config(meta.num_tokens, shape)?;
+    let ints = [
+        meta.num_seqs,
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+        kc.shape.block_size,
+        meta.max_blocks_per_seq,
+    ]
+    .map(|v| v as i32);
+    let stream = &be.dev.stream;
+    let mut b = match (&kc.store, &vc.store) {
+        (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
+            let mut b = stream.launch_builder(be.kernels.get("paged_attention_f32")?);
+            b.arg(q).arg(k).arg(v);
+            b
+        }
+        (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
+            let mut b = stream.launch_builder(be.kernels.get("paged_attention_bf16")?);
+            b.arg(q).arg(k).arg(v);
+            b
+        }
+        _ => {
+            return Err(EngineError::Internal(
+                "K and V pools of one layer must share a dtype".into(),
+            ));
+        }
+    };
+    b.arg(meta.query_start_loc)
+        .arg(meta.seq_lens)
+        .arg(meta.block_table);
+    b.arg(out);
+    for i in &ints {
+        b.arg(i);
+    }
+    b.arg(&shape.scale);
+    // SAFETY: arguments match the kernel's signature; buffer sizes checked above; the block table
+    // and sequence lengths come from the caller's KV bookkeeping, as on the CPU backend.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn varlen(
+    be: &CudaBackend,
+    q: &CudaSlice<f32>,
+    (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
+    query_start_loc: &CudaSlice<u32>,
+    num_seqs: usize,
+    shape: AttnShape,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_len("query_start_loc", query_start_loc.len(), num_seqs + 1)?;
+    // The row count lives on the device; read the last offset (one small copy).
+    let mut last = [0u32];
+    let s = &be.dev.stream;
+    s.memcpy_dtoh(&query_start_loc.slice(num_seqs..num_seqs + 1), &mut last)
+        .map_err(cuda_err)?;
+    s.synchronize().map_err(cuda_err)?;
+    let rows = last[0] as usize;
+    let kv_width = rows * shape.num_kv_heads * shape.head_dim;
+    check_len(
+        "varlen_attention q",
+        q.len(),
+        rows * shape.num_heads * shape.head_dim,
+    )?;
+    check_len(
+        "varlen_attention out",
+        out.len(),
+        rows * shape.num_heads * shape.head_dim,
+    )?;
+    check_len("varlen_attention k", k.len(), kv_width)?;
+    check_len("varlen_attention v", v.len(), kv_width)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let cfg = launch_config(rows, shape)?;
+    let ints = [
+        num_seqs,
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+    ]
+    .map(|v| v as i32);
+    let mut b = s.launch_builder(be.kernels.get("varlen_attention_f32")?);
+    b.arg(q).arg(k).arg(v).arg(query_start_loc).arg(out);
+    for i in &ints {
+        b.arg(i);
+    }
+    b.arg(&shape.scale);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}

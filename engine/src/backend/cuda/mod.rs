@@ -1,0 +1,409 @@
+//! The CUDA backend: the [`Backend`] ops on an NVIDIA GPU, with docqa's own kernels (`docqa-kernels`)
+//! and cuBLAS for the matmuls.
+//!
+//! Same conventions as the CPU reference: f32 activations `[rows, width]`, weights `[out, in]` (bf16
+//! weights stay bf16, f32 weights stay f32), KV pools `[num_blocks, block_size, num_kv_heads,
+//! head_dim]` in f32 or bf16. Every op is issued in order on one stream; [`Backend::read`] waits for
+//! it. A machine without the driver, cuBLAS or a GPU gets [`EngineError::NoCudaDevice`] from
+//! [`CudaBackend::new`], never a panic.
+//!
+//! bf16 matmuls round the f32 activations to bf16 first (as the CPU backend does on AVX-512 BF16),
+//! then multiply in cuBLAS with f32 accumulation and f32 output.
+
+mod attention;
+mod device;
+mod matmul;
+mod modules;
+mod ops;
+
+use std::sync::Mutex;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
+use crate::config::RopeFreqs;
+use crate::error::{EngineError, Result};
+use crate::weights::{TensorRef, WeightDtype};
+pub use device::driver_present;
+use device::{Device, cuda_err};
+use modules::Kernels;
+
+/// A weight in device memory: a matrix `[rows, cols]` or a vector (`rows == 1`).
+pub struct CudaWeight {
+    /// Output features (matrix rows).
+    pub rows: usize,
+    /// Input features (matrix columns).
+    pub cols: usize,
+    /// The elements, row-major.
+    pub data: CudaWeightData,
+}
+
+/// Element storage of a [`CudaWeight`].
+pub enum CudaWeightData {
+    /// bf16 bit patterns.
+    Bf16(CudaSlice<u16>),
+    /// f32 values.
+    F32(CudaSlice<f32>),
+}
+
+/// One layer's K (or V) pool in device memory.
+pub struct CudaKv {
+    /// Its shape.
+    pub shape: KvShape,
+    /// Its elements.
+    pub store: CudaKvStore,
+}
+
+/// Element storage of a [`CudaKv`].
+pub enum CudaKvStore {
+    /// f32 elements.
+    F32(CudaSlice<f32>),
+    /// bf16 bit patterns.
+    Bf16(CudaSlice<u16>),
+}
+
+/// The CUDA backend on one device.
+pub struct CudaBackend {
+    dev: Device,
+    kernels: Kernels,
+    /// bf16 copy of matmul activations; only grows.
+    scratch: Mutex<Option<CudaSlice<u16>>>,
+    /// The last RoPE inverse frequencies uploaded, and their device copy.
+    freqs: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
+}
+
+/// Fails unless a buffer of `len` elements holds `need`.
+fn check_len(what: &str, len: usize, need: usize) -> Result<()> {
+    match len >= need {
+        true => Ok(()),
+        false => Err(EngineError::InvalidBatch(format!(
+            "{what}: buffer of {len} elements, {need} needed"
+        ))),
+    }
+}
+
+/// A 1-D grid-stride launch over `n` elements.
+fn grid(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl CudaBackend {
+    /// Opens CUDA device `ordinal` and loads the kernels (prebuilt cubins or NVRTC).
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let dev = Device::open(ordinal)?;
+        let kernels = Kernels::load(&dev.ctx, dev.cc)?;
+        Ok(CudaBackend {
+            dev,
+            kernels,
+            scratch: Mutex::new(None),
+            freqs: Mutex::new(None),
+        })
+    }
+
+    /// The device's name and compute capability, and where the kernels came from.
+    pub fn describe(&self) -> String {
+        let (name, (major, minor)) = (&self.dev.name, self.dev.cc);
+        format!(
+            "{name} (sm_{major}{minor}), kernels: {}",
+            self.kernels.origin
+        )
+    }
+
+    /// A pool's elements as f32 (bf16 widened), for checks.
+    pub fn read_kv(&self, kv: &CudaKv) -> Result<Vec<f32>> {
+        let s = &self.dev.stream;
+        let host = match &kv.store {
+            CudaKvStore::F32(d) => s.clone_dtoh(d).map_err(cuda_err)?,
+            CudaKvStore::Bf16(d) => {
+                let bits = s.clone_dtoh(d).map_err(cuda_err)?;
+                bits.iter()
+                    .map(|&b| f32::from_bits((b as u32) << 16))
+                    .collect()
+            }
+        };
+        s.synchronize().map_err(cuda_err)?;
+        Ok(host)
+    }
+
+    /// Device milliseconds of the work `f` issues, between two CUDA events on the stream.
+    pub fn time_ms(&self, f: impl FnOnce() -> Result<()>) -> Result<f32> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let s = &self.dev.stream;
+        let start = s.record_event(flags).map_err(cuda_err)?;
+        f()?;
+        let end = s.record_event(flags).map_err(cuda_err)?;
+        end.synchronize().map_err(cuda_err)?;
+        start.elapsed_ms(&end).map_err(cuda_err)
+    }
+
+    /// Waits for every op issued so far.
+    pub fn synchronize(&self) -> Result<()> {
+        self.dev.stream.synchronize().map_err(cuda_err)
+    }
+
+    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.dev.stream.alloc_zeros(len.max(1)).map_err(cuda_err)
+    }
+
+    fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        self.dev.stream.clone_htod(host).map_err(cuda_err)
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buf = CudaSlice<f32>;
+    type Ids = CudaSlice<u32>;
+    type Weight = CudaWeight;
+    type Kv = CudaKv;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn alloc(&self, len: usize) -> Result<CudaSlice<f32>> {
+        self.zeros(len)
+    }
+
+    fn alloc_ids(&self, len: usize) -> Result<CudaSlice<u32>> {
+        self.zeros(len)
+    }
+
+    fn alloc_kv(&self, shape: KvShape) -> Result<CudaKv> {
+        let len = shape.num_blocks * shape.block_size * shape.num_kv_heads * shape.head_dim;
+        let store = match shape.dtype {
+            KvDtype::F32 => CudaKvStore::F32(self.zeros(len)?),
+            KvDtype::Bf16 => CudaKvStore::Bf16(self.zeros(len)?),
+        };
+        Ok(CudaKv { shape, store })
+    }
+
+    fn upload_matrix(&self, t: &TensorRef<'_>) -> Result<CudaWeight> {
+        let &[rows, cols] = t.shape else {
+            return Err(EngineError::TensorShape {
+                name: t.name.into(),
+                expected: vec![0, 0],
+                actual: t.shape.into(),
+            });
+        };
+        let data = match t.dtype {
+            WeightDtype::Bf16 => CudaWeightData::Bf16(self.upload(&t.to_bf16_bits())?),
+            WeightDtype::F32 | WeightDtype::F16 => CudaWeightData::F32(self.upload(&t.to_f32())?),
+        };
+        Ok(CudaWeight { rows, cols, data })
+    }
+
+    fn upload_vector(&self, t: &TensorRef<'_>) -> Result<CudaWeight> {
+        Ok(CudaWeight {
+            rows: 1,
+            cols: t.numel(),
+            data: CudaWeightData::F32(self.upload(&t.to_f32())?),
+        })
+    }
+
+    fn write(&self, dst: &mut CudaSlice<f32>, src: &[f32]) -> Result<()> {
+        ops::write(&self.dev.stream, dst, src)
+    }
+
+    fn write_ids(&self, dst: &mut CudaSlice<u32>, src: &[u32]) -> Result<()> {
+        ops::write(&self.dev.stream, dst, src)
+    }
+
+    fn read(&self, src: &CudaSlice<f32>, dst: &mut [f32]) -> Result<()> {
+        check_len("read", src.len(), dst.len())?;
+        let s = &self.dev.stream;
+        s.memcpy_dtoh(&src.slice(..dst.len()), dst)
+            .map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)
+    }
+
+    fn embedding(
+        &self,
+        table: &CudaWeight,
+        ids: &CudaSlice<u32>,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let width = table.cols;
+        check_len("embedding ids", ids.len(), rows)?;
+        check_len("embedding out", out.len(), rows * width)?;
+        let (r, w) = (rows as i32, width as i32);
+        let f = match &table.data {
+            CudaWeightData::Bf16(_) => "embedding_bf16",
+            CudaWeightData::F32(_) => "embedding_f32",
+        };
+        let f = self.kernels.get(f)?;
+        let mut b = self.dev.stream.launch_builder(f);
+        match &table.data {
+            CudaWeightData::Bf16(t) => b.arg(t),
+            CudaWeightData::F32(t) => b.arg(t),
+        };
+        b.arg(ids).arg(out).arg(&r).arg(&w);
+        // SAFETY: the kernel's arguments match its signature; sizes were checked above.
+        unsafe { b.launch(grid(rows * width)) }.map_err(cuda_err)?;
+        Ok(())
+    }
+
+    fn gather_rows(
+        &self,
+        x: &CudaSlice<f32>,
+        idx: &CudaSlice<u32>,
+        rows: usize,
+        width: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        check_len("gather_rows idx", idx.len(), rows)?;
+        check_len("gather_rows out", out.len(), rows * width)?;
+        let (r, w) = (rows as i32, width as i32);
+        let f = self.kernels.get("gather_rows_f32")?;
+        let mut b = self.dev.stream.launch_builder(f);
+        b.arg(x).arg(idx).arg(out).arg(&r).arg(&w);
+        // SAFETY: the kernel's arguments match its signature; sizes were checked above.
+        unsafe { b.launch(grid(rows * width)) }.map_err(cuda_err)?;
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaWeight,
+        eps: f32,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        ops::rms_norm(self, x, w, eps, rows, out)
+    }
+
+    fn layer_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaWeight,
+        b: &CudaWeight,
+        eps: f32,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        ops::layer_norm(self, x, (w, b), eps, rows, out)
+    }
+
+    fn matmul(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        rows: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        matmul::matmul(self, x, w, bias, rows, out)
+    }
+
+    fn rope_table(
+        &self,
+        positions: &CudaSlice<u32>,
+        freqs: &RopeFreqs,
+        rows: usize,
+        table: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        ops::rope_table(self, positions, freqs, rows, table)
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaSlice<f32>,
+        table: &CudaSlice<f32>,
+        rows: usize,
+        num_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        ops::rope(self, x, table, rows, (num_heads, head_dim))
+    }
+
+    fn silu_mul(
+        &self,
+        gate: &CudaSlice<f32>,
+        up: &CudaSlice<f32>,
+        n: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        ops::silu_mul(self, gate, up, n, out)
+    }
+
+    fn gelu(&self, x: &mut CudaSlice<f32>, n: usize) -> Result<()> {
+        ops::gelu(self, x, n)
+    }
+
+    fn add(&self, x: &mut CudaSlice<f32>, y: &CudaSlice<f32>, n: usize) -> Result<()> {
+        ops::add(self, x, y, n)
+    }
+
+    fn kv_write(
+        &self,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        slot_mapping: &CudaSlice<u32>,
+        rows: usize,
+        k_cache: &mut CudaKv,
+        v_cache: &mut CudaKv,
+    ) -> Result<()> {
+        ops::kv_write(self, (k, v), slot_mapping, rows, (k_cache, v_cache))
+    }
+
+    fn paged_attention(
+        &self,
+        q: &CudaSlice<f32>,
+        k_cache: &CudaKv,
+        v_cache: &CudaKv,
+        meta: &PagedAttnMeta<'_, Self>,
+        shape: AttnShape,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        attention::paged(self, q, (k_cache, v_cache), meta, shape, out)
+    }
+
+    fn varlen_attention(
+        &self,
+        q: &CudaSlice<f32>,
+        k: &CudaSlice<f32>,
+        v: &CudaSlice<f32>,
+        query_start_loc: &CudaSlice<u32>,
+        num_seqs: usize,
+        shape: AttnShape,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        attention::varlen(self, q, (k, v), query_start_loc, num_seqs, shape, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a machine without the CUDA driver (CI), opening the backend is a typed error, not a panic;
+    /// with a driver and a GPU it opens.
+    #[test]
+    fn opening_without_a_driver_is_a_no_cuda_device_error() {
+        match CudaBackend::new(0) {
+            Err(EngineError::NoCudaDevice(_)) => {}
+            Err(e) => panic!("expected NoCudaDevice, got {e}"),
+            Ok(b) => assert!(
+                driver_present(),
+                "opened without a driver: {}",
+                b.describe()
+            ),
+        }
+    }
+
+    #[test]
+    fn buffer_length_checks_name_the_op() {
+        let e = check_len("rope x", 3, 4).expect_err("3 < 4");
+        assert!(e.to_string().contains("rope x"), "{e}");
+        assert!(check_len("rope x", 4, 4).is_ok());
+    }
+}

@@ -1,0 +1,233 @@
+//! Launches of the row-wise and element-wise kernels: norms, RoPE, SiLU·mul, GELU, add, KV write,
+//! and host-to-device writes.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::{
+    CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, check_len, cuda_err, grid,
+};
+use crate::config::RopeFreqs;
+use crate::error::{EngineError, Result};
+
+/// Threads per block of the row kernels (one block per row).
+const ROW_THREADS: u32 = 256;
+
+fn row_grid(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (ROW_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The f32 elements of a vector weight.
+pub(super) fn vector(w: &CudaWeight) -> Result<&CudaSlice<f32>> {
+    match &w.data {
+        CudaWeightData::F32(v) => Ok(v),
+        CudaWeightData::Bf16(_) => Err(EngineError::Internal(
+            "vector weights are uploaded as f32".into(),
+        )),
+    }
+}
+
+/// Copies host values into the front of a device buffer.
+pub(super) fn write<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    dst: &mut CudaSlice<T>,
+    src: &[T],
+) -> Result<()> {
+    check_len("write", dst.len(), src.len())?;
+    if src.is_empty() {
+        return Ok(());
+    }
+    stream
+        .memcpy_htod(src, &mut dst.slice_mut(..src.len()))
+        .map_err(cuda_err)
+}
+
+pub(super) fn rms_norm(
+    be: &CudaBackend,
+    x: &CudaSlice<f32>,
+    w: &CudaWeight,
+    eps: f32,
+    rows: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let width = w.cols;
+    check_len("rms_norm x", x.len(), rows * width)?;
+    check_len("rms_norm out", out.len(), rows * width)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let width = width as i32;
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("rms_norm_f32")?);
+    b.arg(x).arg(vector(w)?).arg(out).arg(&width).arg(&eps);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(row_grid(rows)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn layer_norm(
+    be: &CudaBackend,
+    x: &CudaSlice<f32>,
+    (w, bias): (&CudaWeight, &CudaWeight),
+    eps: f32,
+    rows: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let width = w.cols;
+    check_len("layer_norm x", x.len(), rows * width)?;
+    check_len("layer_norm out", out.len(), rows * width)?;
+    check_len("layer_norm bias", bias.cols, width)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let width = width as i32;
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("layer_norm_f32")?);
+    b.arg(x).arg(vector(w)?).arg(vector(bias)?).arg(out);
+    b.arg(&width).arg(&eps);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(row_grid(rows)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn rope_table(
+    be: &CudaBackend,
+    positions: &CudaSlice<u32>,
+    freqs: &RopeFreqs,
+    rows: usize,
+    table: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let half = freqs.inv_freq.len();
+    check_len("rope_table positions", positions.len(), rows)?;
+    check_len("rope_table table", table.len(), rows * 2 * half)?;
+    let mut cache = be.freqs.lock().unwrap_or_else(|e| e.into_inner());
+    if cache
+        .as_ref()
+        .is_none_or(|(host, _)| *host != freqs.inv_freq)
+    {
+        *cache = Some((freqs.inv_freq.clone(), be.upload(&freqs.inv_freq)?));
+    }
+    let Some((_, inv_freq)) = cache.as_ref() else {
+        unreachable!("filled above")
+    };
+    let (r, h) = (rows as i32, half as i32);
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("rope_table_f32")?);
+    b.arg(positions).arg(inv_freq).arg(table);
+    b.arg(&r).arg(&h).arg(&freqs.mscale);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(rows * half)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn rope(
+    be: &CudaBackend,
+    x: &mut CudaSlice<f32>,
+    table: &CudaSlice<f32>,
+    rows: usize,
+    (heads, head_dim): (usize, usize),
+) -> Result<()> {
+    check_len("rope x", x.len(), rows * heads * head_dim)?;
+    check_len("rope table", table.len(), rows * head_dim)?;
+    let (r, h, d) = (rows as i32, heads as i32, head_dim as i32);
+    let mut b = be.dev.stream.launch_builder(be.kernels.get("rope_f32")?);
+    b.arg(x).arg(table).arg(&r).arg(&h).arg(&d);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(rows * heads * head_dim / 2)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn silu_mul(
+    be: &CudaBackend,
+    gate: &CudaSlice<f32>,
+    up: &CudaSlice<f32>,
+    n: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_len("silu_mul gate", gate.len(), n)?;
+    check_len("silu_mul up", up.len(), n)?;
+    check_len("silu_mul out", out.len(), n)?;
+    let len = n as i64;
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("silu_mul_f32")?);
+    b.arg(gate).arg(up).arg(out).arg(&len);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(n)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn gelu(be: &CudaBackend, x: &mut CudaSlice<f32>, n: usize) -> Result<()> {
+    check_len("gelu x", x.len(), n)?;
+    let len = n as i64;
+    let mut b = be.dev.stream.launch_builder(be.kernels.get("gelu_f32")?);
+    b.arg(x).arg(&len);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(n)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn add(
+    be: &CudaBackend,
+    x: &mut CudaSlice<f32>,
+    y: &CudaSlice<f32>,
+    n: usize,
+) -> Result<()> {
+    check_len("add x", x.len(), n)?;
+    check_len("add y", y.len(), n)?;
+    let len = n as i64;
+    let mut b = be.dev.stream.launch_builder(be.kernels.get("add_f32")?);
+    b.arg(x).arg(y).arg(&len);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(n)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+pub(super) fn kv_write(
+    be: &CudaBackend,
+    (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
+    slot_mapping: &CudaSlice<u32>,
+    rows: usize,
+    (kc, vc): (&mut CudaKv, &mut CudaKv),
+) -> Result<()> {
+    let width = kc.shape.num_kv_heads * kc.shape.head_dim;
+    check_len("kv_write k", k.len(), rows * width)?;
+    check_len("kv_write v", v.len(), rows * width)?;
+    check_len("kv_write slot_mapping", slot_mapping.len(), rows)?;
+    let (r, w) = (rows as i32, width as i32);
+    let stream = &be.dev.stream;
+    let mut b = match (&mut kc.store, &mut vc.store) {
+        (CudaKvStore::F32(kd), CudaKvStore::F32(vd)) => {
+            let mut b = stream.launch_builder(be.kernels.get("kv_write_f32")?);
+            b.arg(k).arg(v).arg(slot_mapping).arg(kd).arg(vd);
+            b
+        }
+        (CudaKvStore::Bf16(kd), CudaKvStore::Bf16(vd)) => {
+            let mut b = stream.launch_builder(be.kernels.get("kv_write_bf16")?);
+            b.arg(k).arg(v).arg(slot_mapping).arg(kd).arg(vd);
+            b
+        }
+        _ => {
+            return Err(EngineError::Internal(
+                "K and V pools of one layer must share a dtype".into(),
+            ));
+        }
+    };
+    b.arg(&r).arg(&w);
+    // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
+    // (from the block allocator), as on the CPU backend.
+    unsafe { b.launch(grid(rows * width)) }.map_err(cuda_err)?;
+    Ok(())
+}

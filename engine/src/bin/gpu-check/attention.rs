@@ -1,0 +1,207 @@
+//! Parity checks of the attention ops: causal paged attention (decode, prefill, chunked prefill after
+//! a cached prefix; GQA; head_dim 64 and 128; f32 and bf16 pools) and bidirectional varlen attention.
+
+use docqa_engine::Result;
+use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
+
+use crate::inputs::{Pair, Rng};
+use crate::ops::TOL_F32;
+use crate::report::Report;
+
+/// Tokens per KV block in these checks (the engine's default).
+const BLOCK_SIZE: usize = 16;
+
+/// A paged attention case: per sequence (new query rows, context length), and the head layout.
+struct Case {
+    seqs: &'static [(usize, usize)],
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+const CASES: &[(&str, Case)] = &[
+    (
+        "decode",
+        Case {
+            seqs: &[(1, 1), (1, 17), (1, 300), (1, 1000)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+        },
+    ),
+    (
+        "prefill",
+        Case {
+            seqs: &[(700, 700), (33, 33)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+        },
+    ),
+    (
+        "chunk after prefix",
+        Case {
+            seqs: &[(50, 50), (128, 200), (1, 4097)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+    ),
+    (
+        "prefill",
+        Case {
+            seqs: &[(1024, 1024)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+    ),
+];
+
+/// Runs every attention check.
+pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
+    for (name, case) in CASES {
+        for dtype in [KvDtype::F32, KvDtype::Bf16] {
+            paged(p, rng, r, name, case, dtype)?;
+        }
+    }
+    varlen(p, rng, r, &[7, 128, 33], (12, 12, 32))?;
+    varlen(p, rng, r, &[256, 1, 77], (8, 2, 64))?;
+    varlen(p, rng, r, &[300], (16, 16, 128))?;
+    Ok(())
+}
+
+/// Block ids for each sequence, from a shuffled pool; the block table, padded with zeros.
+fn block_table(rng: &mut Rng, ctx: &[usize]) -> (Vec<u32>, usize, usize) {
+    let per: Vec<usize> = ctx.iter().map(|c| c.div_ceil(BLOCK_SIZE)).collect();
+    let max_blocks = per.iter().copied().max().unwrap_or(1);
+    let num_blocks = per.iter().sum::<usize>() + 3;
+    let pool = rng.permutation(num_blocks);
+    let mut table = vec![0u32; ctx.len() * max_blocks];
+    let mut next = 0;
+    for (s, &n) in per.iter().enumerate() {
+        table[s * max_blocks..][..n].copy_from_slice(&pool[next..next + n]);
+        next += n;
+    }
+    (table, max_blocks, num_blocks)
+}
+
+fn paged(
+    p: &Pair,
+    rng: &mut Rng,
+    r: &mut Report,
+    name: &str,
+    case: &Case,
+    dtype: KvDtype,
+) -> Result<()> {
+    let (h, g, hd) = (case.heads, case.kv_heads, case.head_dim);
+    let ctx: Vec<usize> = case.seqs.iter().map(|s| s.1).collect();
+    let (table, max_blocks, num_blocks) = block_table(rng, &ctx);
+    let shape = KvShape {
+        num_blocks,
+        block_size: BLOCK_SIZE,
+        num_kv_heads: g,
+        head_dim: hd,
+        dtype,
+    };
+    // Every context position of every sequence gets a K and V row.
+    let slots: Vec<u32> = ctx
+        .iter()
+        .enumerate()
+        .flat_map(|(s, &c)| {
+            let row = &table[s * max_blocks..];
+            (0..c).map(move |j| row[j / BLOCK_SIZE] * BLOCK_SIZE as u32 + (j % BLOCK_SIZE) as u32)
+        })
+        .collect();
+    let kv_rows = slots.len();
+    let (cs, gs) = p.ids(&slots)?;
+    let (ck, gk) = p.buf(&rng.vec(kv_rows * g * hd, 3.0))?;
+    let (cv, gv) = p.buf(&rng.vec(kv_rows * g * hd, 2.0))?;
+    let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
+    let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
+    p.cpu.kv_write(&ck, &cv, &cs, kv_rows, &mut ckc, &mut cvc)?;
+    p.gpu.kv_write(&gk, &gv, &gs, kv_rows, &mut gkc, &mut gvc)?;
+
+    let mut qsl = vec![0u32];
+    for &(q_len, _) in case.seqs {
+        qsl.push(qsl.last().copied().unwrap_or(0) + q_len as u32);
+    }
+    let tokens = *qsl.last().unwrap_or(&0) as usize;
+    let lens: Vec<u32> = ctx.iter().map(|&c| c as u32).collect();
+    let ((cq_loc, gq_loc), (cl, gl), (ct, gt)) = (p.ids(&qsl)?, p.ids(&lens)?, p.ids(&table)?);
+    let (cq, gq) = p.buf(&rng.vec(tokens * h * hd, 3.0))?;
+    let (mut co, mut go) = p.poisoned(tokens * h * hd)?;
+    let attn = AttnShape {
+        num_heads: h,
+        num_kv_heads: g,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    let max_seq_len = ctx.iter().copied().max().unwrap_or(0);
+    let cmeta = PagedAttnMeta {
+        query_start_loc: &cq_loc,
+        seq_lens: &cl,
+        block_table: &ct,
+        max_blocks_per_seq: max_blocks,
+        num_seqs: ctx.len(),
+        num_tokens: tokens,
+        max_seq_len,
+    };
+    p.cpu
+        .paged_attention(&cq, &ckc, &cvc, &cmeta, attn, &mut co)?;
+    let gmeta = PagedAttnMeta {
+        query_start_loc: &gq_loc,
+        seq_lens: &gl,
+        block_table: &gt,
+        max_blocks_per_seq: max_blocks,
+        num_seqs: ctx.len(),
+        num_tokens: tokens,
+        max_seq_len,
+    };
+    p.gpu
+        .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;
+    let op = format!("paged_attention {name} ({dtype:?} KV)");
+    let seqs: Vec<String> = case.seqs.iter().map(|(q, c)| format!("{q}/{c}")).collect();
+    let desc = format!("q/ctx {} h{h}/{g} d{hd}", seqs.join(","));
+    r.check(&op, &desc, &p.read(&go, tokens * h * hd)?, &co, TOL_F32);
+    Ok(())
+}
+
+fn varlen(
+    p: &Pair,
+    rng: &mut Rng,
+    r: &mut Report,
+    lens: &[usize],
+    (h, g, hd): (usize, usize, usize),
+) -> Result<()> {
+    let mut qsl = vec![0u32];
+    for &l in lens {
+        qsl.push(qsl.last().copied().unwrap_or(0) + l as u32);
+    }
+    let rows = *qsl.last().unwrap_or(&0) as usize;
+    let (cqsl, gqsl) = p.ids(&qsl)?;
+    let (cq, gq) = p.buf(&rng.vec(rows * h * hd, 3.0))?;
+    let (ck, gk) = p.buf(&rng.vec(rows * g * hd, 3.0))?;
+    let (cv, gv) = p.buf(&rng.vec(rows * g * hd, 2.0))?;
+    let (mut co, mut go) = p.poisoned(rows * h * hd)?;
+    let attn = AttnShape {
+        num_heads: h,
+        num_kv_heads: g,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    p.cpu
+        .varlen_attention(&cq, &ck, &cv, &cqsl, lens.len(), attn, &mut co)?;
+    p.gpu
+        .varlen_attention(&gq, &gk, &gv, &gqsl, lens.len(), attn, &mut go)?;
+    let lens: Vec<String> = lens.iter().map(usize::to_string).collect();
+    let desc = format!("lens {} h{h}/{g} d{hd}", lens.join(","));
+    r.check(
+        "varlen_attention (bidirectional)",
+        &desc,
+        &p.read(&go, rows * h * hd)?,
+        &co,
+        TOL_F32,
+    );
+    Ok(())
+}

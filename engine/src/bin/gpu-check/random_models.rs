@@ -1,0 +1,212 @@
+//! Random checkpoints at real models' shapes, written as HF-style directories (config.json +
+//! model.safetensors) so both backends load them through the ordinary model code.
+
+use std::path::Path;
+
+use docqa_engine::weights::WeightDtype;
+use docqa_engine::{EngineError, Result};
+
+use crate::inputs::{Rng, tensor_bytes};
+
+/// SmolLM2-135M's vocabulary size.
+pub const SMOLLM2_VOCAB: usize = 49152;
+/// all-MiniLM-L6-v2's vocabulary size.
+pub const MINILM_VOCAB: usize = 30522;
+
+/// A tensor to draw: name, shape, uniform scale, offset.
+type Spec = (String, Vec<usize>, f32, f32);
+
+/// Draws every tensor of `specs` and writes them as one safetensors file of `dtype`.
+fn write_safetensors(
+    path: &Path,
+    specs: Vec<Spec>,
+    dtype: WeightDtype,
+    rng: &mut Rng,
+) -> Result<()> {
+    let tag = if dtype == WeightDtype::Bf16 {
+        "BF16"
+    } else {
+        "F32"
+    };
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, shape, scale, offset) in specs {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = rng.vec(n, scale).iter().map(|v| v + offset).collect();
+        let start = data.len();
+        data.extend(tensor_bytes(&values, dtype));
+        let info =
+            serde_json::json!({"dtype": tag, "shape": shape, "data_offsets": [start, data.len()]});
+        header.insert(name, info);
+    }
+    let mut text = serde_json::Value::Object(header).to_string();
+    while !text.len().is_multiple_of(8) {
+        text.push(' ');
+    }
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.extend_from_slice(&data);
+    std::fs::write(path, bytes).map_err(|e| EngineError::io(path, e))
+}
+
+fn write_config(dir: &Path, config: serde_json::Value) -> Result<()> {
+    let path = dir.join("config.json");
+    std::fs::write(&path, config.to_string()).map_err(|e| EngineError::io(path, e))
+}
+
+/// A random Llama with SmolLM2-135M's shapes (30 layers, hidden 576, FFN 1536, 9 heads, 3 KV heads,
+/// tied embeddings), bf16.
+pub fn write_smollm2(dir: &Path, rng: &mut Rng) -> Result<()> {
+    let (hidden, ffn, layers, heads, kv_heads) = (576, 1536, 30, 9, 3);
+    write_config(
+        dir,
+        serde_json::json!({
+            "architectures": ["LlamaForCausalLM"], "hidden_size": hidden, "intermediate_size": ffn,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+            "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+            "tie_word_embeddings": true, "vocab_size": SMOLLM2_VOCAB, "eos_token_id": 2, "bos_token_id": 1
+        }),
+    )?;
+    let s = 1.0 / (hidden as f32).sqrt();
+    let (q, kv) = (hidden, kv_heads * hidden / heads);
+    let mut specs: Vec<Spec> = vec![
+        (
+            "model.embed_tokens.weight".into(),
+            vec![SMOLLM2_VOCAB, hidden],
+            1.0,
+            0.0,
+        ),
+        ("model.norm.weight".into(), vec![hidden], 0.1, 1.0),
+    ];
+    for i in 0..layers {
+        let p = format!("model.layers.{i}");
+        specs.extend([
+            (
+                format!("{p}.input_layernorm.weight"),
+                vec![hidden],
+                0.1,
+                1.0,
+            ),
+            (
+                format!("{p}.post_attention_layernorm.weight"),
+                vec![hidden],
+                0.1,
+                1.0,
+            ),
+            (
+                format!("{p}.self_attn.q_proj.weight"),
+                vec![q, hidden],
+                2.0 * s,
+                0.0,
+            ),
+            (
+                format!("{p}.self_attn.k_proj.weight"),
+                vec![kv, hidden],
+                2.0 * s,
+                0.0,
+            ),
+            (
+                format!("{p}.self_attn.v_proj.weight"),
+                vec![kv, hidden],
+                s,
+                0.0,
+            ),
+            (
+                format!("{p}.self_attn.o_proj.weight"),
+                vec![hidden, q],
+                s,
+                0.0,
+            ),
+            (
+                format!("{p}.mlp.gate_proj.weight"),
+                vec![ffn, hidden],
+                s,
+                0.0,
+            ),
+            (format!("{p}.mlp.up_proj.weight"), vec![ffn, hidden], s, 0.0),
+            (
+                format!("{p}.mlp.down_proj.weight"),
+                vec![hidden, ffn],
+                s,
+                0.0,
+            ),
+        ]);
+    }
+    write_safetensors(
+        &dir.join("model.safetensors"),
+        specs,
+        WeightDtype::Bf16,
+        rng,
+    )
+}
+
+/// A random BERT with all-MiniLM-L6-v2's shapes (6 layers, hidden 384, 12 heads, FFN 1536), f32.
+pub fn write_minilm(dir: &Path, rng: &mut Rng) -> Result<()> {
+    let (hidden, ffn, layers, heads, max_pos) = (384, 1536, 6, 12, 512);
+    write_config(
+        dir,
+        serde_json::json!({
+            "architectures": ["BertModel"], "hidden_size": hidden, "intermediate_size": ffn,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "layer_norm_eps": 1e-12,
+            "max_position_embeddings": max_pos, "type_vocab_size": 2, "vocab_size": MINILM_VOCAB,
+            "hidden_act": "gelu"
+        }),
+    )?;
+    let s = 1.0 / (hidden as f32).sqrt();
+    let mut specs: Vec<Spec> = vec![
+        (
+            "embeddings.word_embeddings.weight".into(),
+            vec![MINILM_VOCAB, hidden],
+            1.0,
+            0.0,
+        ),
+        (
+            "embeddings.position_embeddings.weight".into(),
+            vec![max_pos, hidden],
+            0.3,
+            0.0,
+        ),
+        (
+            "embeddings.token_type_embeddings.weight".into(),
+            vec![2, hidden],
+            0.3,
+            0.0,
+        ),
+        ("embeddings.LayerNorm.weight".into(), vec![hidden], 0.1, 1.0),
+        ("embeddings.LayerNorm.bias".into(), vec![hidden], 0.1, 0.0),
+    ];
+    for i in 0..layers {
+        let p = format!("encoder.layer.{i}");
+        let linear = |name: &str, out: usize, inp: usize, scale: f32| -> [Spec; 2] {
+            [
+                (format!("{p}.{name}.weight"), vec![out, inp], scale, 0.0),
+                (format!("{p}.{name}.bias"), vec![out], 0.1, 0.0),
+            ]
+        };
+        let norm = |name: &str| -> [Spec; 2] {
+            [
+                (
+                    format!("{p}.{name}.LayerNorm.weight"),
+                    vec![hidden],
+                    0.1,
+                    1.0,
+                ),
+                (format!("{p}.{name}.LayerNorm.bias"), vec![hidden], 0.1, 0.0),
+            ]
+        };
+        specs.extend(linear("attention.self.query", hidden, hidden, 2.0 * s));
+        specs.extend(linear("attention.self.key", hidden, hidden, 2.0 * s));
+        specs.extend(linear("attention.self.value", hidden, hidden, s));
+        specs.extend(linear("attention.output.dense", hidden, hidden, s));
+        specs.extend(norm("attention.output"));
+        specs.extend(linear("intermediate.dense", ffn, hidden, s));
+        specs.extend(linear(
+            "output.dense",
+            hidden,
+            ffn,
+            1.0 / (ffn as f32).sqrt(),
+        ));
+        specs.extend(norm("output"));
+    }
+    write_safetensors(&dir.join("model.safetensors"), specs, WeightDtype::F32, rng)
+}

@@ -1,0 +1,182 @@
+// Attention with an online softmax: causal over the paged KV pool (decoder), bidirectional within each
+// sequence of a packed varlen batch (encoder).
+//
+// First, plain version: one block per (query row, head), head_dim threads (a multiple of 32, at most
+// 256). Keys stream in tiles of TILE: each warp scores keys of the tile (lanes split the head), the
+// tile's scores go through shared memory, then every thread rescales its running output element once
+// per tile and adds the tile's values. Correct for any length; speed comes in later versions.
+#include "common.cuh"
+
+#define TILE 32
+#define MAX_HEAD_DIM 256
+
+// A sequence's keys in the paged pool [num_blocks, block_size, num_kv_heads, head_dim].
+template <typename T>
+struct PagedKeys {
+    const T* k;              // [num_blocks, block_size, num_kv_heads, head_dim]
+    const T* v;              // [num_blocks, block_size, num_kv_heads, head_dim]
+    const unsigned* blocks;  // [max_blocks_per_seq]: this sequence's row of the block table
+    int block_size;
+    int row_stride;  // num_kv_heads * head_dim
+    int head_off;    // kv_head * head_dim
+    __device__ long long offset(int j) const {
+        const long long slot = (long long)blocks[j / block_size] * block_size + j % block_size;
+        return slot * row_stride + head_off;
+    }
+};
+
+// A sequence's keys in dense rows [tokens, num_kv_heads, head_dim] starting at row `start`.
+struct DenseKeys {
+    const float* k;  // [tokens, num_kv_heads, head_dim]
+    const float* v;  // [tokens, num_kv_heads, head_dim]
+    long long start;
+    int row_stride;
+    int head_off;
+    __device__ long long offset(int j) const { return (start + j) * row_stride + head_off; }
+};
+
+// Softmax(q·Kᵀ·scale)·V over the first `visible` keys, for one query row and head; the block's
+// threads each own one output element.
+template <typename Keys>
+__device__ void attend(
+    const float* q,  // [head_dim]: this row's head
+    Keys kv,
+    int visible,
+    int head_dim,
+    float scale,
+    float* out) {    // [head_dim]
+    __shared__ float q_s[MAX_HEAD_DIM];
+    __shared__ float s_s[TILE];
+    const int d = threadIdx.x, lane = d & 31, warp = d >> 5, warps = blockDim.x >> 5;
+    q_s[d] = q[d];
+    __syncthreads();
+    float m = NEG_INF, l = 0.0f, acc = 0.0f;
+    for (int j0 = 0; j0 < visible; j0 += TILE) {
+        const int n = min(TILE, visible - j0);
+        for (int jj = warp; jj < n; jj += warps) {
+            const long long o = kv.offset(j0 + jj);
+            float s = 0.0f;
+            for (int e = lane; e < head_dim; e += 32) {
+                s += q_s[e] * load_f32(kv.k + o + e);
+            }
+            s = warp_sum(s);
+            if (lane == 0) {
+                s_s[jj] = s * scale;
+            }
+        }
+        __syncthreads();
+        float tile_max = m;
+        for (int jj = 0; jj < n; ++jj) {
+            tile_max = fmaxf(tile_max, s_s[jj]);
+        }
+        const float correction = expf(m - tile_max);
+        l *= correction;
+        acc *= correction;
+        for (int jj = 0; jj < n; ++jj) {
+            const float p = expf(s_s[jj] - tile_max);
+            l += p;
+            acc += p * load_f32(kv.v + kv.offset(j0 + jj) + d);
+        }
+        m = tile_max;
+        __syncthreads();
+    }
+    out[d] = l > 0.0f ? acc / l : 0.0f;
+}
+
+// Index of the sequence owning query row t: the last s with query_start_loc[s] <= t.
+__device__ __forceinline__ int seq_of(
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    int num_seqs,
+    int t) {
+    int lo = 0, hi = num_seqs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if ((int)query_start_loc[mid] <= t) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+// One (query row, head) of causal paged attention, for the entry points below.
+template <typename T>
+__device__ void paged(
+    const float* q,                   // [num_tokens, num_heads, head_dim]
+    const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
+    const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+    int max_blocks_per_seq, float scale) {
+    const int t = blockIdx.x, h = blockIdx.y;
+    const int s = seq_of(query_start_loc, num_seqs, t);
+    const int q_len = (int)(query_start_loc[s + 1] - query_start_loc[s]);
+    const int i = t - (int)query_start_loc[s];
+    const int visible = (int)seq_lens[s] - q_len + i + 1;
+    const int kv_head = h / (num_heads / num_kv_heads);
+    PagedKeys<T> kv;
+    kv.k = k_cache;
+    kv.v = v_cache;
+    kv.blocks = block_table + (long long)s * max_blocks_per_seq;
+    kv.block_size = block_size;
+    kv.row_stride = num_kv_heads * head_dim;
+    kv.head_off = kv_head * head_dim;
+    const long long row = ((long long)t * num_heads + h) * head_dim;
+    attend(q + row, kv, visible, head_dim, scale, out + row);
+}
+
+// Causal attention over an f32 paged pool. Grid (num_tokens, num_heads), block head_dim threads.
+extern "C" __global__ void paged_attention_f32(
+    const float* q,                   // [num_tokens, num_heads, head_dim]
+    const float* k_cache,             // [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* v_cache,             // [num_blocks, block_size, num_kv_heads, head_dim]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+    int max_blocks_per_seq, float scale) {
+    paged(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs, num_heads,
+          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
+}
+
+// Causal attention over a bf16 paged pool. Grid (num_tokens, num_heads), block head_dim threads.
+extern "C" __global__ void paged_attention_bf16(
+    const float* q,                   // [num_tokens, num_heads, head_dim]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, head_dim]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, head_dim]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+    int max_blocks_per_seq, float scale) {
+    paged(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs, num_heads,
+          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
+}
+
+// Bidirectional attention within each sequence of a packed batch. Grid (num_tokens, num_heads), block
+// head_dim threads.
+extern "C" __global__ void varlen_attention_f32(
+    const float* q,                   // [num_tokens, num_heads, head_dim]
+    const float* k,                   // [num_tokens, num_kv_heads, head_dim]
+    const float* v,                   // [num_tokens, num_kv_heads, head_dim]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, float scale) {
+    const int t = blockIdx.x, h = blockIdx.y;
+    const int s = seq_of(query_start_loc, num_seqs, t);
+    DenseKeys kv;
+    kv.k = k;
+    kv.v = v;
+    kv.start = query_start_loc[s];
+    kv.row_stride = num_kv_heads * head_dim;
+    kv.head_off = h / (num_heads / num_kv_heads) * head_dim;
+    const long long row = ((long long)t * num_heads + h) * head_dim;
+    const int len = (int)(query_start_loc[s + 1] - query_start_loc[s]);
+    attend(q + row, kv, len, head_dim, scale, out + row);
+}

@@ -1,0 +1,49 @@
+// Row normalisations: RMSNorm and LayerNorm. One block per row; f32 sums over the block.
+#include "common.cuh"
+
+// out = x / sqrt(mean(x²) + eps) * w
+extern "C" __global__ void rms_norm_f32(
+    const float* x,  // [rows, width]
+    const float* w,  // [width]
+    float* out,      // [rows, width]
+    int width,
+    float eps) {
+    __shared__ float scratch[32];
+    const float* xr = x + (long long)blockIdx.x * width;
+    float* o = out + (long long)blockIdx.x * width;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        ss += xr[c] * xr[c];
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        o[c] = xr[c] * inv * w[c];
+    }
+}
+
+// out = (x - mean) / sqrt(var + eps) * w + b, two passes over the row.
+extern "C" __global__ void layer_norm_f32(
+    const float* x,  // [rows, width]
+    const float* w,  // [width]
+    const float* b,  // [width]
+    float* out,      // [rows, width]
+    int width,
+    float eps) {
+    __shared__ float scratch[32];
+    const float* xr = x + (long long)blockIdx.x * width;
+    float* o = out + (long long)blockIdx.x * width;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        s += xr[c];
+    }
+    const float mean = block_sum(s, scratch) / width;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        const float d = xr[c] - mean;
+        v += d * d;
+    }
+    const float inv = rsqrtf(block_sum(v, scratch) / width + eps);
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        o[c] = (xr[c] - mean) * inv * w[c] + b[c];
+    }
+}
