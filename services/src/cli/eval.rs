@@ -1,9 +1,9 @@
 //! `docqa eval`: runs QA datasets through the routes and writes `results.jsonl`, `report.json` and
 //! `report.md` to the output directory. In-process by default (a server on a free loopback port, its
 //! data under `OUT/server`, kept so a resumed run reuses the ingested documents), or against a running
-//! server with `--url` and `--api-key`.
+//! server with `--url` and `--api-key`. `--compare BASE NEW` puts two earlier runs side by side.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -12,20 +12,24 @@ use clap::{Args, Parser};
 
 use crate::config::ServeConfig;
 use crate::eval::client::DocqaClient;
-use crate::eval::{report, runner};
+use crate::eval::{compare, report, runner};
 
 /// `docqa eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// Dataset files in docqa's JSON Lines format (repeat the flag, or separate with commas).
-    #[arg(long, required = true, value_delimiter = ',')]
+    #[arg(long, required_unless_present = "compare", value_delimiter = ',')]
     dataset: Vec<PathBuf>,
+    /// Compare two earlier runs instead (their directories or `report.json` files): prints the
+    /// comparison, and writes it to `OUT/compare.md` when `--out` is given.
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "dataset")]
+    compare: Option<Vec<PathBuf>>,
     /// Routes to ask each question on, in this order.
     #[arg(long, default_value = "rag,long,auto", value_delimiter = ',')]
     routes: Vec<String>,
     /// Output directory (results, reports; a second run with the same directory resumes).
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required_unless_present = "compare")]
+    out: Option<PathBuf>,
     /// Questions per dataset: a seeded sample.
     #[arg(long)]
     limit: Option<usize>,
@@ -60,6 +64,10 @@ struct ServeOnly {
 
 /// Runs `docqa eval`.
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    if let Some(pair) = &args.compare {
+        return compare(&pair[0], &pair[1], args.out.as_deref());
+    }
+    let out = args.out.clone().context("--out is required")?;
     for r in &args.routes {
         anyhow::ensure!(
             ["rag", "long", "auto"].contains(&r.as_str()),
@@ -73,7 +81,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let settings = runner::Settings {
         datasets: args.dataset.clone(),
         routes: args.routes.clone(),
-        out: args.out.clone(),
+        out: out.clone(),
         limit: args.limit,
         seed: args.seed,
         max_tokens: args.max_tokens,
@@ -82,7 +90,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let results = runner::run(&client, &settings)?;
     let summaries = report::summarize(&results);
     std::fs::write(
-        args.out.join("report.json"),
+        out.join("report.json"),
         serde_json::to_string_pretty(
             &serde_json::json!({ "summaries": summaries, "results": results }),
         )?,
@@ -100,14 +108,34 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         }
     );
     let md = report::markdown(&summaries, &header);
-    std::fs::write(args.out.join("report.md"), &md)?;
+    std::fs::write(out.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// Prints (and with `out`, writes) the comparison of two runs.
+fn compare(base: &Path, new: &Path, out: Option<&Path>) -> anyhow::Result<()> {
+    let md = compare::markdown(
+        &compare::load(base)?,
+        &compare::load(new)?,
+        &base.display().to_string(),
+        &new.display().to_string(),
+    );
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("compare.md"), &md)?;
+    }
     println!("{md}");
     Ok(())
 }
 
 /// Starts `docqa serve` in this process on a free loopback port; returns its base URL.
 fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
-    let data = args.out.join("server");
+    let data = args
+        .out
+        .as_deref()
+        .context("--out is required")?
+        .join("server");
     let mut argv: Vec<String> = vec![
         "serve".into(),
         "--bind".into(),

@@ -1,6 +1,7 @@
 //! The evaluation's HTTP client: uploads documents, follows their jobs, asks, searches. The same client
 //! talks to an in-process server or to a running `docqa serve`, so both give the same numbers.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -50,6 +51,22 @@ impl DocqaClient {
         let part = multipart::Part::bytes(text.as_bytes().to_vec())
             .file_name(file_name.to_string())
             .mime_str("text/plain")?;
+        self.upload_and_wait(file_name, part)
+    }
+
+    /// Uploads a file as it is (the server detects its format) and waits for its ingestion.
+    pub fn ingest_file(&self, path: &Path) -> anyhow::Result<String> {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let part = multipart::Part::bytes(bytes).file_name(file_name.clone());
+        self.upload_and_wait(&file_name, part)
+    }
+
+    fn upload_and_wait(&self, file_name: &str, part: multipart::Part) -> anyhow::Result<String> {
         let form = multipart::Form::new().part("file", part);
         let v = self.json(
             self.http

@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::results::QuestionResult;
 
 /// The figures of one dataset on one route.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RouteSummary {
     /// Dataset.
     pub dataset: String,

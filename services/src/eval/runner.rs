@@ -49,13 +49,17 @@ pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionRes
         .unwrap_or_default();
     let mut plans = Vec::new();
     for path in &s.datasets {
-        let docs = dataset::load(path)?;
-        let picked = dataset::sample(&docs, s.limit, s.seed);
-        plans.push((stem(path), docs, picked));
+        let set = dataset::load(path)?;
+        let picked = dataset::sample(&set.documents, s.limit, s.seed);
+        plans.push((stem(path), set, picked));
     }
     let todo: usize = plans
         .iter()
-        .flat_map(|(_, docs, picked)| picked.iter().map(move |(d, q)| &docs[*d].questions[*q]))
+        .flat_map(|(_, set, picked)| {
+            picked
+                .iter()
+                .map(move |(d, q)| &set.documents[*d].questions[*q])
+        })
         .map(|q| {
             s.routes
                 .iter()
@@ -65,7 +69,8 @@ pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionRes
         .sum();
     let bar = progress(todo as u64);
     let sink = Mutex::new(previous);
-    for (name, docs, picked) in &plans {
+    for (name, set, picked) in &plans {
+        let docs = &set.documents;
         let mut by_doc: Vec<(usize, Vec<usize>)> = Vec::new();
         for &(d, q) in picked {
             match by_doc.last_mut() {
@@ -87,7 +92,8 @@ pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionRes
                 continue;
             }
             bar.set_message(format!("{name}: {}", doc.id));
-            let docqa_id = ensure_ingested(client, doc, &mut ids, &ids_path)?;
+            let file = set.files.get(&doc.id).map(PathBuf::as_path);
+            let docqa_id = ensure_ingested(client, doc, file, &mut ids, &ids_path)?;
             let tokens = document_tokens(client, &docqa_id);
             let ctx = DocContext {
                 client,
@@ -187,9 +193,12 @@ fn ask_routes(ctx: &DocContext<'_>, q: usize) -> Vec<QuestionResult> {
     out
 }
 
+/// The document's id on the server, ingesting it first (its original file when the dataset has one, else
+/// its text) unless an earlier run did.
 fn ensure_ingested(
     client: &DocqaClient,
     doc: &EvalDocument,
+    original: Option<&Path>,
     ids: &mut HashMap<String, String>,
     ids_path: &Path,
 ) -> anyhow::Result<String> {
@@ -206,9 +215,11 @@ fn ensure_ingested(
             &doc.title
         }
     );
-    let id = client
-        .ingest(&file, &doc.text)
-        .with_context(|| format!("ingesting {}", doc.id))?;
+    let id = match original {
+        Some(path) => client.ingest_file(path),
+        None => client.ingest(&file, &doc.text),
+    }
+    .with_context(|| format!("ingesting {}", doc.id))?;
     ids.insert(doc.id.clone(), id.clone());
     std::fs::write(ids_path, serde_json::to_string_pretty(ids)?)?;
     Ok(id)

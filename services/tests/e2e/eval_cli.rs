@@ -142,4 +142,97 @@ fn an_interrupted_run_resumes_and_matches_an_uninterrupted_one_and_a_server_run(
         reference,
         "in-process and HTTP runs give the same answers"
     );
+
+    // The two runs compared: same answers, so no question moved either way.
+    let compared = dir.path().join("compared");
+    let out = eval(&[
+        "--compare",
+        full.to_str().unwrap(),
+        remote.join("report.json").to_str().unwrap(),
+        "--out",
+        compared.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(compared.join("compare.md")).unwrap();
+    assert_eq!(
+        md.trim_end(),
+        String::from_utf8_lossy(&out.stdout).trim_end()
+    );
+    assert!(
+        md.contains("0 better, 0 worse, 6 the same; 0 asked"),
+        "{md}"
+    );
+    let row = md
+        .lines()
+        .find(|l| l.contains("| rag | 6 / 6 |"))
+        .expect("the rag row");
+    assert!(row.contains("| +0.0 |"), "{row}");
+}
+
+#[test]
+fn a_directory_of_documents_with_a_questions_file_is_evaluated_from_the_original_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("contracts");
+    std::fs::create_dir(&data).unwrap();
+    let mut pdf = crate::parse_support::text_pdf(
+        "Lease",
+        &[
+            &["This lease is made between Acme Ltd and Beta LLC."],
+            &["The lease ends on 31 March 2031.", "Rent is paid monthly."],
+        ],
+    );
+    std::fs::write(
+        data.join("lease.pdf"),
+        crate::parse_support::pdf_bytes(&mut pdf),
+    )
+    .unwrap();
+    let (_, text, questions) = support::squad_article(3);
+    std::fs::write(data.join("article.txt"), text).unwrap();
+    let lines = [
+        json!({ "document": "lease.pdf", "question": "When does the lease end?", "answers": ["31 March 2031"] }),
+        json!({ "document": "article.txt", "question": questions[0].0, "answers": questions[0].1 }),
+    ];
+    let body: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(data.join("questions.jsonl"), body.join("\n")).unwrap();
+
+    let out = dir.path().join("out");
+    let status = eval(&[
+        "--dataset",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--routes",
+        "rag",
+        "--max-tokens",
+        "16",
+        "--rag-window",
+        "1024",
+    ])
+    .status()
+    .unwrap();
+    assert!(status.success());
+    let seen = answers(&out);
+    assert_eq!(seen.len(), 2);
+    assert!(seen.contains_key(&("lease.pdf#1".to_string(), "rag".to_string())));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let lease = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["question_id"] == "lease.pdf#1")
+        .unwrap();
+    assert_eq!(lease["dataset"], "contracts");
+    // Uploaded from its file (the directory form has no text to upload) and ingested as a PDF.
+    let server_docs: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("documents.json")).unwrap())
+            .unwrap();
+    assert!(server_docs["lease.pdf"].is_string(), "{server_docs}");
+    assert!(lease["document_tokens"].as_u64().unwrap() > 10, "{lease}");
 }
