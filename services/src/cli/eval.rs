@@ -1,6 +1,7 @@
-//! `docqa eval`: runs QA datasets through the routes and writes `results.jsonl`, `report.json` and
-//! `report.md` to the output directory. In-process by default (a server on a free loopback port, its
-//! data under `OUT/server`, kept so a resumed run reuses the ingested documents), or against a running
+//! `docqa eval`: runs QA datasets through the routes and writes `results.jsonl`, `report.json`,
+//! `report.md` and the plots (SVG and PNG) to the output directory. In-process by default (a server on
+//! a free loopback port, its data under `OUT/server`, kept so a resumed run reuses the ingested
+//! documents), or against a running
 //! server with `--url` and `--api-key`. `--compare BASE NEW` puts two earlier runs side by side.
 
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use clap::{Args, Parser};
 
 use crate::config::ServeConfig;
 use crate::eval::client::DocqaClient;
-use crate::eval::{compare, report, runner};
+use crate::eval::{compare, plots, report, runner};
 
 /// `docqa eval`.
 #[derive(Debug, Args)]
@@ -107,10 +108,34 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             None => format!("in-process server, RAG window {}", args.rag_window),
         }
     );
-    let md = report::markdown(&summaries, &header);
+    let mut md = report::markdown(&summaries, &header);
+    md.push_str(&plots_section(&summaries, &results, &out));
     std::fs::write(out.join("report.md"), &md)?;
     println!("{md}");
     Ok(())
+}
+
+/// Renders the plots into `out`; the report's section listing them (or saying why there are none).
+fn plots_section(
+    summaries: &[report::RouteSummary],
+    results: &[crate::eval::results::QuestionResult],
+    out: &Path,
+) -> String {
+    match plots::render(summaries, results, out) {
+        Ok(files) => {
+            let svgs: Vec<String> = files
+                .iter()
+                .filter(|f| f.extension().is_some_and(|e| e == "svg"))
+                .filter_map(|f| f.file_name())
+                .map(|n| format!("![{0}]({0})", n.to_string_lossy()))
+                .collect();
+            format!(
+                "\n## Plots\n\n{}\n\nEach plot is also written as PNG beside its SVG.\n",
+                svgs.join("\n")
+            )
+        }
+        Err(why) => format!("\n## Plots\n\nNot drawn: {why}.\n"),
+    }
 }
 
 /// Prints (and with `out`, writes) the comparison of two runs.
