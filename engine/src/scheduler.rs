@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{KvCacheManager, RequestId};
+use crate::kv::manager::{CacheNamespace, KvCacheManager, RequestId};
 
 /// Limits of one scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub struct SeqState {
     pub num_cached_tokens: usize,
     /// How many times the request was preempted.
     pub num_preemptions: u32,
+    /// The prefix-cache namespace it reads and fills.
+    pub cache_namespace: CacheNamespace,
 }
 
 impl SeqState {
@@ -64,6 +66,7 @@ impl SeqState {
             max_new_tokens,
             num_cached_tokens: 0,
             num_preemptions: 0,
+            cache_namespace: 0,
         }
     }
 
@@ -201,7 +204,7 @@ impl Scheduler {
             let Some(seq) = self.waiting.front() else {
                 break;
             };
-            let prefix = kv.find_cached_prefix(&seq.tokens, false);
+            let prefix = kv.find_cached_prefix(&seq.tokens, seq.cache_namespace, false);
             let start = prefix.num_tokens;
             let n = (seq.tokens.len() - start).min(budget);
             if !kv.allocate(seq.id, start + n, Some(&prefix))? {
@@ -211,7 +214,7 @@ impl Scheduler {
                 .waiting
                 .pop_front()
                 .ok_or_else(|| EngineError::Internal("queue emptied".into()))?;
-            let _ = kv.find_cached_prefix(&seq.tokens, true);
+            let _ = kv.find_cached_prefix(&seq.tokens, seq.cache_namespace, true);
             seq.num_computed_tokens = start;
             seq.num_cached_tokens = start;
             self.running.push(seq);

@@ -21,7 +21,7 @@ fn manager(
 }
 
 fn run_whole(kv: &mut KvCacheManager, id: u64, tokens: &[u32]) {
-    let prefix = kv.find_cached_prefix(tokens, true);
+    let prefix = kv.find_cached_prefix(tokens, 0, true);
     assert!(kv.allocate(id, tokens.len(), Some(&prefix)).unwrap());
     kv.commit_computed(id, tokens, tokens.len()).unwrap();
 }
@@ -37,7 +37,7 @@ fn a_second_request_with_the_same_document_reuses_its_full_blocks() {
 
     let mut second = doc.clone();
     second.extend([8000, 8001]);
-    let hit = kv.find_cached_prefix(&second, true);
+    let hit = kv.find_cached_prefix(&second, 0, true);
     assert_eq!(
         hit.num_tokens, 96,
         "six full blocks of the shared 100-token document"
@@ -60,7 +60,7 @@ fn a_prompt_that_is_entirely_cached_still_computes_its_last_token() {
     let tokens: Vec<u32> = (0..16).collect();
     run_whole(&mut kv, 1, &tokens);
     kv.free(1).unwrap();
-    let hit = kv.find_cached_prefix(&tokens, false);
+    let hit = kv.find_cached_prefix(&tokens, 0, false);
     assert_eq!(
         hit.num_tokens, 12,
         "the block holding the last token is recomputed"
@@ -92,17 +92,17 @@ fn a_forgotten_document_is_not_reused_and_the_probe_counts_no_statistics() {
     run_whole(&mut kv, 1, &doc);
     kv.free(1).unwrap();
     let stats_before = kv.prefix_stats();
-    assert_eq!(kv.cached_prefix_len(&doc), 20);
+    assert_eq!(kv.cached_prefix_len(&doc, 0), 20);
     assert_eq!(kv.prefix_stats(), stats_before, "probing records nothing");
     // Forgetting the first 10 tokens drops the entries of their two full blocks only.
-    assert_eq!(kv.forget_prefix(&doc[..10]), 2);
+    assert_eq!(kv.forget_prefix(&doc[..10], 0), 2);
     assert_eq!(
-        kv.cached_prefix_len(&doc),
+        kv.cached_prefix_len(&doc, 0),
         0,
         "the chain breaks at the first block"
     );
-    assert_eq!(kv.forget_prefix(&doc), 3, "the remaining full blocks");
-    assert_eq!(kv.forget_prefix(&doc), 0);
+    assert_eq!(kv.forget_prefix(&doc, 0), 3, "the remaining full blocks");
+    assert_eq!(kv.forget_prefix(&doc, 0), 0);
     kv.pool().check_invariants().unwrap();
     // The freed blocks are reused normally.
     run_whole(&mut kv, 2, &doc);
@@ -117,7 +117,7 @@ fn without_prefix_caching_nothing_is_reused() {
     let a: Vec<u32> = (0..20).collect();
     run_whole(&mut kv, 1, &a);
     kv.free(1).unwrap();
-    assert_eq!(kv.find_cached_prefix(&a, true).num_tokens, 0);
+    assert_eq!(kv.find_cached_prefix(&a, 0, true).num_tokens, 0);
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn a_sink_window_cache_hit_needs_only_the_sink_and_window_blocks() {
     kv.free(1).unwrap();
     let mut second = doc.clone();
     second.push(600);
-    let hit = kv.find_cached_prefix(&second, false);
+    let hit = kv.find_cached_prefix(&second, 0, false);
     assert_eq!(hit.num_tokens, 40);
     assert!(hit.blocks[0].is_some() && hit.blocks[9].is_some() && hit.blocks[3].is_none());
 }
@@ -223,7 +223,7 @@ proptest! {
             match op {
                 Op::Start { id, doc, len } if !live.contains_key(&id) => {
                     let tokens: Vec<u32> = (0..len as u32).map(|i| i * 7 + doc as u32).collect();
-                    let prefix = kv.find_cached_prefix(&tokens, true);
+                    let prefix = kv.find_cached_prefix(&tokens, 0, true);
                     if kv.allocate(id, tokens.len(), Some(&prefix)).unwrap() {
                         kv.commit_computed(id, &tokens, tokens.len()).unwrap();
                         live.insert(id, tokens);
@@ -256,4 +256,33 @@ proptest! {
         prop_assert_eq!(kv.pool().num_used(), 0);
         kv.pool().check_invariants().map_err(TestCaseError::fail)?;
     }
+}
+
+#[test]
+fn a_prefix_cached_in_one_namespace_is_invisible_to_another() {
+    let mut kv = manager(32, 4, true, None);
+    let doc: Vec<u32> = (0..21).collect();
+    let (tenant_a, tenant_b) = (7, 8);
+    let prefix = kv.find_cached_prefix(&doc, tenant_a, true);
+    assert!(kv.allocate(1, doc.len(), Some(&prefix)).unwrap());
+    kv.commit_computed(1, &doc, doc.len()).unwrap();
+    kv.free(1).unwrap();
+    assert_eq!(kv.cached_prefix_len(&doc, tenant_a), 20);
+    assert_eq!(
+        kv.cached_prefix_len(&doc, tenant_b),
+        0,
+        "no hit across namespaces"
+    );
+    assert_eq!(kv.cached_prefix_len(&doc, 0), 0);
+    // Another namespace computing the same text caches its own copy, and forgetting it leaves A's.
+    let prefix = kv.find_cached_prefix(&doc, tenant_b, true);
+    assert_eq!(prefix.num_tokens, 0);
+    assert!(kv.allocate(2, doc.len(), Some(&prefix)).unwrap());
+    kv.commit_computed(2, &doc, doc.len()).unwrap();
+    kv.free(2).unwrap();
+    assert_eq!(kv.cached_prefix_len(&doc, tenant_b), 20);
+    assert_eq!(kv.forget_prefix(&doc, tenant_b), 5);
+    assert_eq!(kv.cached_prefix_len(&doc, tenant_b), 0);
+    assert_eq!(kv.cached_prefix_len(&doc, tenant_a), 20);
+    kv.pool().check_invariants().unwrap();
 }

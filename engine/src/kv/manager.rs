@@ -40,6 +40,10 @@ pub struct KvCacheConfig {
     pub cache_salt: u64,
 }
 
+/// Whose prefix cache a request reads and fills. Requests share cached KV only within one namespace, so a
+/// caller cannot learn from timing whether another namespace (another tenant) processed the same text.
+pub type CacheNamespace = u64;
+
 /// Prefix-cache counters of the manager.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrefixCacheStats {
@@ -56,6 +60,8 @@ pub struct CachedPrefix {
     pub blocks: Vec<Option<BlockId>>,
     /// Tokens whose KV is reused: a whole number of blocks, always fewer than the prompt.
     pub num_tokens: usize,
+    /// The namespace it was looked up in; the request's new blocks are cached there too.
+    pub namespace: CacheNamespace,
 }
 
 #[derive(Debug, Default)]
@@ -63,6 +69,8 @@ struct RequestBlocks {
     table: Vec<Option<BlockId>>,
     num_hashed: usize,
     parent: Option<BlockHash>,
+    /// Hash salt of the request's namespace.
+    salt: u64,
 }
 
 /// Block tables of every live request over one pool.
@@ -132,10 +140,16 @@ impl KvCacheManager {
         self.max_blocks_for(num_tokens, chunk) <= self.pool.num_blocks()
     }
 
-    /// Look up the longest cached prefix of `prompt`. Never covers the whole prompt: the last token is always
-    /// computed, since its logits are needed. Only counts towards the statistics when `record` is set.
-    pub fn find_cached_prefix(&mut self, prompt: &[u32], record: bool) -> CachedPrefix {
-        let found = self.lookup_prefix(prompt);
+    /// Look up the longest prefix of `prompt` cached in `namespace`. Never covers the whole prompt: the
+    /// last token is always computed, since its logits are needed. Only counts towards the statistics
+    /// when `record` is set.
+    pub fn find_cached_prefix(
+        &mut self,
+        prompt: &[u32],
+        namespace: CacheNamespace,
+        record: bool,
+    ) -> CachedPrefix {
+        let found = self.lookup_prefix(prompt, namespace);
         if record {
             self.stats.queried_tokens += prompt.len() as u64;
             self.stats.hit_tokens += found.num_tokens as u64;
@@ -143,31 +157,43 @@ impl KvCacheManager {
         found
     }
 
-    /// Tokens at the start of `prompt` whose KV a request would take from the prefix cache now (no
-    /// statistics recorded).
-    pub fn cached_prefix_len(&self, prompt: &[u32]) -> usize {
-        self.lookup_prefix(prompt).num_tokens
+    /// Tokens at the start of `prompt` whose KV a request of `namespace` would take from the prefix cache
+    /// now (no statistics recorded).
+    pub fn cached_prefix_len(&self, prompt: &[u32], namespace: CacheNamespace) -> usize {
+        self.lookup_prefix(prompt, namespace).num_tokens
     }
 
-    /// Removes the prefix-cache entries of every full block of `tokens`, so no later request can reuse
-    /// that KV (e.g. the document was deleted). Blocks in use keep their content for their requests.
-    /// Returns how many entries were dropped.
-    pub fn forget_prefix(&mut self, tokens: &[u32]) -> usize {
+    /// The block-hash salt of a namespace: the engine's salt mixed with it.
+    fn salt(&self, namespace: CacheNamespace) -> u64 {
+        self.cfg.cache_salt
+            ^ namespace
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29)
+    }
+
+    /// Removes the prefix-cache entries of every full block of `tokens` in `namespace`, so no later
+    /// request can reuse that KV (e.g. the document was deleted). Blocks in use keep their content for
+    /// their requests. Returns how many entries were dropped.
+    pub fn forget_prefix(&mut self, tokens: &[u32], namespace: CacheNamespace) -> usize {
         let bs = self.cfg.block_size;
         let full = tokens.len() / bs * bs;
-        full_block_hashes(&tokens[..full], bs, self.cfg.cache_salt)
+        full_block_hashes(&tokens[..full], bs, self.salt(namespace))
             .into_iter()
             .filter(|h| self.pool.uncache(*h))
             .count()
     }
 
-    fn lookup_prefix(&self, prompt: &[u32]) -> CachedPrefix {
+    fn lookup_prefix(&self, prompt: &[u32], namespace: CacheNamespace) -> CachedPrefix {
+        let empty = CachedPrefix {
+            namespace,
+            ..CachedPrefix::default()
+        };
         if !self.pool.caching_enabled() || prompt.len() < 2 {
-            return CachedPrefix::default();
+            return empty;
         }
         let bs = self.cfg.block_size;
         let usable = (prompt.len() - 1) / bs;
-        let hashes = full_block_hashes(&prompt[..usable * bs], bs, self.cfg.cache_salt);
+        let hashes = full_block_hashes(&prompt[..usable * bs], bs, self.salt(namespace));
         if self.cfg.sink_window.is_none() {
             // Dense: the leading run of cached blocks.
             let blocks: Vec<Option<BlockId>> = hashes
@@ -175,7 +201,11 @@ impl KvCacheManager {
                 .map_while(|h| self.pool.lookup(*h).map(Some))
                 .collect();
             let num_tokens = blocks.len() * bs;
-            return CachedPrefix { blocks, num_tokens };
+            return CachedPrefix {
+                blocks,
+                num_tokens,
+                namespace,
+            };
         }
         // Sink window: the longest prefix whose sink and window blocks are all cached.
         for n in (1..=usable).rev() {
@@ -189,10 +219,11 @@ impl KvCacheManager {
                 return CachedPrefix {
                     blocks,
                     num_tokens: n * bs,
+                    namespace,
                 };
             }
         }
-        CachedPrefix::default()
+        empty
     }
 
     /// For a sequence of `num_tokens`, which logical blocks must be kept.
@@ -209,7 +240,8 @@ impl KvCacheManager {
         }
     }
 
-    /// Give `request` room for `num_tokens` tokens in total, starting from `prefix` when it is new.
+    /// Give `request` room for `num_tokens` tokens in total, starting from `prefix` when it is new (a new
+    /// request without one uses namespace 0).
     /// Returns Ok(false), changing nothing, when the pool has too few free blocks.
     pub fn allocate(
         &mut self,
@@ -219,7 +251,14 @@ impl KvCacheManager {
     ) -> Result<bool> {
         let bs = self.cfg.block_size;
         let is_new = !self.requests.contains_key(&request);
-        let entry = self.requests.entry(request).or_default();
+        let salt = self.salt(prefix.map_or(0, |p| p.namespace));
+        let entry = self
+            .requests
+            .entry(request)
+            .or_insert_with(|| RequestBlocks {
+                salt,
+                ..RequestBlocks::default()
+            });
         let mut hit_blocks: Vec<BlockId> = Vec::new();
         if is_new && let Some(p) = prefix {
             hit_blocks = p.blocks.iter().flatten().copied().collect();
@@ -271,12 +310,12 @@ impl KvCacheManager {
         num_computed: usize,
     ) -> Result<()> {
         let bs = self.cfg.block_size;
-        let salt = self.cfg.cache_salt;
         let live = self.live_block_range(num_computed);
         let entry = self
             .requests
             .get_mut(&request)
             .ok_or(EngineError::UnknownRequest(request))?;
+        let salt = entry.salt;
         let full = (num_computed / bs).min(entry.table.len());
         if entry.num_hashed < full && entry.parent.is_none() && entry.num_hashed > 0 {
             let prior = full_block_hashes(&tokens[..entry.num_hashed * bs], bs, salt);

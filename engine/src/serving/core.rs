@@ -13,7 +13,7 @@ use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 use super::stats::EngineStats;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{KvCacheConfig, KvCacheManager, RequestId};
+use crate::kv::manager::{CacheNamespace, KvCacheConfig, KvCacheManager, RequestId};
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::workspace::LlamaWorkspace;
 use crate::models::{Batch, KvPool, LogitsMode, SeqInput};
@@ -128,8 +128,9 @@ impl<B: Backend> EngineCore<B> {
         }
         let max_new = req.params.max_tokens.min(max - req.prompt.len());
         let id = self.next_id;
-        self.scheduler
-            .add(SeqState::new(id, req.prompt, max_new), &self.kv)?;
+        let mut seq = SeqState::new(id, req.prompt, max_new);
+        seq.cache_namespace = req.cache_namespace;
+        self.scheduler.add(seq, &self.kv)?;
         self.next_id += 1;
         let mut eos = self.tokenizer.eos_token_ids().to_vec();
         eos.extend(&req.params.stop_token_ids);
@@ -307,14 +308,14 @@ impl<B: Backend> EngineCore<B> {
         })
     }
 
-    /// Tokens at the start of `prompt` that are in the prefix cache now.
-    pub fn cached_prefix_len(&self, prompt: &[u32]) -> usize {
-        self.kv.cached_prefix_len(prompt)
+    /// Tokens at the start of `prompt` that are in `namespace`'s prefix cache now.
+    pub fn cached_prefix_len(&self, prompt: &[u32], namespace: CacheNamespace) -> usize {
+        self.kv.cached_prefix_len(prompt, namespace)
     }
 
-    /// Drops the cached KV of `tokens`' full blocks; returns how many blocks were forgotten.
-    pub fn forget_prefix(&mut self, tokens: &[u32]) -> usize {
-        self.kv.forget_prefix(tokens)
+    /// Drops `namespace`'s cached KV of `tokens`' full blocks; returns how many blocks were forgotten.
+    pub fn forget_prefix(&mut self, tokens: &[u32], namespace: CacheNamespace) -> usize {
+        self.kv.forget_prefix(tokens, namespace)
     }
 
     /// Counters and gauges of the engine now.

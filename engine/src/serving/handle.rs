@@ -16,7 +16,7 @@ use super::request::{GenerateRequest, GenerationEvent};
 use super::stats::EngineStats;
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
-use crate::kv::manager::RequestId;
+use crate::kv::manager::{CacheNamespace, RequestId};
 use crate::models::bert::BertEmbedder;
 
 enum Command {
@@ -28,10 +28,12 @@ enum Command {
     Cancel(RequestId),
     CachedPrefix {
         prompt: Vec<u32>,
+        namespace: CacheNamespace,
         reply: oneshot::Sender<usize>,
     },
     ForgetPrefix {
         tokens: Vec<u32>,
+        namespace: CacheNamespace,
         reply: oneshot::Sender<usize>,
     },
 }
@@ -187,20 +189,36 @@ impl EngineHandle {
 
     /// How many leading tokens of `prompt` the prefix cache holds now (what a request would not have to
     /// compute).
-    pub async fn cached_prefix_len(&self, prompt: Vec<u32>) -> Result<usize> {
+    pub async fn cached_prefix_len(
+        &self,
+        prompt: Vec<u32>,
+        namespace: CacheNamespace,
+    ) -> Result<usize> {
         let (reply, rx) = oneshot::channel();
         self.commands
-            .send(Command::CachedPrefix { prompt, reply })
+            .send(Command::CachedPrefix {
+                prompt,
+                namespace,
+                reply,
+            })
             .map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())
     }
 
     /// Drops the prefix-cache entries of `tokens`' full blocks (a deleted document's KV); returns how
     /// many blocks were forgotten.
-    pub async fn forget_prefix(&self, tokens: Vec<u32>) -> Result<usize> {
+    pub async fn forget_prefix(
+        &self,
+        tokens: Vec<u32>,
+        namespace: CacheNamespace,
+    ) -> Result<usize> {
         let (reply, rx) = oneshot::channel();
         self.commands
-            .send(Command::ForgetPrefix { tokens, reply })
+            .send(Command::ForgetPrefix {
+                tokens,
+                namespace,
+                reply,
+            })
             .map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())
     }
@@ -288,11 +306,19 @@ fn accept<B: Backend>(
                 let _ = core.abort(id);
             }
         }
-        Command::CachedPrefix { prompt, reply } => {
-            let _ = reply.send(core.cached_prefix_len(&prompt));
+        Command::CachedPrefix {
+            prompt,
+            namespace,
+            reply,
+        } => {
+            let _ = reply.send(core.cached_prefix_len(&prompt, namespace));
         }
-        Command::ForgetPrefix { tokens, reply } => {
-            let _ = reply.send(core.forget_prefix(&tokens));
+        Command::ForgetPrefix {
+            tokens,
+            namespace,
+            reply,
+        } => {
+            let _ = reply.send(core.forget_prefix(&tokens, namespace));
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::kv::manager::CacheNamespace;
 use crate::sampling::SamplingParams;
 
 /// A generation request: prompt token ids and how to sample.
@@ -13,6 +14,9 @@ pub struct GenerateRequest {
     pub params: SamplingParams,
     /// How many of the most likely tokens to report, with their log-probabilities, at each step (0: none).
     pub top_logprobs: usize,
+    /// The prefix-cache namespace: only requests of the same namespace share cached KV (one per tenant,
+    /// so cache hits reveal nothing across tenants). 0 by default.
+    pub cache_namespace: CacheNamespace,
 }
 
 impl GenerateRequest {
@@ -22,7 +26,14 @@ impl GenerateRequest {
             prompt,
             params,
             top_logprobs: 0,
+            cache_namespace: 0,
         }
+    }
+
+    /// The same request in prefix-cache namespace `namespace`.
+    pub fn in_cache_namespace(mut self, namespace: CacheNamespace) -> Self {
+        self.cache_namespace = namespace;
+        self
     }
 }
 

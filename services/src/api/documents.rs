@@ -269,7 +269,12 @@ pub async fn delete(
     if doc.status == crate::db::documents::status::READY
         && let Ok(prefix) = crate::qa::prompt::long_prefix(&state, &doc).await
     {
-        let forgotten = state.engine.forget_prefix(prefix).await.unwrap_or(0);
+        let namespace = crate::qa::cache_namespace(&caller.tenant_id);
+        let forgotten = state
+            .engine
+            .forget_prefix(prefix, namespace)
+            .await
+            .unwrap_or(0);
         tracing::info!(document = %doc.id, forgotten, "dropped the document's cached KV blocks");
     }
     if let Some(job) = state.db.job_of_document(&doc.id).await?

@@ -62,7 +62,7 @@ pub async fn start(
             &document_ids,
         )
         .await?;
-    let stream = match admit(&state, &first, &params).await {
+    let stream = match admit(&state, &tenant_id, &first, &params).await {
         Ok(s) => s,
         Err(err) => {
             let _ = state.db.fail_answer(&answer_id, &err.message).await;
@@ -97,12 +97,24 @@ fn first_prompt(plan: &Plan) -> Result<Prepared, ApiError> {
         .ok_or_else(|| ApiError::internal("the router chose a path without a prompt"))
 }
 
+/// The tenant's prefix-cache namespace: its requests share cached KV with each other only, so the
+/// speed of an answer reveals nothing about what other tenants have read.
+pub fn cache_namespace(tenant_id: &str) -> u64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(tenant_id.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first)
+}
+
 async fn admit(
     state: &AppState,
+    tenant_id: &str,
     prepared: &Prepared,
     params: &SamplingParams,
 ) -> Result<TokenStream, ApiError> {
-    let request = GenerateRequest::new(prepared.prompt.clone(), params.clone());
+    let request = GenerateRequest::new(prepared.prompt.clone(), params.clone())
+        .in_cache_namespace(cache_namespace(tenant_id));
     Ok(state.engine.generate(request).await?)
 }
 
@@ -179,7 +191,7 @@ impl Answering {
                     "the retrieved passages could not answer, so the whole document was read"
                         .into(),
                 );
-                let stream = admit(&self.state, &long, &self.params)
+                let stream = admit(&self.state, &self.tenant_id, &long, &self.params)
                     .await
                     .map_err(Stop::Failed)?;
                 let generated = self.generate(stream, Some(tx)).await?;

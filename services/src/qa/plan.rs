@@ -74,9 +74,13 @@ pub async fn plan(
     let cached = |p: &Option<Prepared>| {
         let prompt = p.as_ref().map(|p| p.prompt.clone());
         let engine = state.engine.clone();
+        let namespace = super::cache_namespace(tenant_id);
         async move {
             match prompt {
-                Some(prompt) => engine.cached_prefix_len(prompt).await.unwrap_or(0),
+                Some(prompt) => engine
+                    .cached_prefix_len(prompt, namespace)
+                    .await
+                    .unwrap_or(0),
                 None => 0,
             }
         }

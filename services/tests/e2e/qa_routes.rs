@@ -130,6 +130,22 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
         "{cached} of {total} prompt tokens cached"
     );
 
+    // Another tenant with the same document gets no cache hit from the first one's KV: prefix caches are
+    // per tenant, so timing cannot tell it what the first tenant has read.
+    let (_, other_key) = server.tenant("other");
+    let (copy, _) = server.ingest(
+        &other_key,
+        &format!("{title}.txt"),
+        text.clone().into_bytes(),
+        "text/plain",
+    );
+    let other = ask(&server, &other_key, &copy, question, "long");
+    assert!(
+        other["usage"]["cached_prompt_tokens"].as_u64().unwrap() < 64,
+        "{}",
+        other["usage"]
+    );
+
     // Deleting the document drops its cached KV: the same file uploaded again is computed anew.
     assert_eq!(
         server
