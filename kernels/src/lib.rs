@@ -76,6 +76,20 @@ pub const SOURCES: &[KernelSource] = &[
             "varlen_attention_f32",
         ],
     },
+    KernelSource {
+        name: "flash_prefill",
+        source: include_str!("../cuda/flash_prefill.cu"),
+        functions: &["flash_prefill_bf16_hd64", "flash_prefill_bf16_hd128"],
+    },
+    KernelSource {
+        name: "flash_decode",
+        source: include_str!("../cuda/flash_decode.cu"),
+        functions: &[
+            "flash_decode_bf16_hd64",
+            "flash_decode_bf16_hd128",
+            "flash_decode_reduce",
+        ],
+    },
 ];
 
 #[cfg(test)]

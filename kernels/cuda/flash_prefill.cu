@@ -1,0 +1,245 @@
+// Prefill attention, FlashAttention-2 style, over a bf16 paged KV pool: causal, GQA, varlen batches
+// (query_start_loc / seq_lens), chunks after a cached prefix (a sequence's queries are the last rows of
+// its context).
+//
+// One block of 4 warps per (tile of 64 query rows of one sequence, query head); each warp owns 16 rows.
+// Keys stream through shared memory in tiles of 64, gathered through the block table with cp.async
+// (the next tile's K loads while this tile's P·V runs, this tile's V while Q·Kᵀ runs). Q·Kᵀ and P·V
+// are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q arrives
+// as f32 and is rounded to bf16 once, into registers; the output is written as f32. Key tiles past
+// the block's last visible key are never visited; only tiles crossing the diagonal are masked.
+#include "common.cuh"
+
+#define BM 64       // query rows per block
+#define BN 64       // keys per tile
+#define PAD 8       // bf16 padding per shared row: conflict-free ldmatrix
+#define THREADS 128
+
+// The block's work: which sequence, which of its query tiles; false when the block has none.
+__device__ __forceinline__ bool find_tile(
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    int num_seqs, int b, int* seq, int* tile) {
+    for (int s = 0; s < num_seqs; ++s) {
+        const int n = ((int)(query_start_loc[s + 1] - query_start_loc[s]) + BM - 1) / BM;
+        if (b < n) {
+            *seq = s;
+            *tile = b;
+            return true;
+        }
+        b -= n;
+    }
+    return false;
+}
+
+// Issues the async copies of keys [j0, j0 + BN) of one KV head into a shared tile; rows at or past
+// `end` are zero-filled.
+template <int HD>
+__device__ __forceinline__ void load_tile(
+    bf16_t (*dst)[HD + PAD],  // [BN][HD + PAD], shared
+    const bf16_t* pool,       // [num_blocks, block_size, num_kv_heads, HD]
+    const unsigned* blocks,   // [max_blocks_per_seq]
+    int block_size, int row_stride, int head_off, int j0, int end) {
+    constexpr int CHUNKS = HD / 8;  // 16-byte pieces per row
+#pragma unroll
+    for (int i = 0; i < BN * CHUNKS / THREADS; ++i) {
+        const int c = threadIdx.x + i * THREADS;
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        const int j = j0 + r;
+        const bf16_t* src = pool;
+        if (j < end) {
+            src = pool + paged_slot(blocks, block_size, j) * row_stride + head_off + col;
+        }
+        cp_async_16(smem_addr(&dst[r][col]), src, j < end ? 16 : 0);
+    }
+}
+
+// This warp's 16 query rows as bf16 A fragments, one per 16 columns; rows past `rows` are zero.
+template <int HD>
+__device__ __forceinline__ void load_q(
+    unsigned (*qa)[4],  // [HD / 16][4]
+    const float* q,     // [num_tokens, num_heads, HD]: at this warp's first row and head
+    int q_stride, int rows) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = g + (i & 1) * 8, col = kk * 16 + 2 * t + (i >> 1) * 8;
+            float2 v = make_float2(0.0f, 0.0f);
+            if (row < rows) {
+                v = *reinterpret_cast<const float2*>(q + (long long)row * q_stride + col);
+            }
+            qa[kk][i] = pack_bf16x2(v.x, v.y);
+        }
+    }
+}
+
+// S = Q·Kᵀ for the warp's 16 rows and the tile's BN keys.
+template <int HD>
+__device__ __forceinline__ void scores(
+    float (*sc)[4],                 // [BN / 8][4]
+    unsigned (*qa)[4],        // [HD / 16][4]
+    bf16_t (*k_s)[HD + PAD]) {  // [BN][HD + PAD], shared
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+        sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < BN / 16; ++np) {
+            unsigned b[4];
+            ldmatrix_x4(b, smem_addr(&k_s[np * 16 + (mi >> 1) * 8 + r][kk * 16 + (mi & 1) * 8]));
+            mma_bf16_16816(sc[2 * np], qa[kk], b[0], b[1]);
+            mma_bf16_16816(sc[2 * np + 1], qa[kk], b[2], b[3]);
+        }
+    }
+}
+
+// O += P·V for the warp's 16 rows; P (probabilities, f32 fragments) is rounded to bf16 here.
+template <int HD>
+__device__ __forceinline__ void accumulate(
+    float (*o)[4],                  // [HD / 8][4]
+    float (*sc)[4],           // [BN / 8][4]
+    bf16_t (*v_s)[HD + PAD]) {  // [BN][HD + PAD], shared
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+        const unsigned pa[4] = {
+            pack_bf16x2(sc[2 * ks][0], sc[2 * ks][1]),
+            pack_bf16x2(sc[2 * ks][2], sc[2 * ks][3]),
+            pack_bf16x2(sc[2 * ks + 1][0], sc[2 * ks + 1][1]),
+            pack_bf16x2(sc[2 * ks + 1][2], sc[2 * ks + 1][3]),
+        };
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; ++dp) {
+            unsigned b[4];
+            ldmatrix_x4_trans(
+                b, smem_addr(&v_s[ks * 16 + (mi & 1) * 8 + r][dp * 16 + (mi >> 1) * 8]));
+            mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
+            mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+// Scales the tile's scores to the log2 domain and masks keys past each row's last visible key.
+__device__ __forceinline__ void scale_mask(
+    float (*sc)[4],  // [BN / 8][4]
+    float scale_log2, int j0, int last0, bool mask) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
+            sc[nt][i] = mask && j > last ? NEG_INF : sc[nt][i] * scale_log2;
+        }
+    }
+}
+
+template <int HD>
+__device__ void prefill(
+    const float* q,                   // [num_tokens, num_heads, HD]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, HD]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    __shared__ __align__(16) bf16_t k_s[BN][HD + PAD];
+    __shared__ __align__(16) bf16_t v_s[BN][HD + PAD];
+    int s, tile;
+    // Reversed order: the longest (last) query tiles start first.
+    if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
+        return;
+    }
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
+    const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
+    const int m0 = tile * BM, wrow = m0 + warp * 16;
+    const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
+    const int row_stride = num_kv_heads * HD, head_off = h / (num_heads / num_kv_heads) * HD;
+    const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
+    const int q_stride = num_heads * HD;
+
+    unsigned qa[HD / 16][4];
+    load_q<HD>(qa, q + ((long long)(q0 + wrow)) * q_stride + h * HD, q_stride, q_len - wrow);
+    float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    }
+    const float scale_log2 = scale * 1.4426950408889634f;
+    const int tiles = (end + BN - 1) / BN;
+    load_tile<HD>(k_s, k_cache, blocks, block_size, row_stride, head_off, 0, end);
+    cp_async_commit();
+    for (int jt = 0; jt < tiles; ++jt) {
+        const int j0 = jt * BN;
+        cp_async_wait_all();
+        __syncthreads();  // K tile in; every warp done with the last V tile
+        load_tile<HD>(v_s, v_cache, blocks, block_size, row_stride, head_off, j0, end);
+        cp_async_commit();
+        float sc[BN / 8][4];
+        scores<HD>(sc, qa, k_s);
+        // Rows past the sequence's queries see up to `end` only, through the same test.
+        scale_mask(sc, scale_log2, j0, prefix + wrow, j0 + BN > prefix + m0 || j0 + BN > end);
+        online_softmax<BN / 8, HD / 8>(sc, m, l, o);
+        cp_async_wait_all();
+        __syncthreads();  // V tile in; every warp done with the K tile
+        if (jt + 1 < tiles) {
+            load_tile<HD>(k_s, k_cache, blocks, block_size, row_stride, head_off, j0 + BN, end);
+        }
+        cp_async_commit();
+        accumulate<HD>(o, sc, v_s);
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = wrow + g + r * 8;
+        if (row < q_len) {
+            float* dst = out + (long long)(q0 + row) * q_stride + h * HD + 2 * t;
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; ++dt) {
+                *reinterpret_cast<float2*>(dst + dt * 8) =
+                    make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+            }
+        }
+    }
+}
+
+// Entry points: grid (num_tokens / 64 + num_seqs, num_heads), 128 threads; surplus blocks return at
+// once.
+extern "C" __global__ void flash_prefill_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
+                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void flash_prefill_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
+                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
