@@ -191,7 +191,7 @@ __device__ void decode(
 
 // Entry points: grid (splits, num_kv_heads, num_seqs), 128 threads; split_len a multiple of 64;
 // at most 16 query heads per KV head.
-extern "C" __global__ void flash_decode_bf16_hd64(
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
@@ -206,7 +206,7 @@ extern "C" __global__ void flash_decode_bf16_hd64(
                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale);
 }
 
-extern "C" __global__ void flash_decode_bf16_hd128(
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]

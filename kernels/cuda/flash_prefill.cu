@@ -4,7 +4,7 @@
 //
 // One block of 4 warps per (tile of 64 query rows of one sequence, query head); each warp owns 16 rows.
 // Keys stream through shared memory in tiles of 64, gathered through the block table with cp.async
-// (the next tile's K loads while this tile's P·V runs, this tile's V while Q·Kᵀ runs). Q·Kᵀ and P·V
+// into two stages (the next tile's K and V load while this tile is computed). Q·Kᵀ and P·V
 // are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q arrives
 // as f32 and is rounded to bf16 once, into registers; the output is written as f32. Key tiles past
 // the block's last visible key are never visited; only tiles crossing the diagonal are masked.
@@ -149,8 +149,11 @@ __device__ void prefill(
     float* out,                       // [num_tokens, num_heads, HD]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    __shared__ __align__(16) bf16_t k_s[BN][HD + PAD];
-    __shared__ __align__(16) bf16_t v_s[BN][HD + PAD];
+    // Two stages of K and V tiles: [stage][BN][HD + PAD] each, in dynamic shared memory.
+    extern __shared__ __align__(16) unsigned char smem[];
+    typedef bf16_t Tile[BN][HD + PAD];
+    Tile* k_s = reinterpret_cast<Tile*>(smem);
+    Tile* v_s = k_s + 2;
     int s, tile;
     // Reversed order: the longest (last) query tiles start first.
     if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
@@ -174,26 +177,26 @@ __device__ void prefill(
     }
     const float scale_log2 = scale * 1.4426950408889634f;
     const int tiles = (end + BN - 1) / BN;
-    load_tile<HD>(k_s, k_cache, blocks, block_size, row_stride, head_off, 0, end);
+    load_tile<HD>(k_s[0], k_cache, blocks, block_size, row_stride, head_off, 0, end);
+    load_tile<HD>(v_s[0], v_cache, blocks, block_size, row_stride, head_off, 0, end);
     cp_async_commit();
     for (int jt = 0; jt < tiles; ++jt) {
-        const int j0 = jt * BN;
+        const int j0 = jt * BN, cur = jt & 1;
         cp_async_wait_all();
-        __syncthreads();  // K tile in; every warp done with the last V tile
-        load_tile<HD>(v_s, v_cache, blocks, block_size, row_stride, head_off, j0, end);
+        __syncthreads();  // tile jt in; every warp done with tile jt - 1, whose stage is refilled
+        if (jt + 1 < tiles) {
+            load_tile<HD>(k_s[cur ^ 1], k_cache, blocks, block_size, row_stride, head_off, j0 + BN,
+                          end);
+            load_tile<HD>(v_s[cur ^ 1], v_cache, blocks, block_size, row_stride, head_off, j0 + BN,
+                          end);
+        }
         cp_async_commit();
         float sc[BN / 8][4];
-        scores<HD>(sc, qa, k_s);
+        scores<HD>(sc, qa, k_s[cur]);
         // Rows past the sequence's queries see up to `end` only, through the same test.
         scale_mask(sc, scale_log2, j0, prefix + wrow, j0 + BN > prefix + m0 || j0 + BN > end);
         online_softmax<BN / 8, HD / 8>(sc, m, l, o);
-        cp_async_wait_all();
-        __syncthreads();  // V tile in; every warp done with the K tile
-        if (jt + 1 < tiles) {
-            load_tile<HD>(k_s, k_cache, blocks, block_size, row_stride, head_off, j0 + BN, end);
-        }
-        cp_async_commit();
-        accumulate<HD>(o, sc, v_s);
+        accumulate<HD>(o, sc, v_s[cur]);
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -214,8 +217,8 @@ __device__ void prefill(
     }
 }
 
-// Entry points: grid (num_tokens / 64 + num_seqs, num_heads), 128 threads; surplus blocks return at
-// once.
+// Entry points: grid (num_tokens / 64 + num_seqs, num_heads), 128 threads, dynamic shared memory
+// 4 · 64 · (HD + 8) · 2 bytes; surplus blocks return at once.
 extern "C" __global__ void flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
