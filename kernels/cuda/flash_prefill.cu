@@ -2,7 +2,8 @@
 // (query_start_loc / seq_lens), chunks after a cached prefix (a sequence's queries are the last rows of
 // its context).
 //
-// One block of 4 warps per (tile of 64 query rows of one sequence, query head); each warp owns 16 rows.
+// One block of PREFILL_WARPS warps per (tile of 16 · PREFILL_WARPS query rows of one sequence, query
+// head); each warp owns 16 rows.
 // Keys stream through shared memory in tiles of 64, gathered through the block table with cp.async
 // into two stages (the next tile's K and V load while this tile is computed). Q·Kᵀ and P·V
 // are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q arrives
@@ -10,10 +11,23 @@
 // the block's last visible key are never visited; only tiles crossing the diagonal are masked.
 #include "common.cuh"
 
-#define BM 64       // query rows per block
-#define BN 64       // keys per tile
-#define PAD 8       // bf16 padding per shared row: conflict-free ldmatrix
-#define THREADS 128
+// Warps per block, 16 query rows each (the host reads it back as the kernel's launch bound; a power
+// of two up to 8), and the blocks per SM the register budget is cut for at each head width (two
+// blocks of 8 warps at head_dim 64 would be faster but spill a few registers; 128 needs about 200).
+// Other values are for kernel-lab comparisons.
+#ifndef PREFILL_WARPS
+#define PREFILL_WARPS 8
+#endif
+#ifndef PREFILL_MIN_BLOCKS_HD64
+#define PREFILL_MIN_BLOCKS_HD64 1
+#endif
+#ifndef PREFILL_MIN_BLOCKS_HD128
+#define PREFILL_MIN_BLOCKS_HD128 1
+#endif
+#define THREADS (PREFILL_WARPS * 32)
+#define BM (PREFILL_WARPS * 16)  // query rows per block
+#define BN 64                    // keys per tile
+#define PAD 8                    // bf16 padding per shared row: conflict-free ldmatrix
 
 // The block's work: which sequence, which of its query tiles; false when the block has none.
 __device__ __forceinline__ bool find_tile(
@@ -31,25 +45,43 @@ __device__ __forceinline__ bool find_tile(
     return false;
 }
 
-// Issues the async copies of keys [j0, j0 + BN) of one KV head into a shared tile; rows at or past
-// `end` are zero-filled.
+// Key `j`'s row in the pool: block-table lookup with a shift when the block size is a power of two.
+__device__ __forceinline__ long long slot_of(
+    const unsigned* blocks,  // [max_blocks_per_seq]
+    int block_size, int shift, int j) {
+    if (shift >= 0) {
+        return ((long long)blocks[j >> shift] << shift) + (j & (block_size - 1));
+    }
+    return paged_slot(blocks, block_size, j);
+}
+
+// Issues the async copies of keys [j0, j0 + BN) of one KV head into shared K and V tiles; rows at
+// or past `end` are zero-filled. Each thread copies one 16-byte column piece of BN·HD/8/THREADS rows
+// and looks each row up once for both K and V.
 template <int HD>
-__device__ __forceinline__ void load_tile(
-    bf16_t (*dst)[HD + PAD],  // [BN][HD + PAD], shared
-    const bf16_t* pool,       // [num_blocks, block_size, num_kv_heads, HD]
-    const unsigned* blocks,   // [max_blocks_per_seq]
-    int block_size, int row_stride, int head_off, int j0, int end) {
-    constexpr int CHUNKS = HD / 8;  // 16-byte pieces per row
+__device__ __forceinline__ void load_tiles(
+    bf16_t (*k_dst)[HD + PAD],  // [BN][HD + PAD], shared
+    bf16_t (*v_dst)[HD + PAD],  // [BN][HD + PAD], shared
+    const bf16_t* k_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const bf16_t* v_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const unsigned* blocks,     // [max_blocks_per_seq]
+    int block_size, int shift, int row_stride, int j0, int end) {
+    constexpr int CHUNKS = HD / 8;              // 16-byte pieces per row
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && BN % ROWS_PER_PASS == 0, "threads must tile the rows");
+    const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
+    const unsigned k_base = smem_addr(&k_dst[r0][col]), v_base = smem_addr(&v_dst[r0][col]);
 #pragma unroll
-    for (int i = 0; i < BN * CHUNKS / THREADS; ++i) {
-        const int c = threadIdx.x + i * THREADS;
-        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        const int j = j0 + r;
-        const bf16_t* src = pool;
+    for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
+        const int r = r0 + i * ROWS_PER_PASS, j = j0 + r;
+        long long off = col;
         if (j < end) {
-            src = pool + paged_slot(blocks, block_size, j) * row_stride + head_off + col;
+            off += slot_of(blocks, block_size, shift, j) * row_stride;
         }
-        cp_async_16(smem_addr(&dst[r][col]), src, j < end ? 16 : 0);
+        const int bytes = j < end ? 16 : 0;
+        const unsigned step = i * ROWS_PER_PASS * (HD + PAD) * 2;
+        cp_async_16(k_base + step, k_pool + off, bytes);
+        cp_async_16(v_base + step, v_pool + off, bytes);
     }
 }
 
@@ -177,18 +209,18 @@ __device__ void prefill(
     }
     const float scale_log2 = scale * 1.4426950408889634f;
     const int tiles = (end + BN - 1) / BN;
-    load_tile<HD>(k_s[0], k_cache, blocks, block_size, row_stride, head_off, 0, end);
-    load_tile<HD>(v_s[0], v_cache, blocks, block_size, row_stride, head_off, 0, end);
+    const bf16_t* k_head = k_cache + head_off;
+    const bf16_t* v_head = v_cache + head_off;
+    const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+    load_tiles<HD>(k_s[0], v_s[0], k_head, v_head, blocks, block_size, shift, row_stride, 0, end);
     cp_async_commit();
     for (int jt = 0; jt < tiles; ++jt) {
         const int j0 = jt * BN, cur = jt & 1;
         cp_async_wait_all();
         __syncthreads();  // tile jt in; every warp done with tile jt - 1, whose stage is refilled
         if (jt + 1 < tiles) {
-            load_tile<HD>(k_s[cur ^ 1], k_cache, blocks, block_size, row_stride, head_off, j0 + BN,
-                          end);
-            load_tile<HD>(v_s[cur ^ 1], v_cache, blocks, block_size, row_stride, head_off, j0 + BN,
-                          end);
+            load_tiles<HD>(k_s[cur ^ 1], v_s[cur ^ 1], k_head, v_head, blocks, block_size, shift,
+                           row_stride, j0 + BN, end);
         }
         cp_async_commit();
         float sc[BN / 8][4];
@@ -217,9 +249,9 @@ __device__ void prefill(
     }
 }
 
-// Entry points: grid (num_tokens / 64 + num_seqs, num_heads), 128 threads, dynamic shared memory
-// 4 · 64 · (HD + 8) · 2 bytes; surplus blocks return at once.
-extern "C" __global__ void flash_prefill_bf16_hd64(
+// Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
+// dynamic shared memory 4 · 64 · (HD + 8) · 2 bytes; surplus blocks return at once.
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS_HD64) flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
@@ -233,7 +265,7 @@ extern "C" __global__ void flash_prefill_bf16_hd64(
                   num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }
 
-extern "C" __global__ void flash_prefill_bf16_hd128(
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS_HD128) flash_prefill_bf16_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]

@@ -5,15 +5,18 @@
 //! query row per sequence. Q and the output stay f32 (`[rows, heads · head_dim]`); the kernels round
 //! Q to bf16 in registers.
 
-use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SMEM;
+use cudarc::driver::sys::CUfunction_attribute::{
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SMEM,
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK as MAX_THREADS,
+};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::{CudaBackend, cuda_err};
 use crate::backend::{AttnShape, PagedAttnMeta};
 use crate::error::Result;
 
-/// Query rows per prefill block (the kernel's `BM`).
-const PREFILL_ROWS: usize = 64;
+/// Keys per prefill tile (the kernel's `BN`).
+const TILE_KEYS: usize = 64;
 /// Keys per decode block step (4 warps × 16 keys): split lengths are multiples of it.
 const DECODE_STEP: usize = 64;
 /// Shortest key split worth a block of its own.
@@ -48,14 +51,17 @@ pub(super) fn prefill(
     let func = be
         .kernels
         .get(&format!("flash_prefill_bf16_hd{}", shape.head_dim))?;
-    // Two stages of K and V tiles of 64 rows, padded by 8 elements: above the 48 KiB default.
-    let smem = 4 * PREFILL_ROWS * (shape.head_dim + 8) * 2;
+    // Two stages of K and V tiles of 64 keys, padded by 8 elements: above the 48 KiB default.
+    let smem = 4 * TILE_KEYS * (shape.head_dim + 8) * 2;
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
-    let blocks = meta.num_tokens / PREFILL_ROWS + meta.num_seqs;
+    // The kernel's launch bound is its block size (PREFILL_WARPS · 32), 16 query rows per warp.
+    let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
+    let rows = threads / 2;
+    let blocks = meta.num_tokens / rows + meta.num_seqs;
     let cfg = LaunchConfig {
         grid_dim: (blocks as u32, shape.num_heads as u32, 1),
-        block_dim: (128, 1, 1),
+        block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
     let ints = [

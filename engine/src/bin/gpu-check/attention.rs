@@ -175,7 +175,18 @@ fn paged(
     let tokens = *qsl.last().unwrap_or(&0) as usize;
     let lens: Vec<u32> = ctx.iter().map(|&c| c as u32).collect();
     let ((cq_loc, gq_loc), (cl, gl), (ct, gt)) = (p.ids(&qsl)?, p.ids(&lens)?, p.ids(&table)?);
-    let (cq, gq) = p.buf(&rng.vec(tokens * h * hd, 3.0))?;
+    // bf16 pools at head_dim 64/128 run the tensor-core kernels, which take Q as bf16 and round P
+    // to bf16: Q is drawn bf16-representable there, so the rows measure the kernel, not Q's rounding.
+    let (kernel, tol) = match dtype {
+        KvDtype::Bf16 if matches!(hd, 64 | 128) => ("flash", TOL_BF16),
+        _ => ("plain", TOL_F32),
+    };
+    let mut q = rng.vec(tokens * h * hd, 3.0);
+    if kernel == "flash" {
+        q.iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+    }
+    let (cq, gq) = p.buf(&q)?;
     let (mut co, mut go) = p.poisoned(tokens * h * hd)?;
     let attn = AttnShape {
         num_heads: h,
@@ -206,11 +217,6 @@ fn paged(
     };
     p.gpu
         .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;
-    // bf16 pools at head_dim 64/128 run the tensor-core kernels, which round Q and P to bf16.
-    let (kernel, tol) = match dtype {
-        KvDtype::Bf16 if matches!(hd, 64 | 128) => ("flash", TOL_BF16),
-        _ => ("plain", TOL_F32),
-    };
     let op = format!("paged_attention {name} ({dtype:?} KV, {kernel})");
     let seqs: Vec<String> = case.seqs.iter().map(|(q, c)| format!("{q}/{c}")).collect();
     let desc = format!("q/ctx {} h{h}/{g} d{hd}", seqs.join(","));
