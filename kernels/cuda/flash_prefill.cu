@@ -2,31 +2,28 @@
 // (query_start_loc / seq_lens), chunks after a cached prefix (a sequence's queries are the last rows of
 // its context).
 //
-// One block of PREFILL_WARPS warps per (tile of 16 · PREFILL_WARPS query rows of one sequence, query
-// head); each warp owns 16 rows.
-// Keys stream through shared memory in tiles of 64, gathered through the block table with cp.async
+// One block of PREFILL_WARPS warps per (tile of 32 · PREFILL_WARPS query rows of one sequence, query
+// head); each warp owns 32 rows (two mma row tiles, so every K and V fragment read from shared memory
+// feeds two mmas). Keys stream through shared memory in tiles of 64, gathered through the block table with cp.async
 // into two stages (the next tile's K and V load while this tile is computed). Q·Kᵀ and P·V
 // are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q arrives
-// as f32 and is rounded to bf16 once, into registers; the output is written as f32. Key tiles past
+// as f32 and is rounded to bf16 once, into shared memory; the output is written as f32. Key tiles past
 // the block's last visible key are never visited; only tiles crossing the diagonal are masked.
 #include "common.cuh"
 
-// Warps per block, 16 query rows each (the host reads it back as the kernel's launch bound; a power
-// of two up to 8), and the blocks per SM the register budget is cut for at each head width (two
-// blocks of 8 warps at head_dim 64 would be faster but spill a few registers; 128 needs about 200).
-// Other values are for kernel-lab comparisons.
+// Warps per block, 32 query rows each (the host reads the block size back as the kernel's launch
+// bound; a power of two up to 4); blocks per SM the register budget is cut for. Other values are for
+// kernel-lab comparisons.
 #ifndef PREFILL_WARPS
-#define PREFILL_WARPS 8
+#define PREFILL_WARPS 4
 #endif
-#ifndef PREFILL_MIN_BLOCKS_HD64
-#define PREFILL_MIN_BLOCKS_HD64 1
+#ifndef PREFILL_MIN_BLOCKS
+#define PREFILL_MIN_BLOCKS 2
 #endif
-#ifndef PREFILL_MIN_BLOCKS_HD128
-#define PREFILL_MIN_BLOCKS_HD128 1
-#endif
+#define MT 2                          // mma row tiles (16 rows) per warp
 #define THREADS (PREFILL_WARPS * 32)
-#define BM (PREFILL_WARPS * 16)  // query rows per block
-#define BN 64                    // keys per tile
+#define BM (PREFILL_WARPS * 16 * MT)  // query rows per block
+#define BN_OF(HD) ((HD) == 128 ? 32 : 64)  // keys per tile: 32 keeps head_dim 128 in registers
 #define PAD 8                    // bf16 padding per shared row: conflict-free ldmatrix
 
 // The block's work: which sequence, which of its query tiles; false when the block has none.
@@ -55,24 +52,24 @@ __device__ __forceinline__ long long slot_of(
     return paged_slot(blocks, block_size, j);
 }
 
-// Issues the async copies of keys [j0, j0 + BN) of one KV head into shared K and V tiles; rows at
-// or past `end` are zero-filled. Each thread copies one 16-byte column piece of BN·HD/8/THREADS rows
+// Issues the async copies of keys [j0, j0 + BN_OF(HD)) of one KV head into shared K and V tiles; rows at
+// or past `end` are zero-filled. Each thread copies one 16-byte column piece of BN_OF(HD)·HD/8/THREADS rows
 // and looks each row up once for both K and V.
 template <int HD>
 __device__ __forceinline__ void load_tiles(
-    bf16_t (*k_dst)[HD + PAD],  // [BN][HD + PAD], shared
-    bf16_t (*v_dst)[HD + PAD],  // [BN][HD + PAD], shared
+    bf16_t (*k_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
+    bf16_t (*v_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
     const bf16_t* k_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const bf16_t* v_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const unsigned* blocks,     // [max_blocks_per_seq]
     int block_size, int shift, int row_stride, int j0, int end) {
     constexpr int CHUNKS = HD / 8;              // 16-byte pieces per row
     constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
-    static_assert(THREADS % CHUNKS == 0 && BN % ROWS_PER_PASS == 0, "threads must tile the rows");
+    static_assert(THREADS % CHUNKS == 0 && BN_OF(HD) % ROWS_PER_PASS == 0, "threads must tile the rows");
     const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
     const unsigned k_base = smem_addr(&k_dst[r0][col]), v_base = smem_addr(&v_dst[r0][col]);
 #pragma unroll
-    for (int i = 0; i < BN / ROWS_PER_PASS; ++i) {
+    for (int i = 0; i < BN_OF(HD) / ROWS_PER_PASS; ++i) {
         const int r = r0 + i * ROWS_PER_PASS, j = j0 + r;
         long long off = col;
         if (j < end) {
@@ -85,83 +82,97 @@ __device__ __forceinline__ void load_tiles(
     }
 }
 
-// This warp's 16 query rows as bf16 A fragments, one per 16 columns; rows past `rows` are zero.
+// The block's query rows, rounded to bf16, into shared memory; rows past `rows` are zero.
 template <int HD>
-__device__ __forceinline__ void load_q(
-    unsigned (*qa)[4],  // [HD / 16][4]
-    const float* q,     // [num_tokens, num_heads, HD]: at this warp's first row and head
+__device__ __forceinline__ void store_q(
+    bf16_t (*q_s)[HD + PAD],  // [BM][HD + PAD], shared
+    const float* q,           // [num_tokens, num_heads, HD]: at the block's first row and head
     int q_stride, int rows) {
-    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = g + (i & 1) * 8, col = kk * 16 + 2 * t + (i >> 1) * 8;
-            float2 v = make_float2(0.0f, 0.0f);
-            if (row < rows) {
-                v = *reinterpret_cast<const float2*>(q + (long long)row * q_stride + col);
-            }
-            qa[kk][i] = pack_bf16x2(v.x, v.y);
+    for (int i = threadIdx.x; i < BM * HD / 4; i += THREADS) {
+        const int row = i / (HD / 4), col = (i % (HD / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row < rows) {
+            v = *reinterpret_cast<const float4*>(q + (long long)row * q_stride + col);
         }
+        *reinterpret_cast<uint2*>(&q_s[row][col]) =
+            make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
     }
 }
 
-// S = Q·Kᵀ for the warp's 16 rows and the tile's BN keys.
+// S = Q·Kᵀ for the warp's 32 rows and the tile's BN_OF(HD) keys.
 template <int HD>
 __device__ __forceinline__ void scores(
-    float (*sc)[4],                 // [BN / 8][4]
-    unsigned (*qa)[4],        // [HD / 16][4]
-    bf16_t (*k_s)[HD + PAD]) {  // [BN][HD + PAD], shared
+    float (*sc)[BN_OF(HD) / 8][4],   // [MT][BN_OF(HD) / 8][4]
+    bf16_t (*q_s)[HD + PAD],  // [32][HD + PAD], shared: the warp's rows
+    bf16_t (*k_s)[HD + PAD]) {  // [BN_OF(HD)][HD + PAD], shared
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-        sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
+            sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+        }
     }
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
+        unsigned qa[MT][4];
 #pragma unroll
-        for (int np = 0; np < BN / 16; ++np) {
+        for (int mt = 0; mt < MT; ++mt) {
+            ldmatrix_x4(qa[mt],
+                        smem_addr(&q_s[mt * 16 + (mi & 1) * 8 + r][kk * 16 + (mi >> 1) * 8]));
+        }
+#pragma unroll
+        for (int np = 0; np < BN_OF(HD) / 16; ++np) {
             unsigned b[4];
             ldmatrix_x4(b, smem_addr(&k_s[np * 16 + (mi >> 1) * 8 + r][kk * 16 + (mi & 1) * 8]));
-            mma_bf16_16816(sc[2 * np], qa[kk], b[0], b[1]);
-            mma_bf16_16816(sc[2 * np + 1], qa[kk], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16_16816(sc[mt][2 * np], qa[mt], b[0], b[1]);
+                mma_bf16_16816(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
+            }
         }
     }
 }
 
-// O += P·V for the warp's 16 rows; P (probabilities, f32 fragments) is rounded to bf16 here.
+// O += P·V for the warp's 32 rows; P (probabilities, f32 fragments) is rounded to bf16 here.
 template <int HD>
 __device__ __forceinline__ void accumulate(
-    float (*o)[4],                  // [HD / 8][4]
-    float (*sc)[4],           // [BN / 8][4]
-    bf16_t (*v_s)[HD + PAD]) {  // [BN][HD + PAD], shared
+    float (*o)[HD / 8][4],      // [MT][HD / 8][4]
+    float (*sc)[BN_OF(HD) / 8][4],     // [MT][BN_OF(HD) / 8][4]
+    bf16_t (*v_s)[HD + PAD]) {  // [BN_OF(HD)][HD + PAD], shared
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int ks = 0; ks < BN / 16; ++ks) {
-        const unsigned pa[4] = {
-            pack_bf16x2(sc[2 * ks][0], sc[2 * ks][1]),
-            pack_bf16x2(sc[2 * ks][2], sc[2 * ks][3]),
-            pack_bf16x2(sc[2 * ks + 1][0], sc[2 * ks + 1][1]),
-            pack_bf16x2(sc[2 * ks + 1][2], sc[2 * ks + 1][3]),
-        };
+    for (int ks = 0; ks < BN_OF(HD) / 16; ++ks) {
+        unsigned pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            pa[mt][0] = pack_bf16x2(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
+            pa[mt][1] = pack_bf16x2(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
+            pa[mt][2] = pack_bf16x2(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
+            pa[mt][3] = pack_bf16x2(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < HD / 16; ++dp) {
             unsigned b[4];
             ldmatrix_x4_trans(
                 b, smem_addr(&v_s[ks * 16 + (mi & 1) * 8 + r][dp * 16 + (mi >> 1) * 8]));
-            mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
-            mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16_16816(o[mt][2 * dp], pa[mt], b[0], b[1]);
+                mma_bf16_16816(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
+            }
         }
     }
 }
 
 // Scales the tile's scores to the log2 domain and masks keys past each row's last visible key.
+template <int HD>
 __device__ __forceinline__ void scale_mask(
-    float (*sc)[4],  // [BN / 8][4]
+    float (*sc)[4],  // [BN_OF(HD) / 8][4]
     float scale_log2, int j0, int last0, bool mask) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
+    for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
@@ -181,10 +192,13 @@ __device__ void prefill(
     float* out,                       // [num_tokens, num_heads, HD]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    // Two stages of K and V tiles: [stage][BN][HD + PAD] each, in dynamic shared memory.
+    // Q [BM][HD + PAD], then two stages of K and V tiles [stage][BN_OF(HD)][HD + PAD], in dynamic shared
+    // memory.
     extern __shared__ __align__(16) unsigned char smem[];
-    typedef bf16_t Tile[BN][HD + PAD];
-    Tile* k_s = reinterpret_cast<Tile*>(smem);
+    typedef bf16_t Row[HD + PAD];
+    typedef Row Tile[BN_OF(HD)];
+    Row* q_s = reinterpret_cast<Row*>(smem);
+    Tile* k_s = reinterpret_cast<Tile*>(q_s + BM);
     Tile* v_s = k_s + 2;
     int s, tile;
     // Reversed order: the longest (last) query tiles start first.
@@ -194,64 +208,75 @@ __device__ void prefill(
     const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
     const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
-    const int m0 = tile * BM, wrow = m0 + warp * 16;
+    const int m0 = tile * BM, wrow = m0 + warp * 16 * MT;
     const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
     const int row_stride = num_kv_heads * HD, head_off = h / (num_heads / num_kv_heads) * HD;
     const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
     const int q_stride = num_heads * HD;
 
-    unsigned qa[HD / 16][4];
-    load_q<HD>(qa, q + ((long long)(q0 + wrow)) * q_stride + h * HD, q_stride, q_len - wrow);
-    float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    store_q<HD>(q_s, q + ((long long)(q0 + m0)) * q_stride + h * HD, q_stride, q_len - m0);
+    float o[MT][HD / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt) {
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < HD / 8; ++i) {
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+        }
     }
     const float scale_log2 = scale * 1.4426950408889634f;
-    const int tiles = (end + BN - 1) / BN;
+    const int tiles = (end + BN_OF(HD) - 1) / BN_OF(HD);
     const bf16_t* k_head = k_cache + head_off;
     const bf16_t* v_head = v_cache + head_off;
     const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
     load_tiles<HD>(k_s[0], v_s[0], k_head, v_head, blocks, block_size, shift, row_stride, 0, end);
     cp_async_commit();
     for (int jt = 0; jt < tiles; ++jt) {
-        const int j0 = jt * BN, cur = jt & 1;
+        const int j0 = jt * BN_OF(HD), cur = jt & 1;
         cp_async_wait_all();
-        __syncthreads();  // tile jt in; every warp done with tile jt - 1, whose stage is refilled
+        __syncthreads();  // tile jt (and Q) in; every warp done with tile jt - 1, refilled next
         if (jt + 1 < tiles) {
             load_tiles<HD>(k_s[cur ^ 1], v_s[cur ^ 1], k_head, v_head, blocks, block_size, shift,
-                           row_stride, j0 + BN, end);
+                           row_stride, j0 + BN_OF(HD), end);
         }
         cp_async_commit();
-        float sc[BN / 8][4];
-        scores<HD>(sc, qa, k_s[cur]);
+        float sc[MT][BN_OF(HD) / 8][4];
+        scores<HD>(sc, q_s + warp * 16 * MT, k_s[cur]);
         // Rows past the sequence's queries see up to `end` only, through the same test.
-        scale_mask(sc, scale_log2, j0, prefix + wrow, j0 + BN > prefix + m0 || j0 + BN > end);
-        online_softmax<BN / 8, HD / 8>(sc, m, l, o);
+        const bool mask = j0 + BN_OF(HD) > prefix + m0 || j0 + BN_OF(HD) > end;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            scale_mask<HD>(sc[mt], scale_log2, j0, prefix + wrow + mt * 16, mask);
+            online_softmax<BN_OF(HD) / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt]);
+        }
         accumulate<HD>(o, sc, v_s[cur]);
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float sum = l[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int row = wrow + g + r * 8;
-        if (row < q_len) {
-            float* dst = out + (long long)(q0 + row) * q_stride + h * HD + 2 * t;
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-            for (int dt = 0; dt < HD / 8; ++dt) {
-                *reinterpret_cast<float2*>(dst + dt * 8) =
-                    make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        for (int r = 0; r < 2; ++r) {
+            float sum = l[mt][r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int row = wrow + mt * 16 + g + r * 8;
+            if (row < q_len) {
+                float* dst = out + (long long)(q0 + row) * q_stride + h * HD + 2 * t;
+#pragma unroll
+                for (int dt = 0; dt < HD / 8; ++dt) {
+                    *reinterpret_cast<float2*>(dst + dt * 8) =
+                        make_float2(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+                }
             }
         }
     }
 }
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
-// dynamic shared memory 4 · 64 · (HD + 8) · 2 bytes; surplus blocks return at once.
-extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS_HD64) flash_prefill_bf16_hd64(
+// dynamic shared memory (BM + 4 · 64) · (HD + 8) · 2 bytes; surplus blocks return at once.
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
@@ -265,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS_HD64) f
                   num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS_HD128) flash_prefill_bf16_hd128(
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]

@@ -15,8 +15,10 @@ use super::{CudaBackend, cuda_err};
 use crate::backend::{AttnShape, PagedAttnMeta};
 use crate::error::Result;
 
-/// Keys per prefill tile (the kernel's `BN`).
-const TILE_KEYS: usize = 64;
+/// Keys per prefill tile (the kernel's `BN_OF(HD)`).
+fn tile_keys(head_dim: usize) -> usize {
+    if head_dim == 128 { 32 } else { 64 }
+}
 /// Keys per decode block step (4 warps × 16 keys): split lengths are multiples of it.
 const DECODE_STEP: usize = 64;
 /// Shortest key split worth a block of its own.
@@ -51,13 +53,14 @@ pub(super) fn prefill(
     let func = be
         .kernels
         .get(&format!("flash_prefill_bf16_hd{}", shape.head_dim))?;
-    // Two stages of K and V tiles of 64 keys, padded by 8 elements: above the 48 KiB default.
-    let smem = 4 * TILE_KEYS * (shape.head_dim + 8) * 2;
+    // The kernel's launch bound is its block size (PREFILL_WARPS · 32), 32 query rows per warp.
+    let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
+    let rows = threads;
+    // Q rows, then two stages of K and V tiles, each row padded by 8 elements: above the 48 KiB
+    // default.
+    let smem = (rows + 4 * tile_keys(shape.head_dim)) * (shape.head_dim + 8) * 2;
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
-    // The kernel's launch bound is its block size (PREFILL_WARPS · 32), 16 query rows per warp.
-    let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
-    let rows = threads / 2;
     let blocks = meta.num_tokens / rows + meta.num_seqs;
     let cfg = LaunchConfig {
         grid_dim: (blocks as u32, shape.num_heads as u32, 1),
