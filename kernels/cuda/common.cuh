@@ -127,15 +127,18 @@ __device__ __forceinline__ long long paged_slot(
 }
 
 // One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
-// tile of NT·8 scores already scaled to the log2 domain and masked with -inf: updates the running
-// maxima `m` and partial sums `l` (this lane's columns only), rescales the output accumulators and
-// leaves the tile's probabilities in `sc`.
+// tile of NT·8 raw scores, masked with -inf: updates the running maxima `m` (raw score units) and
+// partial sums `l` (this lane's columns only), rescales the output accumulators when some row's
+// maximum moved (softmax in the log2 domain: exp(x·scale) = 2^(x·scale_log2)), and leaves the tile's
+// probabilities in `sc`.
 template <int NT, int OT>
 __device__ __forceinline__ void online_softmax(
-    float (*sc)[4],  // [NT][4]: score fragments of the tile
-    float* m,        // [2]: running maxima of the lane's two rows
-    float* l,        // [2]: running sums (this lane's share)
-    float (*o)[4]) { // [OT][4]: output accumulators
+    float (*sc)[4],    // [NT][4]: score fragments of the tile
+    float* m,          // [2]: running maxima of the lane's two rows
+    float* l,          // [2]: running sums (this lane's share)
+    float (*o)[4],     // [OT][4]: output accumulators
+    float scale_log2) {
+    float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float mx = m[r];
@@ -145,24 +148,29 @@ __device__ __forceinline__ void online_softmax(
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float ref = mx == NEG_INF ? 0.0f : mx;
-        const float alpha = fast_exp2(m[r] - ref);
+        const float ref = mx == NEG_INF ? 0.0f : mx * scale_log2;
+        alpha[r] = mx == m[r] ? 1.0f : fast_exp2(fmaf(m[r], scale_log2, -ref));
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float p = fast_exp2(sc[nt][2 * r + e] - ref);
+                const float p = fast_exp2(fmaf(sc[nt][2 * r + e], scale_log2, -ref));
                 sc[nt][2 * r + e] = p;
                 sum += p;
             }
         }
-        l[r] = l[r] * alpha + sum;
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = mx;
+    }
+    // Once the maxima settle most tiles leave every row's maximum in place: skip the rescale then.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int ot = 0; ot < OT; ++ot) {
-            o[ot][2 * r] *= alpha;
-            o[ot][2 * r + 1] *= alpha;
+            o[ot][0] *= alpha[0];
+            o[ot][1] *= alpha[0];
+            o[ot][2] *= alpha[1];
+            o[ot][3] *= alpha[1];
         }
-        m[r] = mx;
     }
 }

@@ -83,10 +83,10 @@ __device__ __forceinline__ void chunk(
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const bool out = j + 8 * n + 2 * t + (i & 1) >= end;
-            sc[n][i] = out ? NEG_INF : sc[n][i] * scale_log2;
+            sc[n][i] = out ? NEG_INF : sc[n][i];
         }
     }
-    online_softmax<2, HD / 8>(sc, m, l, o);
+    online_softmax<2, HD / 8>(sc, m, l, o, scale_log2);
     const unsigned pa[4] = {
         pack_bf16x2(sc[0][0], sc[0][1]),
         pack_bf16x2(sc[0][2], sc[0][3]),
@@ -105,12 +105,13 @@ __device__ __forceinline__ void chunk(
     }
 }
 
-// Writes the warp's state to shared memory: output rows (unnormalized, natural dim order), max, sum.
+// Writes the warp's state to shared memory: output rows (unnormalized, natural dim order), max (in
+// the log2 domain), sum.
 template <int HD>
 __device__ __forceinline__ void stash(
     float (*o_s)[HD],    // [16][HD], shared: this warp's slot
     float (*ml_s)[2],    // [16][2], shared: this warp's slot
-    float (*o)[4], float* m, float* l) {
+    float (*o)[4], float* m, float* l, float scale_log2) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -118,7 +119,7 @@ __device__ __forceinline__ void stash(
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         if (t == 0) {
-            ml_s[g + 8 * r][0] = m[r];
+            ml_s[g + 8 * r][0] = m[r] * scale_log2;
             ml_s[g + 8 * r][1] = sum;
         }
 #pragma unroll
@@ -165,7 +166,7 @@ __device__ void decode(
         load_rows<HD>(vr, v_cache, blocks, block_size, row_stride, head_off, j, end);
         chunk<HD>(o, m, l, qa, kr, vr, scale_log2, j, end);
     }
-    stash<HD>(o_s[warp], ml_s[warp], o, m, l);
+    stash<HD>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
     __syncthreads();
     for (int e = threadIdx.x; e < group * HD; e += blockDim.x) {
         const int row = e / HD, d = e % HD;

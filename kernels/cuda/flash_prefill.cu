@@ -165,18 +165,18 @@ __device__ __forceinline__ void accumulate(
     }
 }
 
-// Scales the tile's scores to the log2 domain and masks keys past each row's last visible key.
+// Masks keys past each row's last visible key (tiles crossing the diagonal or the context's end).
 template <int HD>
-__device__ __forceinline__ void scale_mask(
+__device__ __forceinline__ void mask_scores(
     float (*sc)[4],  // [BN_OF(HD) / 8][4]
-    float scale_log2, int j0, int last0, bool mask) {
+    int j0, int last0) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
-            sc[nt][i] = mask && j > last ? NEG_INF : sc[nt][i] * scale_log2;
+            sc[nt][i] = j > last ? NEG_INF : sc[nt][i];
         }
     }
 }
@@ -247,8 +247,10 @@ __device__ void prefill(
         const bool mask = j0 + BN_OF(HD) > prefix + m0 || j0 + BN_OF(HD) > end;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            scale_mask<HD>(sc[mt], scale_log2, j0, prefix + wrow + mt * 16, mask);
-            online_softmax<BN_OF(HD) / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt]);
+            if (mask) {
+                mask_scores<HD>(sc[mt], j0, prefix + wrow + mt * 16);
+            }
+            online_softmax<BN_OF(HD) / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
         }
         accumulate<HD>(o, sc, v_s[cur]);
     }
