@@ -12,6 +12,17 @@ use crate::report::Report;
 /// Tokens per KV block in these checks (the engine's default).
 const BLOCK_SIZE: usize = 16;
 
+/// A block size that is not a power of two, for the kernels' general block-table path.
+const ODD_BLOCK_SIZE: usize = 24;
+
+/// Checked with both block sizes: prefill chunks and decode, GQA 32/8, head_dim 128.
+const ODD_BLOCK_CASE: Case = Case {
+    seqs: &[(100, 300), (1, 1), (257, 257)],
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+};
+
 /// A paged attention case: per sequence (new query rows, context length), and the head layout.
 struct Case {
     seqs: &'static [(usize, usize)],
@@ -108,9 +119,22 @@ const CASES: &[(&str, Case)] = &[
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16] {
-            paged(p, rng, r, name, case, dtype)?;
+            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype)?;
         }
     }
+    let odd = ("prefill, 24-token blocks", &ODD_BLOCK_CASE, ODD_BLOCK_SIZE);
+    paged(p, rng, r, odd, KvDtype::Bf16)?;
+    let decode = Case {
+        seqs: &[(1, 5000), (1, 25)],
+        ..ODD_BLOCK_CASE
+    };
+    paged(
+        p,
+        rng,
+        r,
+        ("decode, 24-token blocks", &decode, ODD_BLOCK_SIZE),
+        KvDtype::Bf16,
+    )?;
     varlen(p, rng, r, &[7, 128, 33], (12, 12, 32))?;
     varlen(p, rng, r, &[256, 1, 77], (8, 2, 64))?;
     varlen(p, rng, r, &[300], (16, 16, 128))?;
@@ -118,8 +142,8 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
 }
 
 /// Block ids for each sequence, from a shuffled pool; the block table, padded with zeros.
-fn block_table(rng: &mut Rng, ctx: &[usize]) -> (Vec<u32>, usize, usize) {
-    let per: Vec<usize> = ctx.iter().map(|c| c.div_ceil(BLOCK_SIZE)).collect();
+fn block_table(rng: &mut Rng, ctx: &[usize], bs: usize) -> (Vec<u32>, usize, usize) {
+    let per: Vec<usize> = ctx.iter().map(|c| c.div_ceil(bs)).collect();
     let max_blocks = per.iter().copied().max().unwrap_or(1);
     let num_blocks = per.iter().sum::<usize>() + 3;
     let pool = rng.permutation(num_blocks);
@@ -136,16 +160,15 @@ fn paged(
     p: &Pair,
     rng: &mut Rng,
     r: &mut Report,
-    name: &str,
-    case: &Case,
+    (name, case, bs): (&str, &Case, usize),
     dtype: KvDtype,
 ) -> Result<()> {
     let (h, g, hd) = (case.heads, case.kv_heads, case.head_dim);
     let ctx: Vec<usize> = case.seqs.iter().map(|s| s.1).collect();
-    let (table, max_blocks, num_blocks) = block_table(rng, &ctx);
+    let (table, max_blocks, num_blocks) = block_table(rng, &ctx, bs);
     let shape = KvShape {
         num_blocks,
-        block_size: BLOCK_SIZE,
+        block_size: bs,
         num_kv_heads: g,
         head_dim: hd,
         dtype,
@@ -156,7 +179,7 @@ fn paged(
         .enumerate()
         .flat_map(|(s, &c)| {
             let row = &table[s * max_blocks..];
-            (0..c).map(move |j| row[j / BLOCK_SIZE] * BLOCK_SIZE as u32 + (j % BLOCK_SIZE) as u32)
+            (0..c).map(move |j| row[j / bs] * bs as u32 + (j % bs) as u32)
         })
         .collect();
     let kv_rows = slots.len();
