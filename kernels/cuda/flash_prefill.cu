@@ -4,11 +4,12 @@
 //
 // One block of PREFILL_WARPS warps per (tile of 32 · PREFILL_WARPS query rows of one sequence, query
 // head); each warp owns 32 rows (two mma row tiles, so every K and V fragment read from shared memory
-// feeds two mmas). Keys stream through shared memory in tiles of 64, gathered through the block table with cp.async
-// into two stages (the next tile's K and V load while this tile is computed). Q·Kᵀ and P·V
-// are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q arrives
-// as f32 and is rounded to bf16 once, into shared memory; the output is written as f32. Key tiles past
-// the block's last visible key are never visited; only tiles crossing the diagonal are masked.
+// feeds two mmas). Keys stream through shared memory in tiles of 64, gathered through the block table
+// with cp.async into two stages (the next tile's K and V load while this tile is computed). Q·Kᵀ and
+// P·V are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q
+// arrives as f32 and is rounded to bf16 once, into shared memory; the output is written as f32. Key
+// tiles past the block's last visible key are never visited; only tiles crossing the diagonal are
+// masked.
 #include "common.cuh"
 
 // Warps per block, 32 query rows each (the host reads the block size back as the kernel's launch
@@ -23,7 +24,11 @@
 #define MT 2                          // mma row tiles (16 rows) per warp
 #define THREADS (PREFILL_WARPS * 32)
 #define BM (PREFILL_WARPS * 16 * MT)  // query rows per block
-#define BN_OF(HD) ((HD) == 128 ? 32 : 64)  // keys per tile: 32 keeps head_dim 128 in registers
+// Keys per tile (64; 32 at head_dim 128 is a kernel-lab variant); the host sizes shared memory for 64.
+#ifndef BN_HD128
+#define BN_HD128 64
+#endif
+#define BN_OF(HD) ((HD) == 128 ? BN_HD128 : 64)
 #define PAD 8                    // bf16 padding per shared row: conflict-free ldmatrix
 
 // The block's work: which sequence, which of its query tiles; false when the block has none.
@@ -52,9 +57,9 @@ __device__ __forceinline__ long long slot_of(
     return paged_slot(blocks, block_size, j);
 }
 
-// Issues the async copies of keys [j0, j0 + BN_OF(HD)) of one KV head into shared K and V tiles; rows at
-// or past `end` are zero-filled. Each thread copies one 16-byte column piece of BN_OF(HD)·HD/8/THREADS rows
-// and looks each row up once for both K and V.
+// Issues the async copies of keys [j0, j0 + BN_OF(HD)) of one KV head into shared K and V tiles;
+// rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
+// BN_OF(HD)·HD/8/THREADS rows and looks each row up once for both K and V.
 template <int HD>
 __device__ __forceinline__ void load_tiles(
     bf16_t (*k_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
@@ -68,7 +73,8 @@ __device__ __forceinline__ void load_tiles(
     static_assert(THREADS % CHUNKS == 0 && BN_OF(HD) % ROWS_PER_PASS == 0, "threads must tile the rows");
     const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
     const unsigned k_base = smem_addr(&k_dst[r0][col]), v_base = smem_addr(&v_dst[r0][col]);
-#pragma unroll
+// Unrolled at head_dim 128, the copies' addresses cost the registers its 64-key tiles need.
+#pragma unroll(HD == 128 ? 1 : 8)
     for (int i = 0; i < BN_OF(HD) / ROWS_PER_PASS; ++i) {
         const int r = r0 + i * ROWS_PER_PASS, j = j0 + r;
         long long off = col;
@@ -277,7 +283,8 @@ __device__ void prefill(
 }
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
-// dynamic shared memory (BM + 4 · 64) · (HD + 8) · 2 bytes; surplus blocks return at once.
+// dynamic shared memory at least (BM + 4 · BN_OF(HD)) · (HD + 8) · 2 bytes; surplus blocks return at
+// once.
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]

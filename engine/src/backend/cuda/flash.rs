@@ -15,10 +15,8 @@ use super::{CudaBackend, cuda_err};
 use crate::backend::{AttnShape, PagedAttnMeta};
 use crate::error::Result;
 
-/// Keys per prefill tile (the kernel's `BN_OF(HD)`).
-fn tile_keys(head_dim: usize) -> usize {
-    if head_dim == 128 { 32 } else { 64 }
-}
+/// Most keys per prefill tile (the kernel's `BN_OF(HD)`: 32 or 64); shared memory is sized for it.
+const MAX_TILE_KEYS: usize = 64;
 /// Keys per decode block step (4 warps × 16 keys): split lengths are multiples of it.
 const DECODE_STEP: usize = 64;
 /// Shortest key split worth a block of its own.
@@ -58,7 +56,7 @@ pub(super) fn prefill(
     let rows = threads;
     // Q rows, then two stages of K and V tiles, each row padded by 8 elements: above the 48 KiB
     // default.
-    let smem = (rows + 4 * tile_keys(shape.head_dim)) * (shape.head_dim + 8) * 2;
+    let smem = (rows + 4 * MAX_TILE_KEYS) * (shape.head_dim + 8) * 2;
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
     let blocks = meta.num_tokens / rows + meta.num_seqs;
