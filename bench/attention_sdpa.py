@@ -29,7 +29,7 @@ def median_ms(fn, reps):
 def prefill():
     print("anchor: SDPA prefill, causal, bf16, 32 heads, one sequence")
     for hd in (64, 128):
-        for n in (1024, 4096, 16384):
+        for n in (1024, 2048, 4096, 8192, 16384):
             q, k, v = (torch.randn(1, 32, n, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             flops = 4 * 32 * hd * n * (n + 1) / 2
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -43,7 +43,7 @@ def prefill():
 
 def decode():
     print("anchor: SDPA decode, 8 sequences, 1 query, 32/8 heads (GQA), head_dim 128, bf16")
-    for ctx in (4096, 32768):
+    for ctx in (4096, 8192, 16384, 32768, 65536, 131072):
         q = torch.randn(8, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(8, 8, ctx, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 11)

@@ -51,3 +51,126 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32], shar
     float t = lane < warps ? scratch[lane] : 0.0f;
     return warp_sum(t);
 }
+
+// ---- Tensor-core and async-copy helpers (sm_80 and later) for the flash attention kernels. ----
+
+// Two f32 values rounded to one packed bf16 pair: `lo` in the low half, `hi` in the high half.
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// 2^x, the hardware approximation (relative error about 2^-22).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// c += a·b for one m16n8k16 tile: bf16 inputs, f32 accumulators (PTX fragment layouts).
+__device__ __forceinline__ void mma_bf16_16816(
+    float* c,            // [4]: accumulator fragment
+    const unsigned* a,   // [4]: A fragment (16x16, row major), bf16 pairs
+    unsigned b0, unsigned b1) {  // B fragment (16x8, column major), bf16 pairs
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void* p /* shared */) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// Four 8x8 b16 matrices from shared memory; lane l gives the address of row l%8 of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r /* [4] */, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// As ldmatrix_x4, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r /* [4] */, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// The transpose of the 8x8 b16 matrix whose row lane/4, columns 2(lane%4) and +1, this lane holds.
+__device__ __forceinline__ unsigned movmatrix_trans(unsigned a) {
+    unsigned r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(a));
+    return r;
+}
+
+// 16 bytes global -> shared without registers; bytes past `src_bytes` (0 or 16) are zero-filled.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+// Waits for every async copy this thread issued.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// Row of key `j` in a paged pool: its block from the sequence's block table, then its slot.
+__device__ __forceinline__ long long paged_slot(
+    const unsigned* blocks,  // [max_blocks_per_seq]: the sequence's row of the block table
+    int block_size, int j) {
+    return (long long)blocks[j / block_size] * block_size + j % block_size;
+}
+
+// One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
+// tile of NT·8 raw scores, masked with -inf: updates the running maxima `m` (raw score units) and
+// partial sums `l` (this lane's columns only), rescales the output accumulators when some row's
+// maximum moved (softmax in the log2 domain: exp(x·scale) = 2^(x·scale_log2)), and leaves the tile's
+// probabilities in `sc`.
+template <int NT, int OT>
+__device__ __forceinline__ void online_softmax(
+    float (*sc)[4],    // [NT][4]: score fragments of the tile
+    float* m,          // [2]: running maxima of the lane's two rows
+    float* l,          // [2]: running sums (this lane's share)
+    float (*o)[4],     // [OT][4]: output accumulators
+    float scale_log2) {
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = m[r];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            mx = fmaxf(mx, fmaxf(sc[nt][2 * r], sc[nt][2 * r + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ref = mx == NEG_INF ? 0.0f : mx * scale_log2;
+        alpha[r] = mx == m[r] ? 1.0f : fast_exp2(fmaf(m[r], scale_log2, -ref));
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float p = fast_exp2(fmaf(sc[nt][2 * r + e], scale_log2, -ref));
+                sc[nt][2 * r + e] = p;
+                sum += p;
+            }
+        }
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = mx;
+    }
+    // Once the maxima settle most tiles leave every row's maximum in place: skip the rescale then.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int ot = 0; ot < OT; ++ot) {
+            o[ot][0] *= alpha[0];
+            o[ot][1] *= alpha[0];
+            o[ot][2] *= alpha[1];
+            o[ot][3] *= alpha[1];
+        }
+    }
+}

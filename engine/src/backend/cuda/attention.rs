@@ -1,11 +1,13 @@
 //! Launches of the attention kernels: causal over the paged KV pool, bidirectional varlen.
 //!
-//! Both run one block per (query row, head) with `head_dim` threads, so `head_dim` must be a
-//! multiple of 32 and at most 256 (64 and 128 are the models' widths).
+//! Paged attention over bf16 pools at head_dim 64 and 128 goes to the tensor-core kernels in
+//! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise).
+//! Everything else (f32 pools, other widths, varlen) runs the plain kernels: one block per
+//! (query row, head) with `head_dim` threads, so `head_dim` must be a multiple of 32 and at most 256.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err};
+use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err, flash};
 use crate::backend::{AttnShape, PagedAttnMeta};
 use crate::error::{EngineError, Result};
 
@@ -55,6 +57,15 @@ pub(super) fn paged(
         return Ok(());
     }
     let cfg = launch_config(meta.num_tokens, shape)?;
+    if let (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) = (&kc.store, &vc.store)
+        && flash::supports(shape)
+    {
+        let bs = kc.shape.block_size;
+        return match flash::is_decode(meta, shape) {
+            true => flash::decode(be, q, (k, v), meta, shape, bs, out),
+            false => flash::prefill(be, q, (k, v), meta, shape, bs, out),
+        };
+    }
     let ints = [
         meta.num_seqs,
         shape.num_heads,

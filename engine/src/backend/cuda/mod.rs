@@ -12,6 +12,7 @@
 
 mod attention;
 mod device;
+mod flash;
 mod matmul;
 mod modules;
 mod ops;

@@ -1,15 +1,27 @@
 //! Parity checks of the attention ops: causal paged attention (decode, prefill, chunked prefill after
 //! a cached prefix; GQA; head_dim 64 and 128; f32 and bf16 pools) and bidirectional varlen attention.
+//! bf16 pools run the tensor-core kernels (bf16 tolerance), f32 pools the plain ones.
 
 use docqa_engine::Result;
 use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
 
 use crate::inputs::{Pair, Rng};
-use crate::ops::TOL_F32;
+use crate::ops::{TOL_BF16, TOL_F32};
 use crate::report::Report;
 
 /// Tokens per KV block in these checks (the engine's default).
 const BLOCK_SIZE: usize = 16;
+
+/// A block size that is not a power of two, for the kernels' general block-table path.
+const ODD_BLOCK_SIZE: usize = 24;
+
+/// Checked with both block sizes: prefill chunks and decode, GQA 32/8, head_dim 128.
+const ODD_BLOCK_CASE: Case = Case {
+    seqs: &[(100, 300), (1, 1), (257, 257)],
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+};
 
 /// A paged attention case: per sequence (new query rows, context length), and the head layout.
 struct Case {
@@ -56,15 +68,73 @@ const CASES: &[(&str, Case)] = &[
             head_dim: 128,
         },
     ),
+    (
+        "decode",
+        Case {
+            seqs: &[(1, 1), (1, 63), (1, 4097), (1, 20000)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+    ),
+    (
+        "decode",
+        Case {
+            seqs: &[(1, 5000), (1, 65)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 128,
+        },
+    ),
+    (
+        "decode",
+        Case {
+            seqs: &[(1, 3000), (1, 2)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 64,
+        },
+    ),
+    (
+        "prefill odd",
+        Case {
+            seqs: &[(1, 1), (77, 77), (130, 1000)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 128,
+        },
+    ),
+    (
+        "prefill odd",
+        Case {
+            seqs: &[(333, 333), (1, 1), (64, 64), (65, 129)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 64,
+        },
+    ),
 ];
 
 /// Runs every attention check.
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16] {
-            paged(p, rng, r, name, case, dtype)?;
+            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype)?;
         }
     }
+    let odd = ("prefill, 24-token blocks", &ODD_BLOCK_CASE, ODD_BLOCK_SIZE);
+    paged(p, rng, r, odd, KvDtype::Bf16)?;
+    let decode = Case {
+        seqs: &[(1, 5000), (1, 25)],
+        ..ODD_BLOCK_CASE
+    };
+    paged(
+        p,
+        rng,
+        r,
+        ("decode, 24-token blocks", &decode, ODD_BLOCK_SIZE),
+        KvDtype::Bf16,
+    )?;
     varlen(p, rng, r, &[7, 128, 33], (12, 12, 32))?;
     varlen(p, rng, r, &[256, 1, 77], (8, 2, 64))?;
     varlen(p, rng, r, &[300], (16, 16, 128))?;
@@ -72,8 +142,8 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
 }
 
 /// Block ids for each sequence, from a shuffled pool; the block table, padded with zeros.
-fn block_table(rng: &mut Rng, ctx: &[usize]) -> (Vec<u32>, usize, usize) {
-    let per: Vec<usize> = ctx.iter().map(|c| c.div_ceil(BLOCK_SIZE)).collect();
+fn block_table(rng: &mut Rng, ctx: &[usize], bs: usize) -> (Vec<u32>, usize, usize) {
+    let per: Vec<usize> = ctx.iter().map(|c| c.div_ceil(bs)).collect();
     let max_blocks = per.iter().copied().max().unwrap_or(1);
     let num_blocks = per.iter().sum::<usize>() + 3;
     let pool = rng.permutation(num_blocks);
@@ -90,16 +160,15 @@ fn paged(
     p: &Pair,
     rng: &mut Rng,
     r: &mut Report,
-    name: &str,
-    case: &Case,
+    (name, case, bs): (&str, &Case, usize),
     dtype: KvDtype,
 ) -> Result<()> {
     let (h, g, hd) = (case.heads, case.kv_heads, case.head_dim);
     let ctx: Vec<usize> = case.seqs.iter().map(|s| s.1).collect();
-    let (table, max_blocks, num_blocks) = block_table(rng, &ctx);
+    let (table, max_blocks, num_blocks) = block_table(rng, &ctx, bs);
     let shape = KvShape {
         num_blocks,
-        block_size: BLOCK_SIZE,
+        block_size: bs,
         num_kv_heads: g,
         head_dim: hd,
         dtype,
@@ -110,7 +179,7 @@ fn paged(
         .enumerate()
         .flat_map(|(s, &c)| {
             let row = &table[s * max_blocks..];
-            (0..c).map(move |j| row[j / BLOCK_SIZE] * BLOCK_SIZE as u32 + (j % BLOCK_SIZE) as u32)
+            (0..c).map(move |j| row[j / bs] * bs as u32 + (j % bs) as u32)
         })
         .collect();
     let kv_rows = slots.len();
@@ -129,7 +198,18 @@ fn paged(
     let tokens = *qsl.last().unwrap_or(&0) as usize;
     let lens: Vec<u32> = ctx.iter().map(|&c| c as u32).collect();
     let ((cq_loc, gq_loc), (cl, gl), (ct, gt)) = (p.ids(&qsl)?, p.ids(&lens)?, p.ids(&table)?);
-    let (cq, gq) = p.buf(&rng.vec(tokens * h * hd, 3.0))?;
+    // bf16 pools at head_dim 64/128 run the tensor-core kernels, which take Q as bf16 and round P
+    // to bf16: Q is drawn bf16-representable there, so the rows measure the kernel, not Q's rounding.
+    let (kernel, tol) = match dtype {
+        KvDtype::Bf16 if matches!(hd, 64 | 128) => ("flash", TOL_BF16),
+        _ => ("plain", TOL_F32),
+    };
+    let mut q = rng.vec(tokens * h * hd, 3.0);
+    if kernel == "flash" {
+        q.iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+    }
+    let (cq, gq) = p.buf(&q)?;
     let (mut co, mut go) = p.poisoned(tokens * h * hd)?;
     let attn = AttnShape {
         num_heads: h,
@@ -160,10 +240,10 @@ fn paged(
     };
     p.gpu
         .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;
-    let op = format!("paged_attention {name} ({dtype:?} KV)");
+    let op = format!("paged_attention {name} ({dtype:?} KV, {kernel})");
     let seqs: Vec<String> = case.seqs.iter().map(|(q, c)| format!("{q}/{c}")).collect();
     let desc = format!("q/ctx {} h{h}/{g} d{hd}", seqs.join(","));
-    r.check(&op, &desc, &p.read(&go, tokens * h * hd)?, &co, TOL_F32);
+    r.check(&op, &desc, &p.read(&go, tokens * h * hd)?, &co, tol);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! Baseline timings of the first kernels (`--bench`): attention prefill TFLOP/s and decode attention
-//! bandwidth, and end-to-end prefill and batch-1 decode on a random model of SmolLM2-135M's shapes.
+//! Timings (`--bench`): attention prefill TFLOP/s and decode attention bandwidth of the tensor-core
+//! kernels (bf16 pools), and end-to-end prefill and batch-1 decode on a random model of SmolLM2-135M's
+//! shapes with f32 KV (plain attention kernel) and bf16 KV (tensor-core kernels).
 //!
 //! Kernel times are CUDA events around the launch, median of several after a warm-up; inputs are
 //! random, never zeros. FLOPs of causal attention: `4 · heads · head_dim · N(N+1)/2`; decode bytes:
@@ -110,8 +111,8 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         "bench: paged_attention prefill, one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
     );
     for hd in [64, 128] {
-        for n in [1024, 4096, 16384] {
-            let reps = if n > 4096 { 3 } else { 7 };
+        for n in [1024, 2048, 4096, 8192, 16384] {
+            let reps = if n > 4096 { 5 } else { 9 };
             let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), reps)?;
             let flops = 4.0 * 32.0 * hd as f64 * (n as f64) * (n as f64 + 1.0) / 2.0;
             println!(
@@ -123,7 +124,7 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     println!(
         "bench: paged_attention decode, 8 sequences, 1 new token each, bf16 KV, head_dim 128, 32/8 heads"
     );
-    for ctx in [4096, 32768] {
+    for ctx in [4096, 8192, 16384, 32768, 65536, 131072] {
         let ms = paged_ms(gpu, rng, (8, 1, ctx), (32, 8, 128), 11)?;
         let bytes = 8.0 * ctx as f64 * 8.0 * 128.0 * 2.0 * 2.0;
         println!(
@@ -134,24 +135,33 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     end_to_end(rng)
 }
 
-/// Prefill of 2,048 tokens, then 128 greedy tokens after a 512-token prompt, batch 1, wall clock.
+/// Prefill of 2,048 and 8,191 tokens, then 128 greedy tokens after a 512-token prompt, batch 1,
+/// wall clock; with an f32 KV pool, then a bf16 one.
 fn end_to_end(rng: &mut Rng) -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
     write_smollm2(dir.path(), rng)?;
     let model = Llama::load(CudaBackend::new(0)?, dir.path())?;
-    let prompt = |n: usize, rng: &mut Rng| -> Vec<u32> {
-        (0..n)
-            .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
-            .collect()
-    };
-    println!(
-        "bench: end to end, random SmolLM2-135M-shaped model, bf16 weights, f32 KV, batch 1, wall clock"
-    );
+    for dtype in [KvDtype::F32, KvDtype::Bf16] {
+        println!(
+            "bench: end to end, random SmolLM2-135M-shaped model, bf16 weights, {dtype:?} KV, batch 1, wall clock"
+        );
+        end_to_end_with(&model, rng, dtype)?;
+    }
+    Ok(())
+}
+
+fn prompt(n: usize, rng: &mut Rng) -> Vec<u32> {
+    (0..n)
+        .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
+        .collect()
+}
+
+fn end_to_end_with(model: &Llama<CudaBackend>, rng: &mut Rng, dtype: KvDtype) -> Result<()> {
     for n in [2048, 8192 - 1] {
         let p = prompt(n, rng);
         let mut best = f64::INFINITY;
         for _ in 0..3 {
-            let mut seq = SingleSequence::new(&model, n + 1, n, KvDtype::F32)?;
+            let mut seq = SingleSequence::new(model, n + 1, n, dtype)?;
             let t = std::time::Instant::now();
             argmax(seq.feed(&p, LogitsMode::LastPerSequence)?);
             best = best.min(t.elapsed().as_secs_f64());
@@ -164,7 +174,7 @@ fn end_to_end(rng: &mut Rng) -> Result<()> {
     }
     let p = prompt(512, rng);
     let new = 128;
-    let mut seq = SingleSequence::new(&model, 512 + new + 1, 512, KvDtype::F32)?;
+    let mut seq = SingleSequence::new(model, 512 + new + 1, 512, dtype)?;
     let mut next = argmax(seq.feed(&p, LogitsMode::LastPerSequence)?);
     let t = std::time::Instant::now();
     for _ in 0..new {

@@ -1,0 +1,254 @@
+// Decode attention (one new query row per sequence) over a bf16 paged KV pool, split-KV
+// (flash-decoding) and GQA-aware.
+//
+// flash_decode: one block of 4 warps per (key split, KV head, sequence). The group's query heads
+// (up to 16) are the rows of one mma.sync m16n8k16 tile, so every K and V element of the split is
+// read once for the whole group. Warps take interleaved chunks of 16 keys and load them straight
+// into registers (16-byte loads, no shared memory): K in an order of head dimensions that matches
+// the permuted Q fragments, V transposed in registers with movmatrix. Each warp keeps its own online
+// softmax; the block merges its 4 warps and writes the split's normalized output and (max, sum).
+// flash_decode_reduce merges the splits of each (sequence, head).
+#include "common.cuh"
+
+#define WARPS 4
+#define CHUNK 16  // keys per warp step
+#define MAX_GROUP 16
+
+// The group's query rows as bf16 A fragments with the head dimensions permuted: fragment 2s+e,
+// register pair (0, 2) holds dims 32s + 8t + 4e + {0,1}, {2,3} (t = lane % 4), matching the order
+// in which load_keys leaves K. Rows (heads of the group) at or past `rows` are zero.
+template <int HD>
+__device__ __forceinline__ void load_q_permuted(
+    unsigned (*qa)[4],  // [HD / 16][4]
+    const float* q,     // [group, HD]: the group's first head of this token
+    int rows) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        const int col = (kk >> 1) * 32 + 8 * t + (kk & 1) * 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = g + (i & 1) * 8, c = col + (i >> 1) * 2;
+            float2 v = make_float2(0.0f, 0.0f);
+            if (row < rows) {
+                v = *reinterpret_cast<const float2*>(q + row * HD + c);
+            }
+            qa[kk][i] = pack_bf16x2(v.x, v.y);
+        }
+    }
+}
+
+// 16-byte pieces of two keys' rows: row r (key j + 8r + lane / 4), dims 32s + 8(lane % 4) + [0, 8).
+// Keys at or past `end` read as zeros.
+template <int HD>
+__device__ __forceinline__ void load_rows(
+    uint4 (*dst)[HD / 32],   // [2][HD / 32]
+    const bf16_t* pool,      // [num_blocks, block_size, num_kv_heads, HD]
+    const unsigned* blocks,  // [max_blocks_per_seq]
+    int block_size, int row_stride, int head_off, int j, int end) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = j + 8 * r + g;
+        const bf16_t* p = pool + head_off + 8 * t;
+        if (key < end) {
+            p += paged_slot(blocks, block_size, key) * row_stride;
+        }
+#pragma unroll
+        for (int s = 0; s < HD / 32; ++s) {
+            dst[r][s] = key < end ? *reinterpret_cast<const uint4*>(p + 32 * s)
+                                  : make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
+
+// One chunk of 16 keys for the warp: scores, online softmax, P·V.
+template <int HD>
+__device__ __forceinline__ void chunk(
+    float (*o)[4], float* m, float* l,  // [HD / 8][4], [2], [2]: the warp's running state
+    unsigned (*qa)[4],                  // [HD / 16][4]: permuted Q fragments
+    uint4 (*kr)[HD / 32],               // [2][HD / 32]: the chunk's keys (load_rows)
+    uint4 (*vr)[HD / 32],               // [2][HD / 32]: the chunk's values (load_rows)
+    float scale_log2, int j, int end) {
+    const int t = threadIdx.x & 3;
+    float sc[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < HD / 32; ++s) {
+            mma_bf16_16816(sc[n], qa[2 * s], kr[n][s].x, kr[n][s].y);
+            mma_bf16_16816(sc[n], qa[2 * s + 1], kr[n][s].z, kr[n][s].w);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const bool out = j + 8 * n + 2 * t + (i & 1) >= end;
+            sc[n][i] = out ? NEG_INF : sc[n][i];
+        }
+    }
+    online_softmax<2, HD / 8>(sc, m, l, o, scale_log2);
+    const unsigned pa[4] = {
+        pack_bf16x2(sc[0][0], sc[0][1]),
+        pack_bf16x2(sc[0][2], sc[0][3]),
+        pack_bf16x2(sc[1][0], sc[1][1]),
+        pack_bf16x2(sc[1][2], sc[1][3]),
+    };
+    // Output tile 4s + w covers dims 32s + 8(lane/4 / 2) + 2w + (lane/4 % 2) as its column lane/4.
+#pragma unroll
+    for (int s = 0; s < HD / 32; ++s) {
+        const unsigned v0[4] = {vr[0][s].x, vr[0][s].y, vr[0][s].z, vr[0][s].w};
+        const unsigned v1[4] = {vr[1][s].x, vr[1][s].y, vr[1][s].z, vr[1][s].w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            mma_bf16_16816(o[4 * s + w], pa, movmatrix_trans(v0[w]), movmatrix_trans(v1[w]));
+        }
+    }
+}
+
+// Writes the warp's state to shared memory: output rows (unnormalized, natural dim order), max (in
+// the log2 domain), sum.
+template <int HD>
+__device__ __forceinline__ void stash(
+    float (*o_s)[HD],    // [16][HD], shared: this warp's slot
+    float (*ml_s)[2],    // [16][2], shared: this warp's slot
+    float (*o)[4], float* m, float* l, float scale_log2) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (t == 0) {
+            ml_s[g + 8 * r][0] = m[r] * scale_log2;
+            ml_s[g + 8 * r][1] = sum;
+        }
+#pragma unroll
+        for (int ot = 0; ot < HD / 8; ++ot) {
+            const int d = (ot >> 2) * 32 + 8 * t + 2 * (ot & 3);
+            o_s[g + 8 * r][d] = o[ot][2 * r];
+            o_s[g + 8 * r][d + 1] = o[ot][2 * r + 1];
+        }
+    }
+}
+
+template <int HD>
+__device__ void decode(
+    const float* q,                   // [num_tokens, num_heads, HD]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* part_o,                    // [num_seqs, splits, num_heads, HD]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale) {
+    __shared__ float o_s[WARPS][MAX_GROUP][HD];
+    __shared__ float ml_s[WARPS][MAX_GROUP][2];
+    const int sp = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
+    const int warp = threadIdx.x >> 5, group = num_heads / num_kv_heads;
+    const int begin = sp * split_len, end = min((int)seq_lens[s], begin + split_len);
+    const int row_stride = num_kv_heads * HD, head_off = kvh * HD;
+    const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
+    const long long token = query_start_loc[s];
+
+    unsigned qa[HD / 16][4];
+    load_q_permuted<HD>(qa, q + (token * num_heads + kvh * group) * HD, group);
+    float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    }
+    const float scale_log2 = scale * 1.4426950408889634f;
+    for (int j = begin + warp * CHUNK; j < end; j += WARPS * CHUNK) {
+        uint4 kr[2][HD / 32], vr[2][HD / 32];
+        load_rows<HD>(kr, k_cache, blocks, block_size, row_stride, head_off, j, end);
+        load_rows<HD>(vr, v_cache, blocks, block_size, row_stride, head_off, j, end);
+        chunk<HD>(o, m, l, qa, kr, vr, scale_log2, j, end);
+    }
+    stash<HD>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
+    __syncthreads();
+    for (int e = threadIdx.x; e < group * HD; e += blockDim.x) {
+        const int row = e / HD, d = e % HD;
+        float mx = NEG_INF;
+        for (int w = 0; w < WARPS; ++w) {
+            mx = fmaxf(mx, ml_s[w][row][0]);
+        }
+        const float ref = mx == NEG_INF ? 0.0f : mx;
+        float sum = 0.0f, acc = 0.0f;
+        for (int w = 0; w < WARPS; ++w) {
+            const float f = fast_exp2(ml_s[w][row][0] - ref);
+            sum += ml_s[w][row][1] * f;
+            acc += o_s[w][row][d] * f;
+        }
+        const long long at = ((long long)s * splits + sp) * num_heads + kvh * group + row;
+        part_o[at * HD + d] = sum > 0.0f ? acc / sum : 0.0f;
+        if (d == 0) {
+            part_ml[at * 2] = mx;
+            part_ml[at * 2 + 1] = sum;
+        }
+    }
+}
+
+// Entry points: grid (splits, num_kv_heads, num_seqs), 128 threads; split_len a multiple of 64;
+// at most 16 query heads per KV head.
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* part_o,                    // [num_seqs, splits, num_heads, 64]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale) {
+    decode<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, part_o, part_ml,
+                 num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* part_o,                    // [num_seqs, splits, num_heads, 128]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale) {
+    decode<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, part_o, part_ml,
+                 num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale);
+}
+
+// Merges the splits of one (head, sequence): softmax-weighted sum of their normalized outputs.
+// Grid (num_heads, num_seqs), head_dim threads.
+extern "C" __global__ void flash_decode_reduce(
+    const float* part_o,              // [num_seqs, splits, num_heads, head_dim]
+    const float* part_ml,             // [num_seqs, splits, num_heads, 2]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int splits, int num_heads, int head_dim) {
+    const int h = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
+    const long long first = (long long)s * splits * num_heads + h;
+    float mx = NEG_INF;
+    for (int sp = 0; sp < splits; ++sp) {
+        const long long at = first + (long long)sp * num_heads;
+        if (part_ml[at * 2 + 1] > 0.0f) {
+            mx = fmaxf(mx, part_ml[at * 2]);
+        }
+    }
+    float sum = 0.0f, acc = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) {
+        const long long at = first + (long long)sp * num_heads;
+        const float l = part_ml[at * 2 + 1];
+        if (l > 0.0f) {
+            const float w = l * fast_exp2(part_ml[at * 2] - mx);
+            sum += w;
+            acc += w * part_o[at * head_dim + d];
+        }
+    }
+    const long long token = query_start_loc[s];
+    out[(token * num_heads + h) * head_dim + d] = sum > 0.0f ? acc / sum : 0.0f;
+}

@@ -1,0 +1,314 @@
+// Prefill attention, FlashAttention-2 style, over a bf16 paged KV pool: causal, GQA, varlen batches
+// (query_start_loc / seq_lens), chunks after a cached prefix (a sequence's queries are the last rows of
+// its context).
+//
+// One block of PREFILL_WARPS warps per (tile of 32 · PREFILL_WARPS query rows of one sequence, query
+// head); each warp owns 32 rows (two mma row tiles, so every K and V fragment read from shared memory
+// feeds two mmas). Keys stream through shared memory in tiles of 64, gathered through the block table
+// with cp.async into two stages (the next tile's K and V load while this tile is computed). Q·Kᵀ and
+// P·V are mma.sync m16n8k16 (bf16 in, f32 accumulate); the online softmax stays in registers. Q
+// arrives as f32 and is rounded to bf16 once, into shared memory; the output is written as f32. Key
+// tiles past the block's last visible key are never visited; only tiles crossing the diagonal are
+// masked.
+#include "common.cuh"
+
+// Warps per block, 32 query rows each (the host reads the block size back as the kernel's launch
+// bound; a power of two up to 4); blocks per SM the register budget is cut for. Other values are for
+// kernel-lab comparisons.
+#ifndef PREFILL_WARPS
+#define PREFILL_WARPS 4
+#endif
+#ifndef PREFILL_MIN_BLOCKS
+#define PREFILL_MIN_BLOCKS 2
+#endif
+#define MT 2                          // mma row tiles (16 rows) per warp
+#define THREADS (PREFILL_WARPS * 32)
+#define BM (PREFILL_WARPS * 16 * MT)  // query rows per block
+// Keys per tile (64; 32 at head_dim 128 is a kernel-lab variant); the host sizes shared memory for 64.
+#ifndef BN_HD128
+#define BN_HD128 64
+#endif
+#define BN_OF(HD) ((HD) == 128 ? BN_HD128 : 64)
+#define PAD 8                    // bf16 padding per shared row: conflict-free ldmatrix
+
+// The block's work: which sequence, which of its query tiles; false when the block has none.
+__device__ __forceinline__ bool find_tile(
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    int num_seqs, int b, int* seq, int* tile) {
+    for (int s = 0; s < num_seqs; ++s) {
+        const int n = ((int)(query_start_loc[s + 1] - query_start_loc[s]) + BM - 1) / BM;
+        if (b < n) {
+            *seq = s;
+            *tile = b;
+            return true;
+        }
+        b -= n;
+    }
+    return false;
+}
+
+// Key `j`'s row in the pool: block-table lookup with a shift when the block size is a power of two.
+__device__ __forceinline__ long long slot_of(
+    const unsigned* blocks,  // [max_blocks_per_seq]
+    int block_size, int shift, int j) {
+    if (shift >= 0) {
+        return ((long long)blocks[j >> shift] << shift) + (j & (block_size - 1));
+    }
+    return paged_slot(blocks, block_size, j);
+}
+
+// Issues the async copies of keys [j0, j0 + BN_OF(HD)) of one KV head into shared K and V tiles;
+// rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
+// BN_OF(HD)·HD/8/THREADS rows and looks each row up once for both K and V.
+template <int HD>
+__device__ __forceinline__ void load_tiles(
+    bf16_t (*k_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
+    bf16_t (*v_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
+    const bf16_t* k_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const bf16_t* v_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const unsigned* blocks,     // [max_blocks_per_seq]
+    int block_size, int shift, int row_stride, int j0, int end) {
+    constexpr int CHUNKS = HD / 8;              // 16-byte pieces per row
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && BN_OF(HD) % ROWS_PER_PASS == 0, "threads must tile the rows");
+    const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
+    const unsigned k_base = smem_addr(&k_dst[r0][col]), v_base = smem_addr(&v_dst[r0][col]);
+// Unrolled at head_dim 128, the copies' addresses cost the registers its 64-key tiles need.
+#pragma unroll(HD == 128 ? 1 : 8)
+    for (int i = 0; i < BN_OF(HD) / ROWS_PER_PASS; ++i) {
+        const int r = r0 + i * ROWS_PER_PASS, j = j0 + r;
+        long long off = col;
+        if (j < end) {
+            off += slot_of(blocks, block_size, shift, j) * row_stride;
+        }
+        const int bytes = j < end ? 16 : 0;
+        const unsigned step = i * ROWS_PER_PASS * (HD + PAD) * 2;
+        cp_async_16(k_base + step, k_pool + off, bytes);
+        cp_async_16(v_base + step, v_pool + off, bytes);
+    }
+}
+
+// The block's query rows, rounded to bf16, into shared memory; rows past `rows` are zero.
+template <int HD>
+__device__ __forceinline__ void store_q(
+    bf16_t (*q_s)[HD + PAD],  // [BM][HD + PAD], shared
+    const float* q,           // [num_tokens, num_heads, HD]: at the block's first row and head
+    int q_stride, int rows) {
+    for (int i = threadIdx.x; i < BM * HD / 4; i += THREADS) {
+        const int row = i / (HD / 4), col = (i % (HD / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row < rows) {
+            v = *reinterpret_cast<const float4*>(q + (long long)row * q_stride + col);
+        }
+        *reinterpret_cast<uint2*>(&q_s[row][col]) =
+            make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    }
+}
+
+// S = Q·Kᵀ for the warp's 32 rows and the tile's BN_OF(HD) keys.
+template <int HD>
+__device__ __forceinline__ void scores(
+    float (*sc)[BN_OF(HD) / 8][4],   // [MT][BN_OF(HD) / 8][4]
+    bf16_t (*q_s)[HD + PAD],  // [32][HD + PAD], shared: the warp's rows
+    bf16_t (*k_s)[HD + PAD]) {  // [BN_OF(HD)][HD + PAD], shared
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
+            sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        unsigned qa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            ldmatrix_x4(qa[mt],
+                        smem_addr(&q_s[mt * 16 + (mi & 1) * 8 + r][kk * 16 + (mi >> 1) * 8]));
+        }
+#pragma unroll
+        for (int np = 0; np < BN_OF(HD) / 16; ++np) {
+            unsigned b[4];
+            ldmatrix_x4(b, smem_addr(&k_s[np * 16 + (mi >> 1) * 8 + r][kk * 16 + (mi & 1) * 8]));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16_16816(sc[mt][2 * np], qa[mt], b[0], b[1]);
+                mma_bf16_16816(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// O += P·V for the warp's 32 rows; P (probabilities, f32 fragments) is rounded to bf16 here.
+template <int HD>
+__device__ __forceinline__ void accumulate(
+    float (*o)[HD / 8][4],      // [MT][HD / 8][4]
+    float (*sc)[BN_OF(HD) / 8][4],     // [MT][BN_OF(HD) / 8][4]
+    bf16_t (*v_s)[HD + PAD]) {  // [BN_OF(HD)][HD + PAD], shared
+    const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < BN_OF(HD) / 16; ++ks) {
+        unsigned pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            pa[mt][0] = pack_bf16x2(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
+            pa[mt][1] = pack_bf16x2(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
+            pa[mt][2] = pack_bf16x2(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
+            pa[mt][3] = pack_bf16x2(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; ++dp) {
+            unsigned b[4];
+            ldmatrix_x4_trans(
+                b, smem_addr(&v_s[ks * 16 + (mi & 1) * 8 + r][dp * 16 + (mi >> 1) * 8]));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma_bf16_16816(o[mt][2 * dp], pa[mt], b[0], b[1]);
+                mma_bf16_16816(o[mt][2 * dp + 1], pa[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// Masks keys past each row's last visible key (tiles crossing the diagonal or the context's end).
+template <int HD>
+__device__ __forceinline__ void mask_scores(
+    float (*sc)[4],  // [BN_OF(HD) / 8][4]
+    int j0, int last0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
+            sc[nt][i] = j > last ? NEG_INF : sc[nt][i];
+        }
+    }
+}
+
+template <int HD>
+__device__ void prefill(
+    const float* q,                   // [num_tokens, num_heads, HD]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, HD]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    // Q [BM][HD + PAD], then two stages of K and V tiles [stage][BN_OF(HD)][HD + PAD], in dynamic shared
+    // memory.
+    extern __shared__ __align__(16) unsigned char smem[];
+    typedef bf16_t Row[HD + PAD];
+    typedef Row Tile[BN_OF(HD)];
+    Row* q_s = reinterpret_cast<Row*>(smem);
+    Tile* k_s = reinterpret_cast<Tile*>(q_s + BM);
+    Tile* v_s = k_s + 2;
+    int s, tile;
+    // Reversed order: the longest (last) query tiles start first.
+    if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
+        return;
+    }
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
+    const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
+    const int m0 = tile * BM, wrow = m0 + warp * 16 * MT;
+    const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
+    const int row_stride = num_kv_heads * HD, head_off = h / (num_heads / num_kv_heads) * HD;
+    const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
+    const int q_stride = num_heads * HD;
+
+    store_q<HD>(q_s, q + ((long long)(q0 + m0)) * q_stride + h * HD, q_stride, q_len - m0);
+    float o[MT][HD / 8][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < HD / 8; ++i) {
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+        }
+    }
+    const float scale_log2 = scale * 1.4426950408889634f;
+    const int tiles = (end + BN_OF(HD) - 1) / BN_OF(HD);
+    const bf16_t* k_head = k_cache + head_off;
+    const bf16_t* v_head = v_cache + head_off;
+    const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+    load_tiles<HD>(k_s[0], v_s[0], k_head, v_head, blocks, block_size, shift, row_stride, 0, end);
+    cp_async_commit();
+    for (int jt = 0; jt < tiles; ++jt) {
+        const int j0 = jt * BN_OF(HD), cur = jt & 1;
+        cp_async_wait_all();
+        __syncthreads();  // tile jt (and Q) in; every warp done with tile jt - 1, refilled next
+        if (jt + 1 < tiles) {
+            load_tiles<HD>(k_s[cur ^ 1], v_s[cur ^ 1], k_head, v_head, blocks, block_size, shift,
+                           row_stride, j0 + BN_OF(HD), end);
+        }
+        cp_async_commit();
+        float sc[MT][BN_OF(HD) / 8][4];
+        scores<HD>(sc, q_s + warp * 16 * MT, k_s[cur]);
+        // Rows past the sequence's queries see up to `end` only, through the same test.
+        const bool mask = j0 + BN_OF(HD) > prefix + m0 || j0 + BN_OF(HD) > end;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            if (mask) {
+                mask_scores<HD>(sc[mt], j0, prefix + wrow + mt * 16);
+            }
+            online_softmax<BN_OF(HD) / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
+        }
+        accumulate<HD>(o, sc, v_s[cur]);
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float sum = l[mt][r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int row = wrow + mt * 16 + g + r * 8;
+            if (row < q_len) {
+                float* dst = out + (long long)(q0 + row) * q_stride + h * HD + 2 * t;
+#pragma unroll
+                for (int dt = 0; dt < HD / 8; ++dt) {
+                    *reinterpret_cast<float2*>(dst + dt * 8) =
+                        make_float2(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+                }
+            }
+        }
+    }
+}
+
+// Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
+// dynamic shared memory at least (BM + 4 · BN_OF(HD)) · (HD + 8) · 2 bytes; surplus blocks return at
+// once.
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
+                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
+                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
