@@ -231,28 +231,10 @@ mod tests {
     fn result(q: &str, route: &str, score: f64, total_ms: u64) -> QuestionResult {
         QuestionResult {
             dataset: "squad".into(),
-            source: "s".into(),
-            document: "doc".into(),
-            document_tokens: 100,
-            question_id: q.into(),
-            kind: "extractive".into(),
-            route_requested: route.into(),
             route: route.into(),
-            self_route_fallback: false,
-            answer: format!("answer to {q} scoring {score}"),
-            answerable: true,
-            score,
-            exact_match: Some(score),
-            f1: Some(score),
-            rouge_l: None,
-            cites_evidence: None,
-            evidence_recall_at_10: None,
             first_token_ms: total_ms / 2,
             total_ms,
-            prompt_tokens: 100,
-            cached_tokens: 0,
-            completion_tokens: 5,
-            error: None,
+            ..crate::eval::results::example(q, route, score)
         }
     }
 

@@ -411,28 +411,10 @@ mod tests {
                 "short-docs"
             }
             .into(),
-            source: "s".into(),
-            document: "doc".into(),
-            document_tokens: tokens,
-            question_id: q.into(),
-            kind: "extractive".into(),
-            route_requested: route.into(),
             route: route.into(),
-            self_route_fallback: false,
-            answer: String::new(),
-            answerable: true,
-            score,
-            exact_match: None,
-            f1: Some(score),
-            rouge_l: None,
-            cites_evidence: None,
-            evidence_recall_at_10: None,
-            first_token_ms: total_ms / 2,
+            document_tokens: tokens,
             total_ms,
-            prompt_tokens: 100,
-            cached_tokens: 0,
-            completion_tokens: 5,
-            error: None,
+            ..crate::eval::results::example(q, route, score)
         }
     }
 

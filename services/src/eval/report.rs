@@ -260,29 +260,9 @@ mod tests {
 
     fn result(q: &str, route: &str, score: f64, kind: &str, answerable: bool) -> QuestionResult {
         QuestionResult {
-            dataset: "d".into(),
-            source: "s".into(),
-            document: "doc".into(),
-            document_tokens: 100,
-            question_id: q.into(),
             kind: kind.into(),
-            route_requested: route.into(),
-            route: route.replace("auto", "rag"),
-            self_route_fallback: false,
-            answer: String::new(),
             answerable,
-            score,
-            exact_match: None,
-            f1: Some(score),
-            rouge_l: None,
-            cites_evidence: None,
-            evidence_recall_at_10: None,
-            first_token_ms: 10,
-            total_ms: (score * 1000.0) as u64,
-            prompt_tokens: 100,
-            cached_tokens: 0,
-            completion_tokens: 5,
-            error: None,
+            ..crate::eval::results::example(q, route, score)
         }
     }
 

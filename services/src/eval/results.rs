@@ -200,6 +200,37 @@ pub fn append(path: &Path, r: &QuestionResult) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A plain answered result for tests of the reports: extractive, answerable, F1 equal to `score`, one
+/// second in all (half of it to the first token), a 100-token document and prompt.
+#[cfg(test)]
+pub fn example(question_id: &str, route: &str, score: f64) -> QuestionResult {
+    QuestionResult {
+        dataset: "d".into(),
+        source: "s".into(),
+        document: "doc".into(),
+        document_tokens: 100,
+        question_id: question_id.into(),
+        kind: "extractive".into(),
+        route_requested: route.into(),
+        route: route.replace("auto", "rag"),
+        self_route_fallback: false,
+        answer: format!("answer to {question_id} scoring {score}"),
+        answerable: true,
+        score,
+        exact_match: Some(score),
+        f1: Some(score),
+        rouge_l: None,
+        cites_evidence: None,
+        evidence_recall_at_10: None,
+        first_token_ms: 500,
+        total_ms: 1000,
+        prompt_tokens: 100,
+        cached_tokens: 0,
+        completion_tokens: 5,
+        error: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
