@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use crate::device::Device;
+
 /// Whether requests without a key are served as the local single user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LocalMode {
@@ -59,6 +61,10 @@ pub struct ServeConfig {
     /// Default and largest number of answer tokens.
     #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS", default_value_t = 512)]
     pub max_answer_tokens: usize,
+    /// Where the generator runs: `cpu`, or `cuda` (GPU 0, KV cache in bf16; needs a build with
+    /// `--features cuda`). The embedder runs on the CPU either way.
+    #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
     /// Memory for the generator's KV cache, in MiB.
     #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
     pub kv_cache_mib: usize,

@@ -5,6 +5,7 @@ mod api;
 mod cli;
 mod config;
 mod db;
+mod device;
 mod embedder;
 mod eval;
 mod indexes;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use actix_web::dev::Service;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
-use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::backend::Backend;
 use docqa_engine::models::bert::BertEmbedder;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle};
@@ -22,6 +22,7 @@ use crate::api::auth::RateLimits;
 use crate::cli::models::fetch_with_progress;
 use crate::config::ServeConfig;
 use crate::db::{Db, Dialect, tenants};
+use crate::device::GeneratorBackend;
 use crate::embedder::EngineEmbedder;
 use crate::indexes::TenantIndexes;
 use crate::metrics::Metrics;
@@ -38,6 +39,7 @@ pub async fn run_with(
     config: ServeConfig,
     on_ready: impl FnOnce(&[std::net::SocketAddr]),
 ) -> anyhow::Result<()> {
+    let backend = config.device.open()?;
     let data_dir = config.data_dir();
     for sub in ["originals", "indexes"] {
         std::fs::create_dir_all(data_dir.join(sub))
@@ -56,7 +58,7 @@ pub async fn run_with(
         db.ensure_local_tenant().await?;
     }
     let started = Instant::now();
-    let (engine, tokenizer, max_context) = start_engine(&config, &models.generator)?;
+    let (engine, tokenizer, max_context) = start_engine(&config, &models.generator, backend)?;
     let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
     let bert = BertEmbedder::load(&models.embedder)
         .with_context(|| format!("loading {}", models.embedder.display()))?;
@@ -147,14 +149,29 @@ async fn bootstrap_keys(db: &Db, config: &ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Loads the generator on the backend `--device` opened and starts its engine thread.
 fn start_engine(
     config: &ServeConfig,
     generator: &Path,
+    backend: GeneratorBackend,
 ) -> anyhow::Result<(EngineHandle, Arc<TextTokenizer>, usize)> {
-    let model = Llama::load(CpuBackend::new(), generator)
+    match backend {
+        GeneratorBackend::Cpu(cpu) => spawn_engine(cpu, config, generator),
+        #[cfg(feature = "cuda")]
+        GeneratorBackend::Cuda(cuda) => spawn_engine(cuda, config, generator),
+    }
+}
+
+fn spawn_engine<B: Backend + 'static>(
+    backend: B,
+    config: &ServeConfig,
+    generator: &Path,
+) -> anyhow::Result<(EngineHandle, Arc<TextTokenizer>, usize)> {
+    let model = Llama::load(backend, generator)
         .with_context(|| format!("loading {}", generator.display()))?;
     let engine_config = EngineConfig {
         kv_cache_bytes: config.kv_cache_mib << 20,
+        kv_dtype: config.device.kv_dtype(),
         max_waiting: config.max_waiting,
         ..EngineConfig::default()
     };

@@ -1,18 +1,20 @@
-//! `docqa generate`: answer one prompt with the generator on the CPU engine, streaming the text.
+//! `docqa generate`: answer one prompt with the generator on the CPU or CUDA engine, streaming the
+//! text.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::backend::Backend;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, Usage};
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
 use super::models::{fetch_with_progress, models_dir_or_default};
+use crate::device::{Device, GeneratorBackend};
 
 /// `docqa generate`.
 #[derive(Debug, Args)]
@@ -53,20 +55,36 @@ pub struct GenerateArgs {
     /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or ~/.cache/docqa/models].
     #[arg(long, env = "DOCQA_MODELS_DIR")]
     models_dir: Option<PathBuf>,
+    /// Where the generator runs: `cpu`, or `cuda` (GPU 0, KV cache in bf16; needs a build with
+    /// `--features cuda`).
+    #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
+    device: Device,
 }
 
 /// Runs `docqa generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let backend = args.device.open()?;
     let dir = match &args.model {
         Some(dir) => dir.clone(),
         None => fetch_with_progress(&models_dir_or_default(args.models_dir.clone()))?.generator,
     };
+    match backend {
+        GeneratorBackend::Cpu(cpu) => generate_on(cpu, &dir, &args),
+        #[cfg(feature = "cuda")]
+        GeneratorBackend::Cuda(cuda) => generate_on(cuda, &dir, &args),
+    }
+}
+
+fn generate_on<B: Backend>(backend: B, dir: &Path, args: &GenerateArgs) -> anyhow::Result<()> {
     let load = Instant::now();
-    let model = Llama::load(CpuBackend::new(), &dir)
-        .with_context(|| format!("loading {}", dir.display()))?;
-    let tokenizer = TextTokenizer::from_model_dir(&dir)?;
-    let prompt = prompt_ids(&tokenizer, &args)?;
-    let mut core = EngineCore::new(model, tokenizer, &EngineConfig::default())?;
+    let model = Llama::load(backend, dir).with_context(|| format!("loading {}", dir.display()))?;
+    let tokenizer = TextTokenizer::from_model_dir(dir)?;
+    let prompt = prompt_ids(&tokenizer, args)?;
+    let engine_config = EngineConfig {
+        kv_dtype: args.device.kv_dtype(),
+        ..EngineConfig::default()
+    };
+    let mut core = EngineCore::new(model, tokenizer, &engine_config)?;
     let loaded = load.elapsed();
     let params = SamplingParams {
         temperature: args.temperature,
@@ -97,7 +115,7 @@ fn prompt_ids(tokenizer: &TextTokenizer, args: &GenerateArgs) -> anyhow::Result<
     Ok(tokenizer.encode(&text, false)?)
 }
 
-fn stream_to_stdout(core: &mut EngineCore<CpuBackend>) -> anyhow::Result<Usage> {
+fn stream_to_stdout<B: Backend>(core: &mut EngineCore<B>) -> anyhow::Result<Usage> {
     let mut out = std::io::stdout().lock();
     while core.has_work() {
         for (_, event) in core.step()? {

@@ -1,0 +1,98 @@
+//! Where the generator runs (`--device cpu|cuda`): the choice on the command line, the backend it
+//! opens, and the KV cache element type that suits that backend. The embedder stays on the CPU
+//! backend either way.
+
+use clap::ValueEnum;
+use docqa_engine::backend::KvDtype;
+use docqa_engine::backend::cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+use docqa_engine::backend::cuda::CudaBackend;
+
+/// The device the generator runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Device {
+    /// The CPU engine.
+    #[default]
+    Cpu,
+    /// The first CUDA GPU (needs a docqa built with `--features cuda`).
+    Cuda,
+}
+
+/// A generator backend, opened.
+pub enum GeneratorBackend {
+    /// The CPU reference backend.
+    Cpu(CpuBackend),
+    /// The CUDA backend on GPU 0.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaBackend),
+}
+
+impl Device {
+    /// The KV cache element type: bf16 on CUDA, whose tensor-core attention kernels read bf16
+    /// pools; f32 (exact) on the CPU.
+    pub fn kv_dtype(self) -> KvDtype {
+        match self {
+            Device::Cpu => KvDtype::F32,
+            Device::Cuda => KvDtype::Bf16,
+        }
+    }
+
+    /// Opens the backend, or says why this build or this machine has none.
+    pub fn open(self) -> anyhow::Result<GeneratorBackend> {
+        match self {
+            Device::Cpu => Ok(GeneratorBackend::Cpu(CpuBackend::new())),
+            Device::Cuda => open_cuda(),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda() -> anyhow::Result<GeneratorBackend> {
+    let backend = CudaBackend::new(0)?;
+    eprintln!("docqa: generator on {}", backend.describe());
+    Ok(GeneratorBackend::Cuda(backend))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda() -> anyhow::Result<GeneratorBackend> {
+    anyhow::bail!("this docqa was built without CUDA support: rebuild with `--features cuda`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_device_opens_the_cpu_backend_with_an_f32_cache() {
+        assert!(matches!(Device::Cpu.open(), Ok(GeneratorBackend::Cpu(_))));
+        assert_eq!(Device::Cpu.kv_dtype(), KvDtype::F32);
+    }
+
+    #[test]
+    fn the_cuda_device_keeps_its_cache_in_bf16_for_the_tensor_core_kernels() {
+        assert_eq!(Device::Cuda.kv_dtype(), KvDtype::Bf16);
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_build_without_cuda_refuses_the_cuda_device_with_a_rebuild_hint() {
+        let err = Device::Cuda.open().err().expect("no CUDA in this build");
+        assert_eq!(
+            err.to_string(),
+            "this docqa was built without CUDA support: rebuild with `--features cuda`"
+        );
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn a_machine_without_a_gpu_refuses_the_cuda_device_with_the_typed_error() {
+        match Device::Cuda.open() {
+            // A machine with a GPU has nothing to refuse.
+            Ok(_) => {}
+            Err(err) => assert!(
+                err.to_string().starts_with("no CUDA device: "),
+                "unexpected error: {err:#}"
+            ),
+        }
+    }
+}
