@@ -1,7 +1,7 @@
 // The questions asked about one document, newest first; choosing one shows that answer again.
 
 import { call } from "./api.js";
-import { date, el, showError } from "./format.js";
+import { date, el } from "./format.js";
 import { on, state } from "./state.js";
 import { renderAnswer } from "./ask.js";
 
@@ -28,8 +28,7 @@ async function refreshHistory() {
     hint.textContent = "No questions about this document yet.";
     list.replaceChildren(...history.answers.map(item));
   } catch (e) {
-    hint.hidden = false;
-    showError(hint, "");
+    list.replaceChildren();
     hint.hidden = false;
     hint.textContent = `History unavailable: ${e.message}`;
   }

@@ -16,6 +16,7 @@ pub mod models;
 pub mod sampling;
 pub mod scheduler;
 pub mod serving;
+pub mod test_rng;
 pub mod text;
 pub mod weights;
 

@@ -8,47 +8,7 @@ use std::sync::OnceLock;
 
 use docqa_engine::fetch::{self, ModelPaths};
 
-/// xorshift64* — enough randomness for test inputs, no dependency.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator seeded from `DOCQA_TEST_SEED` or the clock; prints the seed.
-    pub fn fresh(test: &str) -> Self {
-        let seed = std::env::var("DOCQA_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("{test}: DOCQA_TEST_SEED={seed}");
-        Rng(seed | 1)
-    }
-
-    /// Next raw value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    /// `n` uniform values times `scale`.
-    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform() * scale).collect()
-    }
-
-    /// Uniform integer in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+pub use docqa_engine::test_rng::Rng;
 
 /// The model directories, fetched (and checked) once per test binary with
 /// [`docqa_engine::fetch::ensure_models`] under `$DOCQA_MODELS_DIR` or the default cache.

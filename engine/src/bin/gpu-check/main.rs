@@ -45,7 +45,7 @@ fn run(ops_only: bool, bench: bool) -> Result<bool> {
         cpu: CpuBackend::new(),
         gpu,
     };
-    let mut rng = Rng::fresh();
+    let mut rng = Rng::fresh("gpu-check seed");
     let mut report = Report::default();
     report.header();
     ops::run(&pair, &mut rng, &mut report)?;
