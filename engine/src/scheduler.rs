@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{CacheNamespace, KvCacheManager, RequestId};
+use crate::kv::manager::{CacheScope, KvCacheManager, RequestId};
 
 /// Limits of one scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +50,8 @@ pub struct SeqState {
     pub num_cached_tokens: usize,
     /// How many times the request was preempted.
     pub num_preemptions: u32,
-    /// The prefix-cache namespace it reads and fills.
-    pub cache_namespace: CacheNamespace,
+    /// The prefix-cache namespace it reads and fills, and its sink window if it streams.
+    pub cache_scope: CacheScope,
 }
 
 impl SeqState {
@@ -66,7 +66,7 @@ impl SeqState {
             max_new_tokens,
             num_cached_tokens: 0,
             num_preemptions: 0,
-            cache_namespace: 0,
+            cache_scope: CacheScope::default(),
         }
     }
 
@@ -137,7 +137,11 @@ impl Scheduler {
     /// ([`EngineError::RequestTooLarge`]) or when the queue is full ([`EngineError::Overloaded`]).
     pub fn add(&mut self, seq: SeqState, kv: &KvCacheManager) -> Result<()> {
         let total = seq.tokens.len() + seq.max_new_tokens;
-        if !kv.can_ever_fit(total, self.cfg.max_num_batched_tokens) {
+        if !kv.can_ever_fit(
+            total,
+            self.cfg.max_num_batched_tokens,
+            seq.cache_scope.sink_window,
+        ) {
             return Err(EngineError::RequestTooLarge {
                 tokens: total,
                 capacity_tokens: kv.pool().num_blocks() * kv.config().block_size,
@@ -204,7 +208,7 @@ impl Scheduler {
             let Some(seq) = self.waiting.front() else {
                 break;
             };
-            let prefix = kv.find_cached_prefix(&seq.tokens, seq.cache_namespace, false);
+            let prefix = kv.find_cached_prefix(&seq.tokens, seq.cache_scope, false);
             let start = prefix.num_tokens;
             let n = (seq.tokens.len() - start).min(budget);
             if !kv.allocate(seq.id, start + n, Some(&prefix))? {
@@ -214,7 +218,7 @@ impl Scheduler {
                 .waiting
                 .pop_front()
                 .ok_or_else(|| EngineError::Internal("queue emptied".into()))?;
-            let _ = kv.find_cached_prefix(&seq.tokens, seq.cache_namespace, true);
+            let _ = kv.find_cached_prefix(&seq.tokens, seq.cache_scope, true);
             seq.num_computed_tokens = start;
             seq.num_cached_tokens = start;
             self.running.push(seq);

@@ -121,6 +121,7 @@ fn run_paged(c: &AttnCase, dtype: KvDtype, rng: &mut Rng) -> (Vec<f32>, Vec<f32>
         num_seqs: c.seqs.len(),
         num_tokens: n,
         max_seq_len: c.seqs.iter().map(|s| s.1).max().unwrap_or(0),
+        windows: None,
     };
     let mut out = vec![f32::NAN; n * h * hd];
     b.paged_attention(&q, &kc, &vc, &meta, c.shape, &mut out)

@@ -1,34 +1,47 @@
 //! Behaviour of the KV cache manager: prefix caching, sink windows, and the pool's invariants under random
 //! workloads (property tests).
 
-use docqa_engine::kv::manager::{KvCacheConfig, KvCacheManager, SinkWindow};
+use docqa_engine::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, SinkWindow};
 use proptest::prelude::*;
 
-fn manager(
-    num_blocks: usize,
-    block_size: usize,
-    caching: bool,
-    sink_window: Option<SinkWindow>,
-) -> KvCacheManager {
+fn manager(num_blocks: usize, block_size: usize, caching: bool) -> KvCacheManager {
     KvCacheManager::new(KvCacheConfig {
         block_size,
         num_blocks,
         enable_prefix_caching: caching,
-        sink_window,
         cache_salt: 0,
     })
     .unwrap()
 }
 
+const DENSE: CacheScope = CacheScope {
+    namespace: 0,
+    sink_window: None,
+};
+
+fn windowed(num_sink_tokens: usize, window: usize) -> CacheScope {
+    CacheScope {
+        namespace: 0,
+        sink_window: Some(SinkWindow {
+            num_sink_tokens,
+            window,
+        }),
+    }
+}
+
 fn run_whole(kv: &mut KvCacheManager, id: u64, tokens: &[u32]) {
-    let prefix = kv.find_cached_prefix(tokens, 0, true);
+    run_whole_in(kv, id, tokens, DENSE);
+}
+
+fn run_whole_in(kv: &mut KvCacheManager, id: u64, tokens: &[u32], scope: CacheScope) {
+    let prefix = kv.find_cached_prefix(tokens, scope, true);
     assert!(kv.allocate(id, tokens.len(), Some(&prefix)).unwrap());
     kv.commit_computed(id, tokens, tokens.len()).unwrap();
 }
 
 #[test]
 fn a_second_request_with_the_same_document_reuses_its_full_blocks() {
-    let mut kv = manager(64, 16, true, None);
+    let mut kv = manager(64, 16, true);
     let doc: Vec<u32> = (0..100).collect();
     let mut first = doc.clone();
     first.extend([7000, 7001, 7002]);
@@ -37,7 +50,7 @@ fn a_second_request_with_the_same_document_reuses_its_full_blocks() {
 
     let mut second = doc.clone();
     second.extend([8000, 8001]);
-    let hit = kv.find_cached_prefix(&second, 0, true);
+    let hit = kv.find_cached_prefix(&second, DENSE, true);
     assert_eq!(
         hit.num_tokens, 96,
         "six full blocks of the shared 100-token document"
@@ -56,11 +69,11 @@ fn a_second_request_with_the_same_document_reuses_its_full_blocks() {
 
 #[test]
 fn a_prompt_that_is_entirely_cached_still_computes_its_last_token() {
-    let mut kv = manager(16, 4, true, None);
+    let mut kv = manager(16, 4, true);
     let tokens: Vec<u32> = (0..16).collect();
     run_whole(&mut kv, 1, &tokens);
     kv.free(1).unwrap();
-    let hit = kv.find_cached_prefix(&tokens, 0, false);
+    let hit = kv.find_cached_prefix(&tokens, DENSE, false);
     assert_eq!(
         hit.num_tokens, 12,
         "the block holding the last token is recomputed"
@@ -69,7 +82,7 @@ fn a_prompt_that_is_entirely_cached_still_computes_its_last_token() {
 
 #[test]
 fn two_live_requests_share_prefix_blocks_by_reference() {
-    let mut kv = manager(32, 4, true, None);
+    let mut kv = manager(32, 4, true);
     let a: Vec<u32> = (0..13).collect();
     run_whole(&mut kv, 1, &a);
     let mut b = a[..12].to_vec();
@@ -87,22 +100,26 @@ fn two_live_requests_share_prefix_blocks_by_reference() {
 
 #[test]
 fn a_forgotten_document_is_not_reused_and_the_probe_counts_no_statistics() {
-    let mut kv = manager(32, 4, true, None);
+    let mut kv = manager(32, 4, true);
     let doc: Vec<u32> = (0..21).collect();
     run_whole(&mut kv, 1, &doc);
     kv.free(1).unwrap();
     let stats_before = kv.prefix_stats();
-    assert_eq!(kv.cached_prefix_len(&doc, 0), 20);
+    assert_eq!(kv.cached_prefix_len(&doc, DENSE), 20);
     assert_eq!(kv.prefix_stats(), stats_before, "probing records nothing");
     // Forgetting the first 10 tokens drops the entries of their two full blocks only.
-    assert_eq!(kv.forget_prefix(&doc[..10], 0), 2);
+    assert_eq!(kv.forget_prefix(&doc[..10], DENSE), 2);
     assert_eq!(
-        kv.cached_prefix_len(&doc, 0),
+        kv.cached_prefix_len(&doc, DENSE),
         0,
         "the chain breaks at the first block"
     );
-    assert_eq!(kv.forget_prefix(&doc, 0), 3, "the remaining full blocks");
-    assert_eq!(kv.forget_prefix(&doc, 0), 0);
+    assert_eq!(
+        kv.forget_prefix(&doc, DENSE),
+        3,
+        "the remaining full blocks"
+    );
+    assert_eq!(kv.forget_prefix(&doc, DENSE), 0);
     kv.pool().check_invariants().unwrap();
     // The freed blocks are reused normally.
     run_whole(&mut kv, 2, &doc);
@@ -113,16 +130,16 @@ fn a_forgotten_document_is_not_reused_and_the_probe_counts_no_statistics() {
 
 #[test]
 fn without_prefix_caching_nothing_is_reused() {
-    let mut kv = manager(32, 4, false, None);
+    let mut kv = manager(32, 4, false);
     let a: Vec<u32> = (0..20).collect();
     run_whole(&mut kv, 1, &a);
     kv.free(1).unwrap();
-    assert_eq!(kv.find_cached_prefix(&a, 0, true).num_tokens, 0);
+    assert_eq!(kv.find_cached_prefix(&a, DENSE, true).num_tokens, 0);
 }
 
 #[test]
 fn a_request_larger_than_the_free_pool_is_refused_without_side_effects() {
-    let mut kv = manager(4, 4, true, None);
+    let mut kv = manager(4, 4, true);
     assert!(!kv.allocate(1, 17, None).unwrap());
     assert_eq!(kv.pool().num_free(), 4);
     assert!(kv.block_table(1).is_none());
@@ -131,15 +148,8 @@ fn a_request_larger_than_the_free_pool_is_refused_without_side_effects() {
 #[test]
 fn streaming_fifty_thousand_tokens_through_a_sink_window_keeps_memory_bounded() {
     let (bs, sinks, window) = (16usize, 4usize, 1024usize);
-    let mut kv = manager(
-        200,
-        bs,
-        true,
-        Some(SinkWindow {
-            num_sink_tokens: sinks,
-            window,
-        }),
-    );
+    let mut kv = manager(200, bs, true);
+    let scope = windowed(sinks, window);
     let bound = (sinks + window).div_ceil(bs) + 1;
     let tokens: Vec<u32> = (0..50_000u32).map(|i| i % 49_000).collect();
     let mut computed = 0;
@@ -147,8 +157,9 @@ fn streaming_fifty_thousand_tokens_through_a_sink_window_keeps_memory_bounded() 
     while computed < tokens.len() {
         let n = if computed < 2048 { 512 } else { 1 };
         let end = (computed + n).min(tokens.len());
+        let admit = (computed == 0).then(|| kv.find_cached_prefix(&tokens, scope, false));
         assert!(
-            kv.allocate(1, end, None).unwrap(),
+            kv.allocate(1, end, admit.as_ref()).unwrap(),
             "allocation failed at {end}"
         );
         kv.commit_computed(1, &tokens, end).unwrap();
@@ -161,7 +172,10 @@ fn streaming_fifty_thousand_tokens_through_a_sink_window_keeps_memory_bounded() 
         );
     }
     assert!(peak >= bound - 1);
-    assert_eq!(kv.visible_tokens(50_000), vec![0..4, 48_976..50_000]);
+    assert_eq!(
+        scope.sink_window.unwrap().visible_tokens(50_000),
+        vec![0..4, 48_976..50_000]
+    );
     let table = kv.block_table(1).unwrap();
     assert!(table[0].is_some(), "the sink block is kept");
     assert!(
@@ -175,26 +189,47 @@ fn streaming_fifty_thousand_tokens_through_a_sink_window_keeps_memory_bounded() 
 
 #[test]
 fn a_sink_window_cache_hit_needs_only_the_sink_and_window_blocks() {
-    let (bs, sinks, window) = (4usize, 4usize, 8usize);
-    let mut kv = manager(
-        64,
-        bs,
-        true,
-        Some(SinkWindow {
-            num_sink_tokens: sinks,
-            window,
-        }),
-    );
+    let mut kv = manager(64, 4, true);
+    let scope = windowed(4, 8);
     let doc: Vec<u32> = (0..40).collect();
     let mut first = doc.clone();
     first.push(500);
-    run_whole(&mut kv, 1, &first);
+    run_whole_in(&mut kv, 1, &first, scope);
     kv.free(1).unwrap();
     let mut second = doc.clone();
     second.push(600);
-    let hit = kv.find_cached_prefix(&second, 0, false);
+    let hit = kv.find_cached_prefix(&second, scope, false);
     assert_eq!(hit.num_tokens, 40);
     assert!(hit.blocks[0].is_some() && hit.blocks[9].is_some() && hit.blocks[3].is_none());
+}
+
+#[test]
+fn dense_and_windowed_requests_share_only_the_blocks_a_window_has_not_changed() {
+    // Sinks 4 + window 8: the first 12 tokens (three blocks of 4) see the same keys either way.
+    let mut kv = manager(64, 4, true);
+    let scope = windowed(4, 8);
+    let doc: Vec<u32> = (0..40).collect();
+    run_whole_in(&mut kv, 1, &doc, scope);
+    kv.free(1).unwrap();
+    assert_eq!(
+        kv.cached_prefix_len(&doc, DENSE),
+        12,
+        "a dense request reuses the blocks before the window first drops a token"
+    );
+    run_whole(&mut kv, 2, &doc);
+    kv.free(2).unwrap();
+    assert_eq!(kv.cached_prefix_len(&doc, DENSE), 36);
+    assert_eq!(
+        kv.cached_prefix_len(&doc, scope),
+        36,
+        "the windowed copy is still cached beside the dense one"
+    );
+    assert_eq!(kv.cached_prefix_len(&doc, windowed(4, 12)), 16);
+    kv.pool().check_invariants().unwrap();
+}
+
+fn windowed_scope() -> CacheScope {
+    windowed(4, 16)
 }
 
 #[derive(Debug, Clone)]
@@ -216,14 +251,15 @@ proptest! {
     #[test]
     fn the_pool_stays_consistent_under_random_requests(ops in prop::collection::vec(op(), 1..120),
                                                         windowed in any::<bool>()) {
-        let window = windowed.then_some(SinkWindow { num_sink_tokens: 4, window: 16 });
-        let mut kv = manager(24, 4, true, window);
+        // With `windowed`, odd requests stream through a sink window beside dense even ones.
+        let scope_of = |id: u64| if windowed && id % 2 == 1 { windowed_scope() } else { DENSE };
+        let mut kv = manager(24, 4, true);
         let mut live: std::collections::HashMap<u64, Vec<u32>> = Default::default();
         for op in ops {
             match op {
                 Op::Start { id, doc, len } if !live.contains_key(&id) => {
                     let tokens: Vec<u32> = (0..len as u32).map(|i| i * 7 + doc as u32).collect();
-                    let prefix = kv.find_cached_prefix(&tokens, 0, true);
+                    let prefix = kv.find_cached_prefix(&tokens, scope_of(id), true);
                     if kv.allocate(id, tokens.len(), Some(&prefix)).unwrap() {
                         kv.commit_computed(id, &tokens, tokens.len()).unwrap();
                         live.insert(id, tokens);
@@ -260,29 +296,29 @@ proptest! {
 
 #[test]
 fn a_prefix_cached_in_one_namespace_is_invisible_to_another() {
-    let mut kv = manager(32, 4, true, None);
+    let mut kv = manager(32, 4, true);
     let doc: Vec<u32> = (0..21).collect();
     let (tenant_a, tenant_b) = (7, 8);
-    let prefix = kv.find_cached_prefix(&doc, tenant_a, true);
+    let prefix = kv.find_cached_prefix(&doc, CacheScope::dense(tenant_a), true);
     assert!(kv.allocate(1, doc.len(), Some(&prefix)).unwrap());
     kv.commit_computed(1, &doc, doc.len()).unwrap();
     kv.free(1).unwrap();
-    assert_eq!(kv.cached_prefix_len(&doc, tenant_a), 20);
+    assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_a)), 20);
     assert_eq!(
-        kv.cached_prefix_len(&doc, tenant_b),
+        kv.cached_prefix_len(&doc, CacheScope::dense(tenant_b)),
         0,
         "no hit across namespaces"
     );
-    assert_eq!(kv.cached_prefix_len(&doc, 0), 0);
+    assert_eq!(kv.cached_prefix_len(&doc, DENSE), 0);
     // Another namespace computing the same text caches its own copy, and forgetting it leaves A's.
-    let prefix = kv.find_cached_prefix(&doc, tenant_b, true);
+    let prefix = kv.find_cached_prefix(&doc, CacheScope::dense(tenant_b), true);
     assert_eq!(prefix.num_tokens, 0);
     assert!(kv.allocate(2, doc.len(), Some(&prefix)).unwrap());
     kv.commit_computed(2, &doc, doc.len()).unwrap();
     kv.free(2).unwrap();
-    assert_eq!(kv.cached_prefix_len(&doc, tenant_b), 20);
-    assert_eq!(kv.forget_prefix(&doc, tenant_b), 5);
-    assert_eq!(kv.cached_prefix_len(&doc, tenant_b), 0);
-    assert_eq!(kv.cached_prefix_len(&doc, tenant_a), 20);
+    assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_b)), 20);
+    assert_eq!(kv.forget_prefix(&doc, CacheScope::dense(tenant_b)), 5);
+    assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_b)), 0);
+    assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_a)), 20);
     kv.pool().check_invariants().unwrap();
 }

@@ -82,6 +82,7 @@ fn mixed_batch_matches_sequences_alone(dtype: KvDtype, tied: bool) {
                 tokens: &seqs[s][done[s]..done[s] + plan[s][step]],
                 num_computed_tokens: done[s],
                 blocks: blocks[s].blocks(),
+                sink_window: None,
             })
             .collect();
         let batch = Batch::build(&inputs, BS, LogitsMode::All).expect("batch");
@@ -175,6 +176,7 @@ fn prompt_longer_than_the_context_window_is_a_typed_error() {
             tokens: &tokens,
             num_computed_tokens: 0,
             blocks: &blocks,
+            sink_window: None,
         }],
         BS,
         LogitsMode::LastPerSequence,

@@ -15,7 +15,6 @@ fn setup(
         block_size: 4,
         num_blocks,
         enable_prefix_caching: true,
-        sink_window: None,
         cache_salt: 0,
     })
     .unwrap();

@@ -72,6 +72,22 @@ pub struct PagedAttnMeta<'a, B: Backend> {
     pub num_tokens: usize,
     /// Longest context in the batch (launch sizing on devices).
     pub max_seq_len: usize,
+    /// Sink windows, when any sequence of the batch streams through one.
+    pub windows: Option<WindowedAttn<'a, B>>,
+}
+
+/// The sink-window part of a paged attention call (StreamingLLM).
+///
+/// Sequence `s` reads `windows[3 s..3 s + 3] = [num_sink_tokens, window, block_offset]` (all 0: dense), as
+/// [`crate::models::WindowMeta`] describes. A query at position `p` under a window sees the sink keys
+/// `0..num_sink_tokens` and the keys `p + 1 - window..=p`; it scores the recent keys with its row of `q`
+/// and the sink keys with its row of `q_sinks`, the same query rotated to the position it has within
+/// the cache, so no distance exceeds `num_sink_tokens + window`.
+pub struct WindowedAttn<'a, B: Backend> {
+    /// `[num_seqs * 3]` window descriptions.
+    pub windows: &'a B::Ids,
+    /// `[num_tokens, num_heads * head_dim]` queries rotated to their positions within the cache.
+    pub q_sinks: &'a B::Buf,
 }
 
 /// The narrow set of ops a model step needs. See the module docs for conventions.
@@ -103,6 +119,8 @@ pub trait Backend: Send + Sync + Sized {
     fn write_ids(&self, dst: &mut Self::Ids, src: &[u32]) -> Result<()>;
     /// Copies the front of `src` to the host.
     fn read(&self, src: &Self::Buf, dst: &mut [f32]) -> Result<()>;
+    /// Copies the first `n` elements of `src` to the front of `dst`.
+    fn copy(&self, src: &Self::Buf, n: usize, dst: &mut Self::Buf) -> Result<()>;
 
     /// `out[t] = table[ids[t]]` for `rows` ids.
     fn embedding(
@@ -191,7 +209,8 @@ pub trait Backend: Send + Sync + Sized {
         v_cache: &mut Self::Kv,
     ) -> Result<()>;
     /// Causal attention of `q[num_tokens, num_heads * head_dim]` over the paged KV: the last query row of a
-    /// sequence sits at position `seq_len - 1` and each row sees every earlier position and itself.
+    /// sequence sits at position `seq_len - 1` and each row sees every earlier position and itself, or,
+    /// under a sink window ([`PagedAttnMeta::windows`]), the sinks and its recent window.
     fn paged_attention(
         &self,
         q: &Self::Buf,

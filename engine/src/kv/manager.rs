@@ -3,13 +3,17 @@
 //!
 //! Modelled on vLLM v1's `KVCacheManager`. A request's table has one entry per logical block of its
 //! sequence; with a sink window ([`SinkWindow`]) the blocks between the sinks and the recent window are
-//! returned to the pool as the sequence grows and their entries become `None`. Positions for attention are
-//! then assigned within the cache (StreamingLLM), which the attention code derives from
-//! [`KvCacheManager::visible_tokens`].
+//! returned to the pool as the sequence grows and their entries become `None`. The window is a property of
+//! the request (its [`CacheScope`]), so dense and streaming requests share one pool. Positions for
+//! attention are then assigned within the cache (StreamingLLM, see [`SinkWindow::visible_tokens`]).
+//!
+//! A token's KV depends on what it attended to, so a windowed request's blocks past the first
+//! `num_sink_tokens + window` tokens differ from a dense request's: their hashes carry the window, and
+//! the blocks before that point are shared between dense and windowed requests.
 
 use std::collections::HashMap;
 
-use super::block_hash::{BlockHash, full_block_hashes};
+use super::block_hash::BlockHash;
 use super::block_pool::{BlockId, BlockPool};
 use crate::error::{EngineError, Result};
 
@@ -25,6 +29,56 @@ pub struct SinkWindow {
     pub window: usize,
 }
 
+impl SinkWindow {
+    /// Logical token ranges attention may see in a sequence of `num_tokens`: the sinks and the last
+    /// `window` tokens once the sequence is longer than both, else everything. Positions within the cache
+    /// follow this order.
+    pub fn visible_tokens(&self, num_tokens: usize) -> Vec<std::ops::Range<usize>> {
+        if num_tokens > self.num_sink_tokens + self.window {
+            vec![
+                0..self.num_sink_tokens,
+                num_tokens - self.window..num_tokens,
+            ]
+        } else {
+            std::iter::once(0..num_tokens).collect()
+        }
+    }
+
+    /// Tokens whose KV is the same as under dense attention: the first `num_sink_tokens + window`.
+    pub fn dense_prefix(&self) -> usize {
+        self.num_sink_tokens + self.window
+    }
+
+    /// A hash-salt component that tells this window's KV from any other's.
+    fn tag(&self) -> u64 {
+        (self.num_sink_tokens as u64)
+            .wrapping_mul(0xD6E8_FEB8_6659_FD93)
+            .rotate_left(17)
+            ^ (self.window as u64).wrapping_mul(0xA076_1D64_78BD_642F)
+            ^ 0x0051_5749_4E44_4F57
+    }
+}
+
+/// How one request uses the cache: whose prefix cache it reads and fills, and whether it streams through a
+/// sink window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheScope {
+    /// The prefix-cache namespace.
+    pub namespace: CacheNamespace,
+    /// Sink-token sliding window, or None for dense attention.
+    pub sink_window: Option<SinkWindow>,
+}
+
+impl CacheScope {
+    /// Dense attention in `namespace`.
+    pub fn dense(namespace: CacheNamespace) -> Self {
+        CacheScope {
+            namespace,
+            sink_window: None,
+        }
+    }
+}
+
 /// Shape and policy of one engine's KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvCacheConfig {
@@ -34,8 +88,6 @@ pub struct KvCacheConfig {
     pub num_blocks: usize,
     /// Share full blocks between requests with the same prefix.
     pub enable_prefix_caching: bool,
-    /// Sink-token sliding window, or None for dense attention.
-    pub sink_window: Option<SinkWindow>,
     /// Separates block hashes of caches that must never share content (dtype, RoPE settings...).
     pub cache_salt: u64,
 }
@@ -60,8 +112,8 @@ pub struct CachedPrefix {
     pub blocks: Vec<Option<BlockId>>,
     /// Tokens whose KV is reused: a whole number of blocks, always fewer than the prompt.
     pub num_tokens: usize,
-    /// The namespace it was looked up in; the request's new blocks are cached there too.
-    pub namespace: CacheNamespace,
+    /// The scope it was looked up in; the request's new blocks are cached there too.
+    pub scope: CacheScope,
 }
 
 #[derive(Debug, Default)]
@@ -69,8 +121,8 @@ struct RequestBlocks {
     table: Vec<Option<BlockId>>,
     num_hashed: usize,
     parent: Option<BlockHash>,
-    /// Hash salt of the request's namespace.
-    salt: u64,
+    /// The request's namespace and window.
+    scope: CacheScope,
 }
 
 /// Block tables of every live request over one pool.
@@ -89,14 +141,6 @@ impl KvCacheManager {
             return Err(EngineError::InvalidConfig(
                 "block_size and num_blocks must be positive".into(),
             ));
-        }
-        if let Some(w) = cfg.sink_window
-            && w.window < cfg.block_size
-        {
-            return Err(EngineError::InvalidConfig(format!(
-                "sink window of {} tokens is shorter than a block ({})",
-                w.window, cfg.block_size
-            )));
         }
         let pool = BlockPool::new(cfg.num_blocks, cfg.enable_prefix_caching);
         Ok(KvCacheManager {
@@ -122,12 +166,28 @@ impl KvCacheManager {
         self.stats
     }
 
+    /// Checks that `window` can be used with this cache: it must hold at least one block.
+    pub fn check_window(&self, window: &SinkWindow) -> Result<()> {
+        if window.window < self.cfg.block_size {
+            return Err(EngineError::InvalidConfig(format!(
+                "a sink window of {} tokens is shorter than a block ({})",
+                window.window, self.cfg.block_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Blocks a request of `num_tokens` tokens holds at most at once, when computed `chunk` tokens a step.
     /// Under a sink window that is the sinks and the window between steps, plus the chunk during one.
-    pub fn max_blocks_for(&self, num_tokens: usize, chunk: usize) -> usize {
+    pub fn max_blocks_for(
+        &self,
+        num_tokens: usize,
+        chunk: usize,
+        window: Option<SinkWindow>,
+    ) -> usize {
         let bs = self.cfg.block_size;
         let dense = num_tokens.div_ceil(bs);
-        match self.cfg.sink_window {
+        match window {
             Some(w) => dense.min(
                 w.num_sink_tokens.div_ceil(bs) + w.window.div_ceil(bs) + 1 + chunk.div_ceil(bs),
             ),
@@ -136,20 +196,25 @@ impl KvCacheManager {
     }
 
     /// Whether a request of `num_tokens` tokens could ever fit, alone in an empty pool.
-    pub fn can_ever_fit(&self, num_tokens: usize, chunk: usize) -> bool {
-        self.max_blocks_for(num_tokens, chunk) <= self.pool.num_blocks()
+    pub fn can_ever_fit(
+        &self,
+        num_tokens: usize,
+        chunk: usize,
+        window: Option<SinkWindow>,
+    ) -> bool {
+        self.max_blocks_for(num_tokens, chunk, window) <= self.pool.num_blocks()
     }
 
-    /// Look up the longest prefix of `prompt` cached in `namespace`. Never covers the whole prompt: the
+    /// Look up the longest prefix of `prompt` cached in `scope`. Never covers the whole prompt: the
     /// last token is always computed, since its logits are needed. Only counts towards the statistics
     /// when `record` is set.
     pub fn find_cached_prefix(
         &mut self,
         prompt: &[u32],
-        namespace: CacheNamespace,
+        scope: CacheScope,
         record: bool,
     ) -> CachedPrefix {
-        let found = self.lookup_prefix(prompt, namespace);
+        let found = self.lookup_prefix(prompt, scope);
         if record {
             self.stats.queried_tokens += prompt.len() as u64;
             self.stats.hit_tokens += found.num_tokens as u64;
@@ -157,35 +222,53 @@ impl KvCacheManager {
         found
     }
 
-    /// Tokens at the start of `prompt` whose KV a request of `namespace` would take from the prefix cache
+    /// Tokens at the start of `prompt` whose KV a request of `scope` would take from the prefix cache
     /// now (no statistics recorded).
-    pub fn cached_prefix_len(&self, prompt: &[u32], namespace: CacheNamespace) -> usize {
-        self.lookup_prefix(prompt, namespace).num_tokens
+    pub fn cached_prefix_len(&self, prompt: &[u32], scope: CacheScope) -> usize {
+        self.lookup_prefix(prompt, scope).num_tokens
     }
 
-    /// The block-hash salt of a namespace: the engine's salt mixed with it.
-    fn salt(&self, namespace: CacheNamespace) -> u64 {
-        self.cfg.cache_salt
-            ^ namespace
+    /// The block-hash salt of logical block `b` in `scope`: the engine's salt mixed with the namespace, and
+    /// with the window for blocks past the window's dense prefix.
+    fn block_salt(&self, scope: CacheScope, b: usize) -> u64 {
+        let base = self.cfg.cache_salt
+            ^ scope
+                .namespace
                 .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(29)
+                .rotate_left(29);
+        match scope.sink_window {
+            Some(w) if (b + 1) * self.cfg.block_size > w.dense_prefix() => base ^ w.tag(),
+            _ => base,
+        }
     }
 
-    /// Removes the prefix-cache entries of every full block of `tokens` in `namespace`, so no later
-    /// request can reuse that KV (e.g. the document was deleted). Blocks in use keep their content for
-    /// their requests. Returns how many entries were dropped.
-    pub fn forget_prefix(&mut self, tokens: &[u32], namespace: CacheNamespace) -> usize {
-        let bs = self.cfg.block_size;
-        let full = tokens.len() / bs * bs;
-        full_block_hashes(&tokens[..full], bs, self.salt(namespace))
+    /// Hashes of every full block of `tokens` in `scope`.
+    fn block_hashes(&self, tokens: &[u32], scope: CacheScope) -> Vec<BlockHash> {
+        let mut parent = None;
+        tokens
+            .chunks_exact(self.cfg.block_size)
+            .enumerate()
+            .map(|(b, block)| {
+                let h = BlockHash::of(parent, block, self.block_salt(scope, b));
+                parent = Some(h);
+                h
+            })
+            .collect()
+    }
+
+    /// Removes the prefix-cache entries of every full block of `tokens` in `scope`, so no later request
+    /// can reuse that KV (e.g. the document was deleted). Blocks in use keep their content for their
+    /// requests. Returns how many entries were dropped.
+    pub fn forget_prefix(&mut self, tokens: &[u32], scope: CacheScope) -> usize {
+        self.block_hashes(tokens, scope)
             .into_iter()
             .filter(|h| self.pool.uncache(*h))
             .count()
     }
 
-    fn lookup_prefix(&self, prompt: &[u32], namespace: CacheNamespace) -> CachedPrefix {
+    fn lookup_prefix(&self, prompt: &[u32], scope: CacheScope) -> CachedPrefix {
         let empty = CachedPrefix {
-            namespace,
+            scope,
             ..CachedPrefix::default()
         };
         if !self.pool.caching_enabled() || prompt.len() < 2 {
@@ -193,8 +276,8 @@ impl KvCacheManager {
         }
         let bs = self.cfg.block_size;
         let usable = (prompt.len() - 1) / bs;
-        let hashes = full_block_hashes(&prompt[..usable * bs], bs, self.salt(namespace));
-        if self.cfg.sink_window.is_none() {
+        let hashes = self.block_hashes(&prompt[..usable * bs], scope);
+        if scope.sink_window.is_none() {
             // Dense: the leading run of cached blocks.
             let blocks: Vec<Option<BlockId>> = hashes
                 .iter()
@@ -204,12 +287,12 @@ impl KvCacheManager {
             return CachedPrefix {
                 blocks,
                 num_tokens,
-                namespace,
+                scope,
             };
         }
         // Sink window: the longest prefix whose sink and window blocks are all cached.
         for n in (1..=usable).rev() {
-            let live = self.live_block_range(n * bs);
+            let live = live_block_range(bs, scope.sink_window, n * bs);
             let mut blocks = vec![None; n];
             let all = (0..n).filter(|&b| live(b)).all(|b| {
                 blocks[b] = self.pool.lookup(hashes[b]);
@@ -219,29 +302,15 @@ impl KvCacheManager {
                 return CachedPrefix {
                     blocks,
                     num_tokens: n * bs,
-                    namespace,
+                    scope,
                 };
             }
         }
         empty
     }
 
-    /// For a sequence of `num_tokens`, which logical blocks must be kept.
-    fn live_block_range(&self, num_tokens: usize) -> impl Fn(usize) -> bool + use<> {
-        let bs = self.cfg.block_size;
-        let window = self.cfg.sink_window;
-        move |b: usize| match window {
-            None => true,
-            Some(w) => {
-                let sink_blocks = w.num_sink_tokens.div_ceil(bs);
-                let first_window_token = num_tokens.saturating_sub(w.window);
-                b < sink_blocks || (b + 1) * bs > first_window_token
-            }
-        }
-    }
-
     /// Give `request` room for `num_tokens` tokens in total, starting from `prefix` when it is new (a new
-    /// request without one uses namespace 0).
+    /// request without one is dense, in namespace 0).
     /// Returns Ok(false), changing nothing, when the pool has too few free blocks.
     pub fn allocate(
         &mut self,
@@ -251,12 +320,12 @@ impl KvCacheManager {
     ) -> Result<bool> {
         let bs = self.cfg.block_size;
         let is_new = !self.requests.contains_key(&request);
-        let salt = self.salt(prefix.map_or(0, |p| p.namespace));
+        let scope = prefix.map_or(CacheScope::default(), |p| p.scope);
         let entry = self
             .requests
             .entry(request)
             .or_insert_with(|| RequestBlocks {
-                salt,
+                scope,
                 ..RequestBlocks::default()
             });
         let mut hit_blocks: Vec<BlockId> = Vec::new();
@@ -310,19 +379,32 @@ impl KvCacheManager {
         num_computed: usize,
     ) -> Result<()> {
         let bs = self.cfg.block_size;
-        let live = self.live_block_range(num_computed);
+        let scope = self
+            .requests
+            .get(&request)
+            .ok_or(EngineError::UnknownRequest(request))?
+            .scope;
+        let live = live_block_range(bs, scope.sink_window, num_computed);
+        let salts: Vec<u64> = (0..num_computed / bs)
+            .map(|b| self.block_salt(scope, b))
+            .collect();
+        let prior_parent = {
+            let entry = &self.requests[&request];
+            let full = (num_computed / bs).min(entry.table.len());
+            (entry.num_hashed < full && entry.parent.is_none() && entry.num_hashed > 0)
+                .then(|| self.block_hashes(&tokens[..entry.num_hashed * bs], scope))
+                .and_then(|prior| prior.last().copied())
+        };
         let entry = self
             .requests
             .get_mut(&request)
             .ok_or(EngineError::UnknownRequest(request))?;
-        let salt = entry.salt;
         let full = (num_computed / bs).min(entry.table.len());
-        if entry.num_hashed < full && entry.parent.is_none() && entry.num_hashed > 0 {
-            let prior = full_block_hashes(&tokens[..entry.num_hashed * bs], bs, salt);
-            entry.parent = prior.last().copied();
+        if prior_parent.is_some() {
+            entry.parent = prior_parent;
         }
         for b in entry.num_hashed..full {
-            let hash = BlockHash::of(entry.parent, &tokens[b * bs..(b + 1) * bs], salt);
+            let hash = BlockHash::of(entry.parent, &tokens[b * bs..(b + 1) * bs], salts[b]);
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash);
@@ -357,20 +439,29 @@ impl KvCacheManager {
         Some(block as usize * bs + index % bs)
     }
 
-    /// Logical token ranges attention may see in a sequence of `num_tokens`: everything when dense; the
-    /// sinks and the last `window` tokens under a sink window. Positions within the cache follow this order.
-    pub fn visible_tokens(&self, num_tokens: usize) -> Vec<std::ops::Range<usize>> {
-        let whole = std::iter::once(0..num_tokens).collect();
-        match self.cfg.sink_window {
-            Some(w) if num_tokens > w.num_sink_tokens + w.window => {
-                vec![0..w.num_sink_tokens, num_tokens - w.window..num_tokens]
-            }
-            _ => whole,
-        }
+    /// The scope a live request was admitted with.
+    pub fn scope(&self, request: RequestId) -> Option<CacheScope> {
+        self.requests.get(&request).map(|r| r.scope)
     }
 
     /// Live requests.
     pub fn num_requests(&self) -> usize {
         self.requests.len()
+    }
+}
+
+/// For a sequence of `num_tokens` under `window`, which logical blocks of `block_size` must be kept.
+fn live_block_range(
+    block_size: usize,
+    window: Option<SinkWindow>,
+    num_tokens: usize,
+) -> impl Fn(usize) -> bool {
+    move |b: usize| match window {
+        None => true,
+        Some(w) => {
+            let sink_blocks = w.num_sink_tokens.div_ceil(block_size);
+            let first_window_token = num_tokens.saturating_sub(w.window);
+            b < sink_blocks || (b + 1) * block_size > first_window_token
+        }
     }
 }

@@ -4,8 +4,24 @@
 //! Tokens of all sequences are flattened; sequence `s` owns rows `query_start_loc[s]..query_start_loc[s+1]`,
 //! its context after the step is `seq_lens[s]` tokens, `block_table` row `s` lists its KV blocks and
 //! `slot_mapping[t]` is the pool slot where token `t`'s K and V go.
+//!
+//! A sequence streaming through a sink window ([`SinkWindow`]) holds only its sink blocks and the blocks of
+//! its recent window. Its `block_table` row lists the sink blocks followed by the window's blocks, and
+//! `windows` tells attention how to map a key index to a row entry and which keys each query sees (see
+//! [`WindowMeta`]).
 
 use crate::error::{EngineError, Result};
+use crate::kv::manager::SinkWindow;
+
+/// A block-table entry whose block was returned to the pool (it left a sink window).
+pub const FREED_BLOCK: u32 = u32::MAX;
+
+/// How attention reads one sequence: `[num_sink_tokens, window, block_offset]`, all 0 for dense attention.
+///
+/// Under a window, query position `p` sees keys `0..num_sink_tokens` and `p + 1 - window..=p` (everything
+/// up to `p` while `p < num_sink_tokens + window`). Key `j` of logical block `b = j / block_size` sits in
+/// row entry `b` when `b` is a sink block and `b - block_offset` otherwise.
+pub type WindowMeta = [u32; 3];
 
 /// Which positions get logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,8 +40,40 @@ pub struct SeqInput<'a> {
     pub tokens: &'a [u32],
     /// Tokens of this sequence already in the KV cache (`num_computed_tokens`).
     pub num_computed_tokens: usize,
-    /// The sequence's KV blocks, covering `num_computed_tokens + tokens.len()` tokens.
+    /// The sequence's KV blocks, covering `num_computed_tokens + tokens.len()` tokens, one per logical
+    /// block; under a sink window, blocks no query of this step sees may be [`FREED_BLOCK`].
     pub blocks: &'a [u32],
+    /// The sink window the sequence streams through, or None for dense attention.
+    pub sink_window: Option<SinkWindow>,
+}
+
+impl SeqInput<'_> {
+    /// The block-table row and window description of this sequence for the step.
+    fn attention_view(&self, block_size: usize) -> Result<(Vec<u32>, WindowMeta)> {
+        let len = self.num_computed_tokens + self.tokens.len();
+        let used = &self.blocks[..len.div_ceil(block_size)];
+        let Some(w) = self.sink_window else {
+            return Ok((used.to_vec(), [0; 3]));
+        };
+        let sink_blocks = w.num_sink_tokens.div_ceil(block_size);
+        let first_key = (self.num_computed_tokens + 1).saturating_sub(w.window);
+        let first_block = (first_key / block_size).max(sink_blocks).min(used.len());
+        let row: Vec<u32> = used[..sink_blocks.min(used.len())]
+            .iter()
+            .chain(&used[first_block..])
+            .copied()
+            .collect();
+        if row.contains(&FREED_BLOCK) {
+            return Err(EngineError::InvalidBatch(
+                "a windowed sequence lost a block its window still sees".into(),
+            ));
+        }
+        let offset = first_block - sink_blocks.min(first_block);
+        Ok((
+            row,
+            [w.num_sink_tokens as u32, w.window as u32, offset as u32],
+        ))
+    }
 }
 
 /// A forward pass's inputs, flattened.
@@ -39,6 +87,11 @@ pub struct Batch {
     pub query_start_loc: Vec<u32>,
     /// `[num_seqs]` context lengths after the step.
     pub seq_lens: Vec<u32>,
+    /// `[num_seqs]` how attention reads each sequence (all zero when dense).
+    pub windows: Vec<WindowMeta>,
+    /// `[num_tokens]` the position each query takes when it scores the sink tokens: its own position,
+    /// less the tokens a sink window dropped (StreamingLLM's positions within the cache).
+    pub sink_positions: Vec<u32>,
     /// `[num_seqs, max_blocks_per_seq]` block ids (unused entries 0).
     pub block_table: Vec<u32>,
     /// Row width of `block_table`.
@@ -52,18 +105,6 @@ pub struct Batch {
 impl Batch {
     /// Flattens the sequences' new tokens into one batch; `block_size` is the KV pool's.
     pub fn build(seqs: &[SeqInput<'_>], block_size: usize, logits: LogitsMode) -> Result<Self> {
-        let max_blocks_per_seq = seqs
-            .iter()
-            .map(|s| s.blocks.len())
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        let mut b = Batch {
-            max_blocks_per_seq,
-            logits,
-            query_start_loc: vec![0],
-            ..Batch::default()
-        };
         for s in seqs {
             let len = s.num_computed_tokens + s.tokens.len();
             if s.tokens.is_empty() || len.div_ceil(block_size) > s.blocks.len() {
@@ -74,21 +115,50 @@ impl Batch {
                     s.blocks.len()
                 )));
             }
+        }
+        let views = seqs
+            .iter()
+            .map(|s| s.attention_view(block_size))
+            .collect::<Result<Vec<_>>>()?;
+        let max_blocks_per_seq = views
+            .iter()
+            .map(|(row, _)| row.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut b = Batch {
+            max_blocks_per_seq,
+            logits,
+            query_start_loc: vec![0],
+            ..Batch::default()
+        };
+        for (s, (row, window)) in seqs.iter().zip(views) {
+            let len = s.num_computed_tokens + s.tokens.len();
             for (i, &tok) in s.tokens.iter().enumerate() {
                 let pos = s.num_computed_tokens + i;
+                let dropped = s
+                    .sink_window
+                    .map_or(0, |w| (pos + 1).saturating_sub(w.dense_prefix()));
                 b.token_ids.push(tok);
                 b.positions.push(pos as u32);
+                b.sink_positions.push((pos - dropped) as u32);
                 b.slot_mapping.push(
                     s.blocks[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
                 );
             }
             b.query_start_loc.push(b.token_ids.len() as u32);
             b.seq_lens.push(len as u32);
-            b.block_table.extend(s.blocks);
+            b.windows.push(window);
+            b.block_table.extend(row);
             b.block_table
                 .resize(b.seq_lens.len() * max_blocks_per_seq, 0);
         }
         Ok(b)
+    }
+
+    /// Whether any sequence streams through a sink window.
+    pub fn has_windows(&self) -> bool {
+        self.windows.iter().any(|w| w[1] > 0)
     }
 
     /// Sequences in the batch.
@@ -133,22 +203,31 @@ impl Batch {
                 "positions, slot_mapping and query_start_loc disagree on the token count".into(),
             );
         }
-        if self.block_table.len() != s * self.max_blocks_per_seq {
-            return bad("block_table is not num_seqs × max_blocks_per_seq".into());
+        if self.block_table.len() != s * self.max_blocks_per_seq
+            || self.windows.len() != s
+            || self.sink_positions.len() != n
+        {
+            return bad("block_table, windows or sink_positions have the wrong size".into());
         }
-        if let Some(&len) = self.seq_lens.iter().find(|&&l| l as usize > max_context) {
-            return Err(EngineError::ContextTooLong {
-                len: len as usize,
-                max: max_context,
-            });
+        for (&len, w) in self.seq_lens.iter().zip(&self.windows) {
+            // A window bounds the distances attention sees; a dense sequence is bounded by its length.
+            let span = if w[1] > 0 {
+                (w[0] + w[1]) as usize
+            } else {
+                len as usize
+            };
+            if span > max_context {
+                return Err(EngineError::ContextTooLong {
+                    len: span,
+                    max: max_context,
+                });
+            }
         }
         for (i, w) in self.query_start_loc.windows(2).enumerate() {
             let q_len = w[1].saturating_sub(w[0]) as usize;
             let seq_len = self.seq_lens[i] as usize;
-            if w[1] <= w[0]
-                || q_len > seq_len
-                || seq_len.div_ceil(block_size) > self.max_blocks_per_seq
-            {
+            let row_len = seq_len.div_ceil(block_size) - self.windows[i][2] as usize;
+            if w[1] <= w[0] || q_len > seq_len || row_len > self.max_blocks_per_seq {
                 return bad(format!("sequence {i} has inconsistent lengths"));
             }
         }

@@ -94,6 +94,7 @@ impl<'m, B: Backend> SingleSequence<'m, B> {
                 tokens: piece,
                 num_computed_tokens: self.len,
                 blocks: self.blocks.blocks(),
+                sink_window: None,
             };
             let batch = Batch::build(&[seq], BLOCK_SIZE, mode)?;
             let rows = self.model.forward(&batch, &mut self.kv, &mut self.ws)?;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use crate::backend::{AttnShape, Backend, PagedAttnMeta};
+use crate::backend::{AttnShape, Backend, PagedAttnMeta, WindowedAttn};
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
 use crate::models::workspace::LlamaWorkspace;
@@ -103,6 +103,9 @@ impl<B: Backend> Llama<B> {
             _ => &self.freqs,
         };
         b.rope_table(&ws.positions, freqs, n, &mut ws.rope)?;
+        if batch.has_windows() {
+            b.rope_table(&ws.sink_positions, freqs, n, &mut ws.rope_sinks)?;
+        }
         for (i, layer) in self.layers.iter().enumerate() {
             self.attention_block(layer, batch, n, kv, i, ws)?;
             self.mlp_block(layer, n, ws)?;
@@ -133,6 +136,10 @@ impl<B: Backend> Llama<B> {
         b.write_ids(&mut ws.seq_lens, &batch.seq_lens)?;
         b.write_ids(&mut ws.block_table, &batch.block_table)?;
         b.write_ids(&mut ws.slots, &batch.slot_mapping)?;
+        if batch.has_windows() {
+            b.write_ids(&mut ws.sink_positions, &batch.sink_positions)?;
+            b.write_ids(&mut ws.windows, batch.windows.as_flattened())?;
+        }
         Ok(n)
     }
 
@@ -150,6 +157,18 @@ impl<B: Backend> Llama<B> {
         b.matmul(&ws.h, &l.q, l.q_bias.as_ref(), n, &mut ws.q)?;
         b.matmul(&ws.h, &l.k, l.k_bias.as_ref(), n, &mut ws.k)?;
         b.matmul(&ws.h, &l.v, l.v_bias.as_ref(), n, &mut ws.v)?;
+        let windowed = batch.has_windows();
+        if windowed {
+            let width = n * cfg.num_attention_heads * cfg.head_dim;
+            b.copy(&ws.q, width, &mut ws.q_sinks)?;
+            b.rope(
+                &mut ws.q_sinks,
+                &ws.rope_sinks,
+                n,
+                cfg.num_attention_heads,
+                cfg.head_dim,
+            )?;
+        }
         b.rope(
             &mut ws.q,
             &ws.rope,
@@ -173,6 +192,10 @@ impl<B: Backend> Llama<B> {
             num_seqs: batch.num_seqs(),
             num_tokens: n,
             max_seq_len: batch.max_seq_len(),
+            windows: windowed.then_some(WindowedAttn {
+                windows: &ws.windows,
+                q_sinks: &ws.q_sinks,
+            }),
         };
         let shape = AttnShape {
             num_heads: cfg.num_attention_heads,

@@ -12,7 +12,7 @@ use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, Weights};
 
-pub use batch::{Batch, LogitsMode, SeqInput};
+pub use batch::{Batch, FREED_BLOCK, LogitsMode, SeqInput, WindowMeta};
 
 /// The KV cache of a whole model: per layer one K and one V pool of the same shape.
 pub struct KvPool<B: Backend> {

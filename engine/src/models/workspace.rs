@@ -28,6 +28,8 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) seq_lens: B::Ids,
     pub(crate) block_table: B::Ids,
     pub(crate) slots: B::Ids,
+    pub(crate) windows: B::Ids,
+    pub(crate) sink_positions: B::Ids,
     pub(crate) logit_rows: B::Ids,
     /// Host copy of the logit row indices (reused, so a pass allocates nothing).
     pub(crate) host_rows: Vec<u32>,
@@ -41,6 +43,9 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) up: B::Buf,
     pub(crate) act: B::Buf,
     pub(crate) rope: B::Buf,
+    /// Queries and RoPE table at the positions queries take towards the sink tokens (sink windows).
+    pub(crate) q_sinks: B::Buf,
+    pub(crate) rope_sinks: B::Buf,
     pub(crate) last: B::Buf,
     pub(crate) last_norm: B::Buf,
     /// `[rows, vocab]` logits of the last forward pass.
@@ -60,6 +65,8 @@ impl<B: Backend> LlamaWorkspace<B> {
             seq_lens: b.alloc_ids(size.max_num_seqs)?,
             block_table: b.alloc_ids(size.max_num_seqs * size.max_blocks_per_seq)?,
             slots: b.alloc_ids(t)?,
+            windows: b.alloc_ids(size.max_num_seqs * 3)?,
+            sink_positions: b.alloc_ids(t)?,
             logit_rows: b.alloc_ids(logits_rows)?,
             host_rows: Vec::with_capacity(logits_rows),
             x: b.alloc(t * h)?,
@@ -72,6 +79,8 @@ impl<B: Backend> LlamaWorkspace<B> {
             up: b.alloc(t * cfg.intermediate_size)?,
             act: b.alloc(t * cfg.intermediate_size)?,
             rope: b.alloc(t * hd)?,
+            q_sinks: b.alloc(t * cfg.num_attention_heads * hd)?,
+            rope_sinks: b.alloc(t * hd)?,
             last: b.alloc(logits_rows * h)?,
             last_norm: b.alloc(logits_rows * h)?,
             logits: b.alloc(logits_rows * cfg.vocab_size)?,

@@ -13,10 +13,10 @@ use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 use super::stats::EngineStats;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{CacheNamespace, KvCacheConfig, KvCacheManager, RequestId};
+use crate::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, RequestId, SinkWindow};
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::workspace::LlamaWorkspace;
-use crate::models::{Batch, KvPool, LogitsMode, SeqInput};
+use crate::models::{Batch, FREED_BLOCK, KvPool, LogitsMode, SeqInput};
 use crate::sampling::{Sampler, StopStringMatcher};
 use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, SeqState};
 use crate::text::{IncrementalDecoder, TextTokenizer};
@@ -62,7 +62,6 @@ impl<B: Backend> EngineCore<B> {
             block_size: cfg.block_size,
             num_blocks,
             enable_prefix_caching: cfg.enable_prefix_caching,
-            sink_window: None,
             cache_salt: cfg.kv_dtype as u64,
         })?;
         let shape = KvShape {
@@ -75,7 +74,10 @@ impl<B: Backend> EngineCore<B> {
         let ws = model.workspace(WorkspaceSize {
             max_num_batched_tokens: cfg.max_num_batched_tokens,
             max_num_seqs: cfg.max_num_seqs,
-            max_blocks_per_seq: mc.max_position_embeddings.div_ceil(cfg.block_size),
+            // A window of up to the context, plus the chunk computed beside it and partial blocks.
+            max_blocks_per_seq: (mc.max_position_embeddings + cfg.max_num_batched_tokens)
+                .div_ceil(cfg.block_size)
+                + 2,
             max_logit_rows: cfg.max_num_seqs,
         })?;
         let scheduler = Scheduler::new(SchedulerConfig {
@@ -113,23 +115,30 @@ impl<B: Backend> EngineCore<B> {
         self.model.config.max_position_embeddings
     }
 
-    /// Queue a request; fails at once when the prompt is empty or too long, when it could never fit in the
-    /// KV cache, or when the queue is full.
+    /// Queue a request; fails at once when the prompt is empty or too long (dense) or its sink window
+    /// does not fit the model's context, when it could never fit in the KV cache, or when the queue is
+    /// full.
     pub fn add_request(&mut self, req: GenerateRequest) -> Result<RequestId> {
         let max = self.max_context();
         if req.prompt.is_empty() {
             return Err(EngineError::InvalidBatch("the prompt is empty".into()));
         }
-        if req.prompt.len() >= max {
-            return Err(EngineError::ContextTooLong {
-                len: req.prompt.len(),
-                max,
-            });
-        }
-        let max_new = req.params.max_tokens.min(max - req.prompt.len());
+        let max_new = match req.cache_scope.sink_window {
+            Some(w) => {
+                self.check_window(&w)?;
+                req.params.max_tokens
+            }
+            None if req.prompt.len() >= max => {
+                return Err(EngineError::ContextTooLong {
+                    len: req.prompt.len(),
+                    max,
+                });
+            }
+            None => req.params.max_tokens.min(max - req.prompt.len()),
+        };
         let id = self.next_id;
         let mut seq = SeqState::new(id, req.prompt, max_new);
-        seq.cache_namespace = req.cache_namespace;
+        seq.cache_scope = req.cache_scope;
         self.scheduler.add(seq, &self.kv)?;
         self.next_id += 1;
         let mut eos = self.tokenizer.eos_token_ids().to_vec();
@@ -147,6 +156,18 @@ impl<B: Backend> EngineCore<B> {
             },
         );
         Ok(id)
+    }
+
+    /// A sink window must fit the model's context (so no distance exceeds what it was trained on) and hold
+    /// at least one KV block.
+    fn check_window(&self, w: &SinkWindow) -> Result<()> {
+        if w.dense_prefix() > self.max_context() {
+            return Err(EngineError::ContextTooLong {
+                len: w.dense_prefix(),
+                max: self.max_context(),
+            });
+        }
+        self.kv.check_window(w)
     }
 
     /// Whether any request is queued or running.
@@ -196,10 +217,11 @@ impl<B: Backend> EngineCore<B> {
                 .kv
                 .block_table(s.id)
                 .ok_or(EngineError::UnknownRequest(s.id))?;
-            let dense: Option<Vec<u32>> = table.iter().copied().collect();
             tables.push(
-                dense
-                    .ok_or_else(|| EngineError::Internal("a dense request lost a block".into()))?,
+                table
+                    .iter()
+                    .map(|b| b.unwrap_or(FREED_BLOCK))
+                    .collect::<Vec<u32>>(),
             );
         }
         let mut inputs = Vec::with_capacity(seqs.len());
@@ -212,6 +234,7 @@ impl<B: Backend> EngineCore<B> {
                 tokens: &seq.tokens[s.start..s.start + s.num_tokens],
                 num_computed_tokens: s.start,
                 blocks,
+                sink_window: seq.cache_scope.sink_window,
             });
         }
         Batch::build(
@@ -232,10 +255,11 @@ impl<B: Backend> EngineCore<B> {
             .scheduler
             .get(id)
             .ok_or(EngineError::UnknownRequest(id))?;
-        let (generated, max_new, len) = (
+        let (generated, max_new, len, streaming) = (
             seq.tokens.len() - seq.num_prompt_tokens,
             seq.max_new_tokens,
             seq.tokens.len(),
+            seq.cache_scope.sink_window.is_some(),
         );
         let active = self
             .active
@@ -266,7 +290,7 @@ impl<B: Backend> EngineCore<B> {
         ));
         let done = if scan.stopped {
             Some(FinishReason::Stop)
-        } else if generated + 1 >= max_new || len + 1 >= self.max_context() {
+        } else if generated + 1 >= max_new || (!streaming && len + 1 >= self.max_context()) {
             Some(FinishReason::Length)
         } else {
             None
@@ -308,14 +332,14 @@ impl<B: Backend> EngineCore<B> {
         })
     }
 
-    /// Tokens at the start of `prompt` that are in `namespace`'s prefix cache now.
-    pub fn cached_prefix_len(&self, prompt: &[u32], namespace: CacheNamespace) -> usize {
-        self.kv.cached_prefix_len(prompt, namespace)
+    /// Tokens at the start of `prompt` that a request of `scope` would find in the prefix cache now.
+    pub fn cached_prefix_len(&self, prompt: &[u32], scope: CacheScope) -> usize {
+        self.kv.cached_prefix_len(prompt, scope)
     }
 
-    /// Drops `namespace`'s cached KV of `tokens`' full blocks; returns how many blocks were forgotten.
-    pub fn forget_prefix(&mut self, tokens: &[u32], namespace: CacheNamespace) -> usize {
-        self.kv.forget_prefix(tokens, namespace)
+    /// Drops `scope`'s cached KV of `tokens`' full blocks; returns how many blocks were forgotten.
+    pub fn forget_prefix(&mut self, tokens: &[u32], scope: CacheScope) -> usize {
+        self.kv.forget_prefix(tokens, scope)
     }
 
     /// Counters and gauges of the engine now.

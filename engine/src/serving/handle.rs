@@ -16,7 +16,7 @@ use super::request::{GenerateRequest, GenerationEvent};
 use super::stats::EngineStats;
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{CacheNamespace, RequestId};
+use crate::kv::manager::{CacheScope, RequestId};
 use crate::models::bert::BertEmbedder;
 
 enum Command {
@@ -28,12 +28,12 @@ enum Command {
     Cancel(RequestId),
     CachedPrefix {
         prompt: Vec<u32>,
-        namespace: CacheNamespace,
+        scope: CacheScope,
         reply: oneshot::Sender<usize>,
     },
     ForgetPrefix {
         tokens: Vec<u32>,
-        namespace: CacheNamespace,
+        scope: CacheScope,
         reply: oneshot::Sender<usize>,
     },
 }
@@ -189,16 +189,12 @@ impl EngineHandle {
 
     /// How many leading tokens of `prompt` the prefix cache holds now (what a request would not have to
     /// compute).
-    pub async fn cached_prefix_len(
-        &self,
-        prompt: Vec<u32>,
-        namespace: CacheNamespace,
-    ) -> Result<usize> {
+    pub async fn cached_prefix_len(&self, prompt: Vec<u32>, scope: CacheScope) -> Result<usize> {
         let (reply, rx) = oneshot::channel();
         self.commands
             .send(Command::CachedPrefix {
                 prompt,
-                namespace,
+                scope,
                 reply,
             })
             .map_err(|_| stopped())?;
@@ -207,16 +203,12 @@ impl EngineHandle {
 
     /// Drops the prefix-cache entries of `tokens`' full blocks (a deleted document's KV); returns how
     /// many blocks were forgotten.
-    pub async fn forget_prefix(
-        &self,
-        tokens: Vec<u32>,
-        namespace: CacheNamespace,
-    ) -> Result<usize> {
+    pub async fn forget_prefix(&self, tokens: Vec<u32>, scope: CacheScope) -> Result<usize> {
         let (reply, rx) = oneshot::channel();
         self.commands
             .send(Command::ForgetPrefix {
                 tokens,
-                namespace,
+                scope,
                 reply,
             })
             .map_err(|_| stopped())?;
@@ -308,17 +300,17 @@ fn accept<B: Backend>(
         }
         Command::CachedPrefix {
             prompt,
-            namespace,
+            scope,
             reply,
         } => {
-            let _ = reply.send(core.cached_prefix_len(&prompt, namespace));
+            let _ = reply.send(core.cached_prefix_len(&prompt, scope));
         }
         Command::ForgetPrefix {
             tokens,
-            namespace,
+            scope,
             reply,
         } => {
-            let _ = reply.send(core.forget_prefix(&tokens, namespace));
+            let _ = reply.send(core.forget_prefix(&tokens, scope));
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::kv::manager::CacheNamespace;
+use crate::kv::manager::{CacheNamespace, CacheScope, SinkWindow};
 use crate::sampling::SamplingParams;
 
 /// A generation request: prompt token ids and how to sample.
@@ -14,9 +14,10 @@ pub struct GenerateRequest {
     pub params: SamplingParams,
     /// How many of the most likely tokens to report, with their log-probabilities, at each step (0: none).
     pub top_logprobs: usize,
-    /// The prefix-cache namespace: only requests of the same namespace share cached KV (one per tenant,
-    /// so cache hits reveal nothing across tenants). 0 by default.
-    pub cache_namespace: CacheNamespace,
+    /// The prefix-cache namespace (only requests of the same namespace share cached KV: one per tenant,
+    /// so cache hits reveal nothing across tenants; 0 by default) and the sink window, if the request
+    /// streams through one (dense by default).
+    pub cache_scope: CacheScope,
 }
 
 impl GenerateRequest {
@@ -26,13 +27,21 @@ impl GenerateRequest {
             prompt,
             params,
             top_logprobs: 0,
-            cache_namespace: 0,
+            cache_scope: CacheScope::default(),
         }
     }
 
     /// The same request in prefix-cache namespace `namespace`.
     pub fn in_cache_namespace(mut self, namespace: CacheNamespace) -> Self {
-        self.cache_namespace = namespace;
+        self.cache_scope.namespace = namespace;
+        self
+    }
+
+    /// The same request streaming through `window` (StreamingLLM): attention sees the first
+    /// `num_sink_tokens` and the last `window` tokens, so the prompt may be longer than the model's
+    /// context and KV memory stays bounded.
+    pub fn with_sink_window(mut self, window: SinkWindow) -> Self {
+        self.cache_scope.sink_window = Some(window);
         self
     }
 }

@@ -10,6 +10,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use docqa_engine::kv::manager::CacheScope;
+
 use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::upload::{Received, ReceivedFile, receive};
@@ -270,11 +272,19 @@ pub async fn delete(
         && let Ok(prefix) = crate::qa::prompt::long_prefix(&state, &doc).await
     {
         let namespace = crate::qa::cache_namespace(&caller.tenant_id);
-        let forgotten = state
-            .engine
-            .forget_prefix(prefix, namespace)
-            .await
-            .unwrap_or(0);
+        let streaming = crate::qa::prompt::streaming_window(&state);
+        let mut forgotten = 0;
+        for sink_window in [None, Some(streaming)] {
+            let scope = CacheScope {
+                namespace,
+                sink_window,
+            };
+            forgotten += state
+                .engine
+                .forget_prefix(prefix.clone(), scope)
+                .await
+                .unwrap_or(0);
+        }
         tracing::info!(document = %doc.id, forgotten, "dropped the document's cached KV blocks");
     }
     if let Some(job) = state.db.job_of_document(&doc.id).await?

@@ -18,6 +18,7 @@ pub mod unanswerable;
 use std::sync::Arc;
 use std::time::Instant;
 
+use docqa_engine::kv::manager::CacheScope;
 use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{FinishReason, GenerateRequest, GenerationEvent, TokenStream};
 use serde_json::json;
@@ -107,14 +108,25 @@ pub fn cache_namespace(tenant_id: &str) -> u64 {
     u64::from_le_bytes(first)
 }
 
+/// How a prompt uses the KV cache: the tenant's namespace, and the sink window of a streaming long prompt.
+pub fn cache_scope(namespace: u64, prepared: &Prepared) -> CacheScope {
+    CacheScope {
+        namespace,
+        sink_window: prepared.sink_window,
+    }
+}
+
 async fn admit(
     state: &AppState,
     tenant_id: &str,
     prepared: &Prepared,
     params: &SamplingParams,
 ) -> Result<TokenStream, ApiError> {
-    let request = GenerateRequest::new(prepared.prompt.clone(), params.clone())
+    let mut request = GenerateRequest::new(prepared.prompt.clone(), params.clone())
         .in_cache_namespace(cache_namespace(tenant_id));
+    if let Some(w) = prepared.sink_window {
+        request = request.with_sink_window(w);
+    }
     Ok(state.engine.generate(request).await?)
 }
 

@@ -9,6 +9,7 @@ use super::types::{AskInput, RouteChoice};
 use crate::api::error::ApiError;
 use crate::db::documents::Document;
 use crate::state::AppState;
+use docqa_engine::serving::EngineConfig;
 
 /// Prompt tokens a document's title line and separators add to the long prompt, for the estimate made
 /// before the prompt is built.
@@ -33,6 +34,30 @@ pub struct Plan {
     pub retrieval_ms: u64,
 }
 
+/// The long prompt over `docs`; when it and the answer do not fit `window`, it streams through a sink
+/// window.
+async fn long_prompt(
+    state: &Arc<AppState>,
+    question: &str,
+    docs: &[Document],
+    max_tokens: usize,
+    window: usize,
+) -> Result<Prepared, ApiError> {
+    let mut long = prompt::long(state, question, docs).await?;
+    if long.prompt.len() + max_tokens > window {
+        let streaming = prompt::streaming_window(state);
+        if streaming.window < EngineConfig::default().block_size {
+            return Err(ApiError::validation(format!(
+                "the scope does not fit the model's window of {window} tokens and the KV cache ({} \
+                 tokens) is too small to stream it: use route=rag or auto",
+                state.kv_capacity_tokens
+            )));
+        }
+        long.sink_window = Some(streaming);
+    }
+    Ok(long)
+}
+
 /// Plans the answer to `input` over `docs`.
 pub async fn plan(
     state: &Arc<AppState>,
@@ -55,30 +80,24 @@ pub async fn plan(
         let p = prompt::rag(state, question, docs, &r, max_tokens)?;
         (r, Some(p))
     };
-    let limit = state.max_context.min(state.kv_capacity_tokens);
-    let long = if input.route != RouteChoice::Rag && estimate <= limit + LONG_OVERHEAD {
-        Some(prompt::long(state, question, docs).await?)
-    } else {
-        None
-    };
     let window = state.max_context.min(state.kv_capacity_tokens);
-    let long = long.filter(|l| l.prompt.len() + max_tokens <= window);
-    if input.route == RouteChoice::Long && long.is_none() {
-        return Err(ApiError::validation(format!(
-            "the scope's {scope_tokens} tokens, with the question and {max_tokens} answer tokens, do \
-             not fit the model's window of {window} tokens (context {}, KV cache {}): use route=rag \
-             or auto",
-            state.max_context, state.kv_capacity_tokens
-        )));
-    }
+    let long = match input.route {
+        RouteChoice::Rag => None,
+        RouteChoice::Long => Some(long_prompt(state, question, docs, max_tokens, window).await?),
+        RouteChoice::Auto if estimate <= window + LONG_OVERHEAD => {
+            Some(prompt::long(state, question, docs).await?)
+                .filter(|l| l.prompt.len() + max_tokens <= window)
+        }
+        RouteChoice::Auto => None,
+    };
     let cached = |p: &Option<Prepared>| {
-        let prompt = p.as_ref().map(|p| p.prompt.clone());
+        let prepared = p.clone();
         let engine = state.engine.clone();
         let namespace = super::cache_namespace(tenant_id);
         async move {
-            match prompt {
-                Some(prompt) => engine
-                    .cached_prefix_len(prompt, namespace)
+            match prepared {
+                Some(p) => engine
+                    .cached_prefix_len(p.prompt.clone(), super::cache_scope(namespace, &p))
                     .await
                     .unwrap_or(0),
                 None => 0,
@@ -91,7 +110,7 @@ pub async fn plan(
         scope_tokens,
         rag_budget,
         fits_rag_budget: scope_tokens + PER_DOCUMENT_OVERHEAD * docs.len() <= rag_budget,
-        fits_model_window: long.is_some(),
+        fits_model_window: long.as_ref().is_some_and(|l| l.sink_window.is_none()),
         global_question: router::is_global_question(question),
         cached_long_tokens,
         top_bm25_score: rag.as_ref().map(|_| retrieval.top_bm25),
@@ -102,7 +121,17 @@ pub async fn plan(
             .as_ref()
             .map_or(0, |p| p.prompt.len().saturating_sub(cached_long_tokens)),
     };
-    let (decision, reasons) = router::decide(input.route, &signals);
+    let (decision, mut reasons) = router::decide(input.route, &signals);
+    if let Some(w) = long.as_ref().and_then(|l| l.sink_window)
+        && decision == Decision::Route(super::types::Route::Long)
+    {
+        reasons.push(format!(
+            "the scope does not fit the model's window of {window} tokens, so the long path reads it \
+             through a sliding window (StreamingLLM): it keeps the first {} tokens and the last {}, and \
+             answers from the end of the text",
+            w.num_sink_tokens, w.window
+        ));
+    }
     tracing::info!(?decision, ?signals, "route decided");
     Ok(Plan {
         decision,

@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use docqa_engine::kv::manager::SinkWindow;
+use docqa_engine::serving::EngineConfig;
 use docqa_engine::text::ChatMessage;
 use docqa_indexer::{Retriever, SearchFilter, SearchMode};
 
@@ -63,6 +65,8 @@ pub struct Prepared {
     pub documents: Vec<Document>,
     /// Time spent building and tokenising the prompt.
     pub prompt_ms: u64,
+    /// Long path over a scope beyond the model's window: the sink window it streams through.
+    pub sink_window: Option<SinkWindow>,
 }
 
 fn encode(state: &AppState, system: &str, user: &str) -> Result<Vec<u32>, ApiError> {
@@ -224,6 +228,7 @@ pub fn rag(
         sources,
         documents: docs.to_vec(),
         prompt_ms: started.elapsed().as_millis() as u64,
+        sink_window: None,
     })
 }
 
@@ -278,7 +283,29 @@ pub async fn long(
         sources: Vec::new(),
         documents: ordered,
         prompt_ms: started.elapsed().as_millis() as u64,
+        sink_window: None,
     })
+}
+
+/// Sink tokens of the long path's window over scopes longer than the model's window (StreamingLLM's 4).
+pub const STREAMING_SINK_TOKENS: usize = 4;
+
+/// The window the long path streams through when a scope does not fit the model's window: the sinks and
+/// as many recent tokens as the context holds, less what the KV cache needs beside them (a prefill
+/// chunk and two partial blocks).
+pub fn streaming_window(state: &AppState) -> SinkWindow {
+    let engine = EngineConfig::default();
+    let cache_room = state
+        .kv_capacity_tokens
+        .saturating_sub(engine.max_num_batched_tokens + 2 * engine.block_size);
+    let window = state
+        .max_context
+        .min(cache_room)
+        .saturating_sub(STREAMING_SINK_TOKENS);
+    SinkWindow {
+        num_sink_tokens: STREAMING_SINK_TOKENS,
+        window,
+    }
 }
 
 /// The tokens a long prompt over `doc` alone starts with (everything before the question), whose

@@ -5,6 +5,9 @@
 //! the portable path runs one task per (query row, head), streaming keys in chunks of 32 with an
 //! online softmax (running max and sum, rescaled once per chunk); nothing is allocated and the score
 //! vector never materialises.
+//!
+//! Sink windows (StreamingLLM) run on the portable path: a query scores the sink keys with its
+//! sink-rotated row and its recent window with its own row, in one online softmax ([`run_windowed`]).
 
 use rayon::prelude::*;
 
@@ -30,10 +33,15 @@ pub(crate) trait KeyValues: Sync {
 }
 
 /// A sequence's keys in the paged pool `[num_blocks, block_size, num_kv_heads, head_dim]`.
+///
+/// `blocks` is the sequence's block-table row: logical block `b` is entry `b` below `sink_blocks` and entry
+/// `b - block_offset` from there on (a sink window's row skips the blocks it dropped).
 pub(crate) struct Paged<'a, T> {
     pub k: &'a [T],
     pub v: &'a [T],
     pub blocks: &'a [u32],
+    pub sink_blocks: usize,
+    pub block_offset: usize,
     pub block_size: usize,
     pub row_stride: usize,
     pub head_off: usize,
@@ -43,7 +51,13 @@ pub(crate) struct Paged<'a, T> {
 impl<T: KvElem> Paged<'_, T> {
     #[inline(always)]
     fn offset(&self, j: usize) -> usize {
-        let block = self.blocks[j / self.block_size] as usize;
+        let logical = j / self.block_size;
+        let entry = if logical < self.sink_blocks {
+            logical
+        } else {
+            logical - self.block_offset
+        };
+        let block = self.blocks[entry] as usize;
         (block * self.block_size + j % self.block_size) * self.row_stride + self.head_off
     }
 }
@@ -122,7 +136,51 @@ pub(crate) fn run<S: KeyValues>(
                 ctx(s)
             };
             let qv = &q[(t * shape.num_heads + h) * shape.head_dim..][..shape.head_dim];
-            attend(qv, &kv_for(s, h / group), visible, shape.scale, o);
+            attend(&[(qv, 0..visible)], &kv_for(s, h / group), shape.scale, o);
+        });
+}
+
+/// Causal attention over the paged KV where sequences may stream through sink windows: `window_of(s)` is
+/// `[num_sink_tokens, window, _]` (window 0: dense). A query at position `p` past the sinks and its window
+/// scores keys `0..num_sink_tokens` with its row of `q_sinks` and keys `p + 1 - window..=p` with its row of
+/// `q`; otherwise it sees every key up to `p` with its row of `q`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_windowed<S: KeyValues>(
+    q: &[f32],
+    q_sinks: &[f32],
+    out: &mut [f32],
+    qsl: &[u32],
+    ctx: impl Fn(usize) -> usize + Sync,
+    window_of: impl Fn(usize) -> [usize; 3] + Sync,
+    kv_for: impl Fn(usize, usize) -> S + Sync,
+    shape: AttnShape,
+) {
+    let num_seqs = qsl.len() - 1;
+    let (hd, heads) = (shape.head_dim, shape.num_heads);
+    let rows = qsl[num_seqs] as usize;
+    assert!(out.len() >= rows * heads * hd && q.len() >= rows * heads * hd);
+    assert!(q_sinks.len() >= rows * heads * hd);
+    let group = heads / shape.num_kv_heads;
+    out[..rows * heads * hd]
+        .par_chunks_mut(hd)
+        .enumerate()
+        .for_each(|(i, o)| {
+            let (t, h) = (i / heads, i % heads);
+            let s = qsl.partition_point(|&x| x as usize <= t) - 1;
+            let q_len = (qsl[s + 1] - qsl[s]) as usize;
+            let pos = ctx(s) - q_len + (t - qsl[s] as usize);
+            let [sinks, window, _] = window_of(s);
+            let row = (t * heads + h) * hd..(t * heads + h + 1) * hd;
+            let kv = kv_for(s, h / group);
+            if window == 0 || pos < sinks + window {
+                attend(&[(&q[row], 0..pos + 1)], &kv, shape.scale, o);
+            } else {
+                let segments = [
+                    (&q_sinks[row.clone()], 0..sinks),
+                    (&q[row], pos + 1 - window..pos + 1),
+                ];
+                attend(&segments, &kv, shape.scale, o);
+            }
         });
 }
 
@@ -164,48 +222,59 @@ fn run_blocked<S: KeyValues>(
         });
 }
 
-/// Softmax-weighted sum of the first `len` values for query `q`, into `out`.
-pub(crate) fn attend<S: KeyValues>(q: &[f32], kv: &S, len: usize, scale: f32, out: &mut [f32]) {
-    assert!(q.len() <= MAX_HEAD_DIM && out.len() == q.len());
+/// Key ranges of one query, each scored with its own query vector.
+pub(crate) type Segments<'q> = [(&'q [f32], std::ops::Range<usize>)];
+
+/// Softmax-weighted sum of the values of every segment's keys, each key scored with its segment's query,
+/// into `out`.
+pub(crate) fn attend<S: KeyValues>(segments: &Segments<'_>, kv: &S, scale: f32, out: &mut [f32]) {
+    assert!(out.len() <= MAX_HEAD_DIM && segments.iter().all(|(q, _)| q.len() == out.len()));
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         // SAFETY: the feature was just detected.
-        return unsafe { attend_avx512(q, kv, len, scale, out) };
+        return unsafe { attend_avx512(segments, kv, scale, out) };
     }
-    attend_portable(q, kv, len, scale, out);
+    attend_portable(segments, kv, scale, out);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_avx512<S: KeyValues>(q: &[f32], kv: &S, len: usize, scale: f32, out: &mut [f32]) {
-    attend_portable(q, kv, len, scale, out);
+unsafe fn attend_avx512<S: KeyValues>(
+    segments: &Segments<'_>,
+    kv: &S,
+    scale: f32,
+    out: &mut [f32],
+) {
+    attend_portable(segments, kv, scale, out);
 }
 
 #[inline(always)]
-fn attend_portable<S: KeyValues>(q: &[f32], kv: &S, len: usize, scale: f32, out: &mut [f32]) {
+fn attend_portable<S: KeyValues>(segments: &Segments<'_>, kv: &S, scale: f32, out: &mut [f32]) {
     let mut acc = [0f32; MAX_HEAD_DIM];
-    let acc = &mut acc[..q.len()];
+    let acc = &mut acc[..out.len()];
     let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-    let mut start = 0;
-    while start < len {
-        let n = (len - start).min(CHUNK);
-        let mut s = [0f32; CHUNK];
-        for (j, sj) in s.iter_mut().enumerate().take(n) {
-            *sj = dot(q, kv.key(start + j)) * scale;
+    for (q, range) in segments {
+        let mut start = range.start;
+        while start < range.end {
+            let n = (range.end - start).min(CHUNK);
+            let mut s = [0f32; CHUNK];
+            for (j, sj) in s.iter_mut().enumerate().take(n) {
+                *sj = dot(q, kv.key(start + j)) * scale;
+            }
+            let new_max = s[..n].iter().fold(max, |m, &x| m.max(x));
+            let correction = (max - new_max).exp();
+            if correction != 1.0 {
+                sum *= correction;
+                acc.iter_mut().for_each(|a| *a *= correction);
+            }
+            for (j, &sj) in s.iter().enumerate().take(n) {
+                let p = (sj - new_max).exp();
+                sum += p;
+                axpy(acc, p, kv.value(start + j));
+            }
+            max = new_max;
+            start += n;
         }
-        let new_max = s[..n].iter().fold(max, |m, &x| m.max(x));
-        let correction = (max - new_max).exp();
-        if correction != 1.0 {
-            sum *= correction;
-            acc.iter_mut().for_each(|a| *a *= correction);
-        }
-        for (j, &sj) in s.iter().enumerate().take(n) {
-            let p = (sj - new_max).exp();
-            sum += p;
-            axpy(acc, p, kv.value(start + j));
-        }
-        max = new_max;
-        start += n;
     }
     let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
     out.iter_mut()

@@ -16,6 +16,7 @@ use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
 use attention::{Dense, Paged};
+use kv::KvElem;
 pub use kv::{CpuKv, KvStore};
 use matmul::{MatmulDims, WeightSlice};
 
@@ -173,6 +174,11 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn copy(&self, src: &Vec<f32>, n: usize, dst: &mut Vec<f32>) -> Result<()> {
+        dst[..n].copy_from_slice(&src[..n]);
+        Ok(())
+    }
+
     fn embedding(
         &self,
         table: &CpuWeight,
@@ -313,41 +319,13 @@ impl Backend for CpuBackend {
         shape: AttnShape,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let qsl = &meta.query_start_loc[..meta.num_seqs + 1];
-        let (hd, mb) = (shape.head_dim, meta.max_blocks_per_seq);
-        let (block_size, row_stride) = (k_cache.shape.block_size, shape.num_kv_heads * hd);
-        let ctx = |s: usize| meta.seq_lens[s] as usize;
-        let out = &mut out[..meta.num_tokens * shape.num_heads * hd];
+        let block_size = k_cache.shape.block_size;
         match (&k_cache.store, &v_cache.store) {
             (KvStore::F32(k), KvStore::F32(v)) => {
-                let kv_for = |s: usize, g: usize| {
-                    let blocks = &meta.block_table[s * mb..(s + 1) * mb];
-                    Paged {
-                        k,
-                        v,
-                        blocks,
-                        block_size,
-                        row_stride,
-                        head_off: g * hd,
-                        head_dim: hd,
-                    }
-                };
-                attention::run(q, out, qsl, ctx, kv_for, shape, true);
+                paged_attention_over(q, (k, v), block_size, meta, shape, out)
             }
             (KvStore::Bf16(k), KvStore::Bf16(v)) => {
-                let kv_for = |s: usize, g: usize| {
-                    let blocks = &meta.block_table[s * mb..(s + 1) * mb];
-                    Paged {
-                        k,
-                        v,
-                        blocks,
-                        block_size,
-                        row_stride,
-                        head_off: g * hd,
-                        head_dim: hd,
-                    }
-                };
-                attention::run(q, out, qsl, ctx, kv_for, shape, true);
+                paged_attention_over(q, (k, v), block_size, meta, shape, out)
             }
             _ => panic!("K and V pools of one layer must share a dtype"),
         }
@@ -386,5 +364,48 @@ impl Backend for CpuBackend {
             false,
         );
         Ok(())
+    }
+}
+
+/// Paged attention over one layer's K and V pools of element type `T`, dense or with sink windows.
+fn paged_attention_over<T: KvElem>(
+    q: &[f32],
+    (k, v): (&[T], &[T]),
+    block_size: usize,
+    meta: &PagedAttnMeta<'_, CpuBackend>,
+    shape: AttnShape,
+    out: &mut [f32],
+) {
+    let qsl = &meta.query_start_loc[..meta.num_seqs + 1];
+    let (hd, mb) = (shape.head_dim, meta.max_blocks_per_seq);
+    let ctx = |s: usize| meta.seq_lens[s] as usize;
+    let out = &mut out[..meta.num_tokens * shape.num_heads * hd];
+    let window_of = |s: usize| -> [usize; 3] {
+        match &meta.windows {
+            Some(w) => std::array::from_fn(|i| w.windows[3 * s + i] as usize),
+            None => [0; 3],
+        }
+    };
+    let kv_for = |s: usize, g: usize| {
+        let [sinks, window, block_offset] = window_of(s);
+        Paged {
+            k,
+            v,
+            blocks: &meta.block_table[s * mb..(s + 1) * mb],
+            sink_blocks: if window > 0 {
+                sinks.div_ceil(block_size)
+            } else {
+                0
+            },
+            block_offset,
+            block_size,
+            row_stride: shape.num_kv_heads * hd,
+            head_off: g * hd,
+            head_dim: hd,
+        }
+    };
+    match &meta.windows {
+        Some(w) => attention::run_windowed(q, w.q_sinks, out, qsl, ctx, window_of, kv_for, shape),
+        None => attention::run(q, out, qsl, ctx, kv_for, shape, true),
     }
 }

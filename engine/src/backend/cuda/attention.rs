@@ -56,6 +56,11 @@ pub(super) fn paged(
     if meta.num_tokens == 0 {
         return Ok(());
     }
+    if meta.windows.is_some() {
+        return Err(EngineError::InvalidConfig(
+            "sink windows are not implemented on the CUDA backend yet".into(),
+        ));
+    }
     let cfg = launch_config(meta.num_tokens, shape)?;
     if let (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) = (&kc.store, &vc.store)
         && flash::supports(shape)

@@ -225,6 +225,15 @@ impl Backend for CudaBackend {
         s.synchronize().map_err(cuda_err)
     }
 
+    fn copy(&self, src: &CudaSlice<f32>, n: usize, dst: &mut CudaSlice<f32>) -> Result<()> {
+        check_len("copy src", src.len(), n)?;
+        check_len("copy dst", dst.len(), n)?;
+        self.dev
+            .stream
+            .memcpy_dtod(&src.slice(..n), &mut dst.slice_mut(..n))
+            .map_err(cuda_err)
+    }
+
     fn embedding(
         &self,
         table: &CudaWeight,

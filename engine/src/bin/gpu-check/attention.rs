@@ -226,6 +226,7 @@ fn paged(
         num_seqs: ctx.len(),
         num_tokens: tokens,
         max_seq_len,
+        windows: None,
     };
     p.cpu
         .paged_attention(&cq, &ckc, &cvc, &cmeta, attn, &mut co)?;
@@ -237,6 +238,7 @@ fn paged(
         num_seqs: ctx.len(),
         num_tokens: tokens,
         max_seq_len,
+        windows: None,
     };
     p.gpu
         .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;

@@ -93,6 +93,7 @@ fn paged_ms(
         num_seqs: seqs,
         num_tokens: tokens,
         max_seq_len: ctx,
+        windows: None,
     };
     let shape = AttnShape {
         num_heads: heads,
