@@ -1,7 +1,8 @@
 //! The answer paths and the router, end to end on the real model (CPU engine, SQLite): a document that
 //! fits the RAG budget is read whole; a specific question on a longer one goes through Self-Route; a
 //! global question reads the whole document; the next question on it reuses its cached KV; RAG
-//! passages are laid out in document order; deleting a document drops its cached KV.
+//! passages are laid out in document order; deleting a document drops its cached KV; an explicit long
+//! route beyond the model's window streams through a sink window.
 
 use crate::support;
 
@@ -168,29 +169,77 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
 }
 
 #[test]
-fn an_explicit_long_route_on_a_scope_beyond_the_window_is_refused_with_a_reason() {
-    let server = Server::start(Options::new(Database::Sqlite));
+fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_reuses_it() {
+    // A 64 MiB KV cache holds about 1,450 tokens, so a SQuAD article (~4K tokens) is beyond the long path's
+    // window: route=long streams it through 4 sink tokens and a window of about 900 recent tokens.
+    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 64));
     let (_, key) = server.tenant("qa");
-    let (title, text, _) = support::squad_article(9); // European Union law: ~14K tokens
+    let (title, text, questions) = support::squad_article(3);
     let (doc, _) = server.ingest(
         &key,
         &format!("{title}.txt"),
         text.into_bytes(),
         "text/plain",
     );
-    let res = server.post("/v1/ask", &key, &json!({ "question": "What is EU law?", "route": "long", "scope": { "document_ids": [doc] } }));
-    assert_eq!(res.status(), 422);
-    let body: Value = res.json().unwrap();
+    let (question, _) = &questions[0];
+    let first = ask(&server, &key, &doc, question, "long");
+    assert_eq!(first["route"], "long", "{first}");
     assert!(
-        body["message"].as_str().unwrap().contains("window"),
-        "{body}"
+        reasons(&first).contains("sliding window"),
+        "{}",
+        reasons(&first)
     );
-    // Auto answers from retrieved passages instead, and says why.
-    let a = ask(&server, &key, &doc, "What is EU law?", "auto");
+    assert_eq!(first["signals"]["fits_model_window"], false);
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        prompt_tokens > 2000,
+        "the whole article was read: {prompt_tokens} tokens"
+    );
+    assert!(
+        !first["answer"].as_str().unwrap().trim().is_empty(),
+        "{first}"
+    );
+
+    // The next question streams from the cached sinks and window: only the question is computed.
+    let (question, _) = &questions[1];
+    let second = ask(&server, &key, &doc, question, "long");
+    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
+    let total = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        total - cached < 96,
+        "{cached} of {total} prompt tokens cached"
+    );
+
+    // Auto does not stream: retrieval picks the passages, and the reasons say why.
+    let a = ask(&server, &key, &doc, question, "auto");
     assert_eq!(a["route"], "rag");
     assert!(
         reasons(&a).contains("do not fit the model's window"),
         "{}",
         reasons(&a)
+    );
+}
+
+#[test]
+fn an_explicit_long_route_is_refused_when_the_kv_cache_cannot_hold_a_window() {
+    // One KV block: too small to stream anything through.
+    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 1));
+    let (_, key) = server.tenant("qa");
+    let (title, text, _) = support::squad_article(3);
+    let (doc, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    let res = server.post("/v1/ask", &key, &json!({ "question": "What is it about?", "route": "long", "scope": { "document_ids": [doc] } }));
+    assert_eq!(res.status(), 422);
+    let body: Value = res.json().unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("too small to stream"),
+        "{body}"
     );
 }
