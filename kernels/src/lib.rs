@@ -73,6 +73,8 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &[
             "paged_attention_f32",
             "paged_attention_bf16",
+            "paged_attention_windowed_f32",
+            "paged_attention_windowed_bf16",
             "varlen_attention_f32",
         ],
     },

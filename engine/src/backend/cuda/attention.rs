@@ -2,13 +2,13 @@
 //!
 //! Paged attention over bf16 pools at head_dim 64 and 128 goes to the tensor-core kernels in
 //! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise).
-//! Everything else (f32 pools, other widths, varlen) runs the plain kernels: one block per
+//! Everything else (f32 pools, other widths, sink windows, varlen) runs the plain kernels: one block per
 //! (query row, head) with `head_dim` threads, so `head_dim` must be a multiple of 32 and at most 256.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err, flash};
-use crate::backend::{AttnShape, PagedAttnMeta};
+use crate::backend::{AttnShape, PagedAttnMeta, WindowedAttn};
 use crate::error::{EngineError, Result};
 
 /// Largest head width the kernels support.
@@ -56,12 +56,10 @@ pub(super) fn paged(
     if meta.num_tokens == 0 {
         return Ok(());
     }
-    if meta.windows.is_some() {
-        return Err(EngineError::InvalidConfig(
-            "sink windows are not implemented on the CUDA backend yet".into(),
-        ));
-    }
     let cfg = launch_config(meta.num_tokens, shape)?;
+    if let Some(w) = &meta.windows {
+        return paged_windowed(be, (q, w), (kc, vc), meta, shape, cfg, out);
+    }
     if let (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) = (&kc.store, &vc.store)
         && flash::supports(shape)
     {
@@ -108,6 +106,62 @@ pub(super) fn paged(
     b.arg(&shape.scale);
     // SAFETY: arguments match the kernel's signature; buffer sizes checked above; the block table
     // and sequence lengths come from the caller's KV bookkeeping, as on the CPU backend.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// Paged attention where sequences may stream through sink windows: the plain kernel, with each query
+/// scoring the sinks with its row of `q_sinks`.
+fn paged_windowed(
+    be: &CudaBackend,
+    (q, windowed): (&CudaSlice<f32>, &WindowedAttn<'_, CudaBackend>),
+    (kc, vc): (&CudaKv, &CudaKv),
+    meta: &PagedAttnMeta<'_, CudaBackend>,
+    shape: AttnShape,
+    cfg: LaunchConfig,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let width = meta.num_tokens * shape.num_heads * shape.head_dim;
+    check_len("paged_attention q_sinks", windowed.q_sinks.len(), width)?;
+    check_len("windows", windowed.windows.len(), 3 * meta.num_seqs)?;
+    let stream = &be.dev.stream;
+    let mut b = match (&kc.store, &vc.store) {
+        (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
+            let mut b = stream.launch_builder(be.kernels.get("paged_attention_windowed_f32")?);
+            b.arg(q).arg(windowed.q_sinks).arg(k).arg(v);
+            b
+        }
+        (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
+            let mut b = stream.launch_builder(be.kernels.get("paged_attention_windowed_bf16")?);
+            b.arg(q).arg(windowed.q_sinks).arg(k).arg(v);
+            b
+        }
+        _ => {
+            return Err(EngineError::Internal(
+                "K and V pools of one layer must share a dtype".into(),
+            ));
+        }
+    };
+    b.arg(meta.query_start_loc)
+        .arg(meta.seq_lens)
+        .arg(meta.block_table)
+        .arg(windowed.windows);
+    b.arg(out);
+    let ints = [
+        meta.num_seqs,
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+        kc.shape.block_size,
+        meta.max_blocks_per_seq,
+    ]
+    .map(|v| v as i32);
+    for i in &ints {
+        b.arg(i);
+    }
+    b.arg(&shape.scale);
+    // SAFETY: arguments match the kernel's signature; buffer sizes checked above and in `paged`; block
+    // table rows and windows come from `Batch::build`, as on the CPU backend.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! Parity checks of the attention ops: causal paged attention (decode, prefill, chunked prefill after
 //! a cached prefix; GQA; head_dim 64 and 128; f32 and bf16 pools) and bidirectional varlen attention.
-//! bf16 pools run the tensor-core kernels (bf16 tolerance), f32 pools the plain ones.
+//! bf16 pools run the tensor-core kernels (bf16 tolerance), f32 pools the plain ones; sink windows
+//! (every other sequence streaming, block-table rows compacted as `Batch::build` does) the plain ones.
 
 use docqa_engine::Result;
-use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
+use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, WindowedAttn};
 
 use crate::inputs::{Pair, Rng};
 use crate::ops::{TOL_BF16, TOL_F32};
@@ -115,15 +116,44 @@ const CASES: &[(&str, Case)] = &[
     ),
 ];
 
+/// Sink-window cases: (sinks, window) applied to every other sequence.
+const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
+    (
+        "windowed decode",
+        Case {
+            seqs: &[(1, 5000), (1, 300), (1, 1030), (1, 40)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+        },
+        (4, 1020),
+    ),
+    (
+        "windowed chunks",
+        Case {
+            seqs: &[(200, 3000), (64, 64), (130, 1500), (1, 700)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+        (4, 508),
+    ),
+];
+
 /// Runs every attention check.
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16] {
-            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype)?;
+            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, None)?;
+        }
+    }
+    for (name, case, window) in WINDOWED_CASES {
+        for dtype in [KvDtype::F32, KvDtype::Bf16] {
+            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, Some(*window))?;
         }
     }
     let odd = ("prefill, 24-token blocks", &ODD_BLOCK_CASE, ODD_BLOCK_SIZE);
-    paged(p, rng, r, odd, KvDtype::Bf16)?;
+    paged(p, rng, r, odd, KvDtype::Bf16, None)?;
     let decode = Case {
         seqs: &[(1, 5000), (1, 25)],
         ..ODD_BLOCK_CASE
@@ -134,6 +164,7 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         r,
         ("decode, 24-token blocks", &decode, ODD_BLOCK_SIZE),
         KvDtype::Bf16,
+        None,
     )?;
     varlen(p, rng, r, &[7, 128, 33], (12, 12, 32))?;
     varlen(p, rng, r, &[256, 1, 77], (8, 2, 64))?;
@@ -162,10 +193,11 @@ fn paged(
     r: &mut Report,
     (name, case, bs): (&str, &Case, usize),
     dtype: KvDtype,
+    window: Option<(usize, usize)>,
 ) -> Result<()> {
     let (h, g, hd) = (case.heads, case.kv_heads, case.head_dim);
     let ctx: Vec<usize> = case.seqs.iter().map(|s| s.1).collect();
-    let (table, max_blocks, num_blocks) = block_table(rng, &ctx, bs);
+    let (mut table, max_blocks, num_blocks) = block_table(rng, &ctx, bs);
     let shape = KvShape {
         num_blocks,
         block_size: bs,
@@ -190,6 +222,7 @@ fn paged(
     let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
     p.cpu.kv_write(&ck, &cv, &cs, kv_rows, &mut ckc, &mut cvc)?;
     p.gpu.kv_write(&gk, &gv, &gs, kv_rows, &mut gkc, &mut gvc)?;
+    let windows = window.map(|w| compact_windowed_rows(&mut table, max_blocks, case.seqs, bs, w));
 
     let mut qsl = vec![0u32];
     for &(q_len, _) in case.seqs {
@@ -201,7 +234,7 @@ fn paged(
     // bf16 pools at head_dim 64/128 run the tensor-core kernels, which take Q as bf16 and round P
     // to bf16: Q is drawn bf16-representable there, so the rows measure the kernel, not Q's rounding.
     let (kernel, tol) = match dtype {
-        KvDtype::Bf16 if matches!(hd, 64 | 128) => ("flash", TOL_BF16),
+        KvDtype::Bf16 if matches!(hd, 64 | 128) && window.is_none() => ("flash", TOL_BF16),
         _ => ("plain", TOL_F32),
     };
     let mut q = rng.vec(tokens * h * hd, 3.0);
@@ -218,6 +251,8 @@ fn paged(
         scale: 1.0 / (hd as f32).sqrt(),
     };
     let max_seq_len = ctx.iter().copied().max().unwrap_or(0);
+    let q_sinks = rng.vec(tokens * h * hd, 3.0);
+    let ((cw, gw), (cqs, gqs)) = (p.ids(windows.as_deref().unwrap_or(&[0]))?, p.buf(&q_sinks)?);
     let cmeta = PagedAttnMeta {
         query_start_loc: &cq_loc,
         seq_lens: &cl,
@@ -226,7 +261,10 @@ fn paged(
         num_seqs: ctx.len(),
         num_tokens: tokens,
         max_seq_len,
-        windows: None,
+        windows: windows.is_some().then_some(WindowedAttn {
+            windows: &cw,
+            q_sinks: &cqs,
+        }),
     };
     p.cpu
         .paged_attention(&cq, &ckc, &cvc, &cmeta, attn, &mut co)?;
@@ -238,15 +276,44 @@ fn paged(
         num_seqs: ctx.len(),
         num_tokens: tokens,
         max_seq_len,
-        windows: None,
+        windows: windows.is_some().then_some(WindowedAttn {
+            windows: &gw,
+            q_sinks: &gqs,
+        }),
     };
     p.gpu
         .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;
     let op = format!("paged_attention {name} ({dtype:?} KV, {kernel})");
     let seqs: Vec<String> = case.seqs.iter().map(|(q, c)| format!("{q}/{c}")).collect();
-    let desc = format!("q/ctx {} h{h}/{g} d{hd}", seqs.join(","));
+    let streaming = window.map_or(String::new(), |(s, w)| format!(" sinks {s} window {w}"));
+    let desc = format!("q/ctx {} h{h}/{g} d{hd}{streaming}", seqs.join(","));
     r.check(&op, &desc, &p.read(&go, tokens * h * hd)?, &co, tol);
     Ok(())
+}
+
+/// Streams every other sequence through `(sinks, window)`: drops the blocks no query of the step sees
+/// from its block-table row, as `Batch::build` does; returns the `[num_seqs * 3]` window descriptions.
+fn compact_windowed_rows(
+    table: &mut [u32],
+    max_blocks: usize,
+    seqs: &[(usize, usize)],
+    bs: usize,
+    (sinks, window): (usize, usize),
+) -> Vec<u32> {
+    let mut windows = vec![0u32; 3 * seqs.len()];
+    for (s, &(q_len, ctx)) in seqs.iter().enumerate().filter(|(s, _)| s % 2 == 0) {
+        let row = &mut table[s * max_blocks..(s + 1) * max_blocks];
+        let used = ctx.div_ceil(bs);
+        let sink_blocks = sinks.div_ceil(bs);
+        let first_key = (ctx - q_len + 1).saturating_sub(window);
+        let first_block = (first_key / bs).max(sink_blocks).min(used);
+        let offset = first_block.saturating_sub(sink_blocks);
+        if offset > 0 {
+            row.copy_within(first_block..used, sink_blocks);
+        }
+        windows[3 * s..3 * s + 3].copy_from_slice(&[sinks as u32, window as u32, offset as u32]);
+    }
+    windows
 }
 
 fn varlen(
