@@ -45,6 +45,8 @@ pub struct Llama<B: Backend> {
     norm: B::Weight,
     lm_head: Option<B::Weight>,
     freqs: RopeFreqs,
+    /// Longest span attention may cover: the trained context unless [`Llama::extend_context`] changed it.
+    max_context: usize,
 }
 
 impl<B: Backend> Llama<B> {
@@ -64,11 +66,26 @@ impl<B: Backend> Llama<B> {
             embed: matrix(&backend, &weights, "model.embed_tokens.weight", [v, h])?,
             norm: vector(&backend, &weights, "model.norm.weight", h)?,
             freqs: config.rope_freqs(0),
+            max_context: config.max_position_embeddings,
             layers,
             lm_head,
             config,
             backend,
         })
+    }
+
+    /// Lets attention span `max_context` tokens with positions encoded by `scaling` (linear interpolation,
+    /// NTK-aware dynamic scaling, YaRN, or plain RoPE to extrapolate), for experiments past the trained
+    /// context; `config.max_position_embeddings` stays the trained context the scalings refer to.
+    pub fn extend_context(&mut self, scaling: RopeScaling, max_context: usize) {
+        self.config.rope_scaling = scaling;
+        self.freqs = self.config.rope_freqs(0);
+        self.max_context = max_context;
+    }
+
+    /// Longest span attention may cover (dense sequence length, or sinks + window).
+    pub fn max_context(&self) -> usize {
+        self.max_context
     }
 
     /// Buffers for forward passes of up to `size`.
@@ -88,7 +105,7 @@ impl<B: Backend> Llama<B> {
         batch.validate(
             kv.shape.num_blocks,
             kv.shape.block_size,
-            cfg.max_position_embeddings,
+            self.max_context,
             cfg.vocab_size,
         )?;
         let n = self.upload_batch(batch, ws)?;

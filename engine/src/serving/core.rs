@@ -75,7 +75,7 @@ impl<B: Backend> EngineCore<B> {
             max_num_batched_tokens: cfg.max_num_batched_tokens,
             max_num_seqs: cfg.max_num_seqs,
             // A window of up to the context, plus the chunk computed beside it and partial blocks.
-            max_blocks_per_seq: (mc.max_position_embeddings + cfg.max_num_batched_tokens)
+            max_blocks_per_seq: (model.max_context() + cfg.max_num_batched_tokens)
                 .div_ceil(cfg.block_size)
                 + 2,
             max_logit_rows: cfg.max_num_seqs,
@@ -112,7 +112,7 @@ impl<B: Backend> EngineCore<B> {
 
     /// The model's context window.
     pub fn max_context(&self) -> usize {
-        self.model.config.max_position_embeddings
+        self.model.max_context()
     }
 
     /// Queue a request; fails at once when the prompt is empty or too long (dense) or its sink window

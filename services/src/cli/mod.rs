@@ -8,6 +8,7 @@ mod eval;
 mod eval_retrieval;
 mod generate;
 pub mod models;
+mod perplexity;
 mod reindex;
 mod serve;
 
@@ -38,6 +39,9 @@ enum Command {
     Reindex(reindex::ReindexArgs),
     /// Retrieval quality (nDCG@10, recall@100) of BM25, dense and hybrid on a BEIR-style dataset.
     EvalRetrieval(eval_retrieval::EvalRetrievalArgs),
+    /// Perplexity of the generator over a long text, per segment: dense, RoPE-scaled or through a sink
+    /// window.
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 impl Cli {
@@ -51,6 +55,7 @@ impl Cli {
             Command::Generate(args) => generate::run(args),
             Command::Embed(args) => embed::run(args),
             Command::EvalRetrieval(args) => eval_retrieval::run(args),
+            Command::Perplexity(args) => perplexity::run(args),
         }
     }
 }

@@ -1,0 +1,208 @@
+//! `docqa perplexity`: perplexity of the generator over a long real text, per segment of the stream:
+//! dense attention (optionally past the trained context, with a RoPE scaling), or streaming through a
+//! sink window. Prints one line per segment and a summary; `--json` writes the whole report.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use docqa_engine::backend::{Backend, KvDtype};
+use docqa_engine::config::{RopeScaling, yarn_mscale};
+use docqa_engine::kv::manager::SinkWindow;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::models::perplexity::{PerplexityOptions, PerplexityReport, perplexity};
+use docqa_engine::text::TextTokenizer;
+use serde_json::json;
+
+use super::models::{fetch_with_progress, models_dir_or_default};
+use crate::device::{Device, GeneratorBackend};
+
+/// Position encodings to read past the trained context with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Rope {
+    /// The model's own RoPE (extrapolates past the trained context).
+    Plain,
+    /// Linear position interpolation.
+    Linear,
+    /// NTK-aware dynamic scaling.
+    Dynamic,
+    /// YaRN.
+    Yarn,
+}
+
+/// `docqa perplexity`.
+#[derive(Debug, Args)]
+pub struct PerplexityArgs {
+    /// A text file, or a JSON Lines file of documents with a `text` field (read in order and joined).
+    #[arg(long)]
+    text: PathBuf,
+    /// Tokens of the stream to read.
+    #[arg(long, default_value_t = 50_000)]
+    tokens: usize,
+    /// Stream through a sink window of this many recent tokens (0: dense attention).
+    #[arg(long, default_value_t = 0)]
+    window: usize,
+    /// Sink tokens kept besides the window.
+    #[arg(long, default_value_t = 4)]
+    sinks: usize,
+    /// Position encoding for dense reads past the trained context.
+    #[arg(long, value_enum, default_value_t = Rope::Plain)]
+    rope: Rope,
+    /// Scale factor of the RoPE scaling.
+    #[arg(long, default_value_t = 2.0)]
+    rope_factor: f64,
+    /// Tokens per forward pass.
+    #[arg(long, default_value_t = 256)]
+    chunk: usize,
+    /// Tokens per reported segment.
+    #[arg(long, default_value_t = 1000)]
+    segment: usize,
+    /// Store the KV cache in bf16 instead of f32.
+    #[arg(long)]
+    bf16_kv: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// A Llama-family HF model directory to use instead of the default generator.
+    #[arg(long, env = "DOCQA_GENERATOR_DIR")]
+    model: Option<PathBuf>,
+    /// Directory holding the model directories.
+    #[arg(long, env = "DOCQA_MODELS_DIR")]
+    models_dir: Option<PathBuf>,
+    /// Where the generator runs: `cpu`, or `cuda`.
+    #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+}
+
+/// Runs `docqa perplexity`.
+pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
+    let backend = args.device.open()?;
+    let dir = match &args.model {
+        Some(dir) => dir.clone(),
+        None => fetch_with_progress(&models_dir_or_default(args.models_dir.clone()))?.generator,
+    };
+    match backend {
+        GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, &args),
+        #[cfg(feature = "cuda")]
+        GeneratorBackend::Cuda(cuda) => run_on(cuda, &dir, &args),
+    }
+}
+
+fn run_on<B: Backend>(backend: B, dir: &Path, args: &PerplexityArgs) -> anyhow::Result<()> {
+    let tokenizer = TextTokenizer::from_model_dir(dir)?;
+    let tokens = read_tokens(&args.text, &tokenizer, args.tokens)?;
+    let mut model =
+        Llama::load(backend, dir).with_context(|| format!("loading {}", dir.display()))?;
+    let trained = model.config.max_position_embeddings;
+    let sink_window = (args.window > 0).then_some(SinkWindow {
+        num_sink_tokens: args.sinks,
+        window: args.window,
+    });
+    let span = sink_window.map_or(tokens.len(), |w| w.dense_prefix());
+    model.extend_context(
+        rope_scaling(args.rope, args.rope_factor, trained),
+        span.max(trained),
+    );
+    let opts = PerplexityOptions {
+        sink_window,
+        chunk: args.chunk,
+        segment: args.segment,
+        kv_dtype: if args.bf16_kv {
+            KvDtype::Bf16
+        } else {
+            KvDtype::F32
+        },
+    };
+    let report = perplexity(&model, &tokens, &opts)?;
+    print_report(&report);
+    if let Some(path) = &args.json {
+        let value = report_json(&report, args, tokens.len(), trained);
+        std::fs::write(path, serde_json::to_string_pretty(&value)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn rope_scaling(rope: Rope, factor: f64, trained: usize) -> RopeScaling {
+    match rope {
+        Rope::Plain => RopeScaling::None,
+        Rope::Linear => RopeScaling::Linear { factor },
+        Rope::Dynamic => RopeScaling::Dynamic { factor },
+        Rope::Yarn => RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings: trained,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: yarn_mscale(factor),
+        },
+    }
+}
+
+/// The first `limit` tokens of the file's text (documents of a JSON Lines file joined by blank lines).
+fn read_tokens(path: &Path, tokenizer: &TextTokenizer, limit: usize) -> anyhow::Result<Vec<u32>> {
+    let raw =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let is_jsonl = path.extension().is_some_and(|e| e == "jsonl");
+    let mut tokens = Vec::new();
+    let texts: Box<dyn Iterator<Item = anyhow::Result<String>>> = if is_jsonl {
+        Box::new(raw.lines().filter(|l| !l.trim().is_empty()).map(|line| {
+            let doc: serde_json::Value = serde_json::from_str(line)?;
+            match doc["text"].as_str() {
+                Some(t) => Ok(t.to_string()),
+                None => bail!("a line of {} has no text field", path.display()),
+            }
+        }))
+    } else {
+        Box::new(std::iter::once(Ok(raw.clone())))
+    };
+    for text in texts {
+        tokens.extend(tokenizer.encode(&format!("{}\n\n", text?), false)?);
+        if tokens.len() >= limit {
+            tokens.truncate(limit);
+            return Ok(tokens);
+        }
+    }
+    if tokens.len() < 2 {
+        bail!("{} holds fewer than two tokens", path.display());
+    }
+    Ok(tokens)
+}
+
+fn print_report(report: &PerplexityReport) {
+    println!("tokens\tperplexity");
+    for s in &report.segments {
+        println!("{}\t{:.3}", s.end, s.perplexity());
+    }
+    println!(
+        "perplexity {:.3} over {} segments; peak KV blocks {}; {:.1} s",
+        report.perplexity(),
+        report.segments.len(),
+        report.peak_blocks,
+        report.seconds
+    );
+}
+
+fn report_json(
+    report: &PerplexityReport,
+    args: &PerplexityArgs,
+    tokens: usize,
+    trained: usize,
+) -> serde_json::Value {
+    json!({
+        "text": args.text.display().to_string(),
+        "tokens": tokens,
+        "trained_context": trained,
+        "window": args.window,
+        "sinks": if args.window > 0 { args.sinks } else { 0 },
+        "rope": format!("{:?}", args.rope).to_lowercase(),
+        "rope_factor": args.rope_factor,
+        "kv_dtype": if args.bf16_kv { "bf16" } else { "f32" },
+        "chunk": args.chunk,
+        "perplexity": report.perplexity(),
+        "peak_blocks": report.peak_blocks,
+        "seconds": report.seconds,
+        "segments": report.segments.iter().map(|s| json!({
+            "end": s.end, "tokens": s.tokens, "nll": s.nll, "perplexity": s.perplexity(),
+        })).collect::<Vec<_>>(),
+    })
+}
