@@ -9,6 +9,7 @@ mod eval_retrieval;
 mod generate;
 pub mod models;
 mod perplexity;
+mod perplexity_plot;
 mod reindex;
 mod serve;
 
@@ -42,6 +43,8 @@ enum Command {
     /// Perplexity of the generator over a long text, per segment: dense, RoPE-scaled or through a sink
     /// window.
     Perplexity(perplexity::PerplexityArgs),
+    /// Draw the per-segment curves of `docqa perplexity --json` reports on one chart (SVG and PNG).
+    PerplexityPlot(perplexity_plot::PerplexityPlotArgs),
 }
 
 impl Cli {
@@ -56,6 +59,7 @@ impl Cli {
             Command::Embed(args) => embed::run(args),
             Command::EvalRetrieval(args) => eval_retrieval::run(args),
             Command::Perplexity(args) => perplexity::run(args),
+            Command::PerplexityPlot(args) => perplexity_plot::run(args),
         }
     }
 }

@@ -14,7 +14,8 @@ use super::report::RouteSummary;
 use super::results::QuestionResult;
 
 const SIZE: (u32, u32) = (960, 640);
-const FONT: &str = "sans-serif";
+/// The font family every plot draws text in (registered by [`ensure_font`]).
+pub(crate) const FONT: &str = "sans-serif";
 
 const SYSTEM_FONTS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -26,7 +27,7 @@ const SYSTEM_FONTS: &[&str] = &[
 ];
 
 /// Registers the plots' font once; the error says what to install when there is none.
-fn ensure_font() -> Result<(), String> {
+pub(crate) fn ensure_font() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {
