@@ -12,6 +12,18 @@ fn bf16(v: f32) -> f32 {
     half::bf16::from_f32(v).to_f32()
 }
 
+/// Each head of `v` quantised symmetrically to int8 with its own scale (max |x| / 127), then restored.
+fn int8_rounded(v: &[f32], head_dim: usize) -> Vec<f32> {
+    v.chunks(head_dim)
+        .flat_map(|head| {
+            let scale = head.iter().fold(0f32, |m, x| m.max(x.abs())) / 127.0;
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            head.iter()
+                .map(move |x| (x * inv).round().clamp(-127.0, 127.0) * scale)
+        })
+        .collect()
+}
+
 /// A random varlen batch for attention: per sequence (new tokens, context length).
 struct AttnCase {
     seqs: Vec<(usize, usize)>,
@@ -87,12 +99,10 @@ fn run_paged(c: &AttnCase, dtype: KvDtype, rng: &mut Rng) -> (Vec<f32>, Vec<f32>
     let (mut kc, mut vc) = (CpuKv::zeros(shape), CpuKv::zeros(shape));
     let (mut qsl, mut seq_lens, mut table, mut ks, mut vs) =
         (vec![0u32], vec![], vec![], vec![], vec![]);
-    let round = |v: Vec<f32>| {
-        if dtype == KvDtype::Bf16 {
-            v.into_iter().map(bf16).collect()
-        } else {
-            v
-        }
+    let round = |v: Vec<f32>| match dtype {
+        KvDtype::Bf16 => v.into_iter().map(bf16).collect(),
+        KvDtype::Int8 => int8_rounded(&v, hd),
+        KvDtype::F32 => v,
     };
     for &(q_len, ctx) in &c.seqs {
         let blocks: Vec<u32> = (0..max_blocks).map(|_| free.pop().unwrap_or(0)).collect();
@@ -188,4 +198,42 @@ fn paged_attention_over_bf16_kv_matches_reference_on_rounded_values() {
         .store,
         KvStore::Bf16(_)
     ));
+}
+
+#[test]
+fn paged_attention_over_int8_kv_matches_reference_on_quantised_values() {
+    let mut rng = Rng::fresh("paged_attention_int8");
+    for hd in head_dims(&mut rng) {
+        let (out, reference) = run_paged(&attention_case(hd), KvDtype::Int8, &mut rng);
+        // The pool holds each (token, head) as int8 times one scale: the reference attends over exactly
+        // those values, so only f32 accumulation differs.
+        for (i, (a, b)) in out.iter().zip(&reference).enumerate() {
+            assert!(
+                (a - b).abs() < 2e-5,
+                "head_dim {hd} element {i}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_int8_pool_takes_about_half_the_memory_of_bf16_per_token() {
+    let hd = 64;
+    let (int8, bf16, f32) = (
+        KvDtype::Int8.bytes_per_head(hd),
+        KvDtype::Bf16.bytes_per_head(hd),
+        KvDtype::F32.bytes_per_head(hd),
+    );
+    assert_eq!((int8, bf16, f32), (68, 128, 256));
+    let pool = CpuKv::zeros(KvShape {
+        num_blocks: 4,
+        block_size: 16,
+        num_kv_heads: 3,
+        head_dim: hd,
+        dtype: KvDtype::Int8,
+    });
+    let KvStore::Int8 { q, scales } = &pool.store else {
+        panic!("an int8 pool")
+    };
+    assert_eq!(q.len() + 4 * scales.len(), 4 * 16 * 3 * int8);
 }

@@ -65,6 +65,10 @@ pub struct ServeConfig {
     /// `--features cuda`). The embedder runs on the CPU either way.
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Element type of the generator's KV cache: f32 (default on the CPU), bf16 (default on CUDA), or
+    /// int8 with one scale per (token, head) (CPU only; about half of bf16's memory per token).
+    #[arg(long, env = "DOCQA_KV_DTYPE", value_enum)]
+    pub kv_dtype: Option<crate::device::KvType>,
     /// Memory for the generator's KV cache, in MiB.
     #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
     pub kv_cache_mib: usize,

@@ -18,6 +18,28 @@ pub enum Device {
     Cuda,
 }
 
+/// Element types of the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvType {
+    /// f32 (exact).
+    F32,
+    /// bf16.
+    Bf16,
+    /// int8 with one scale per (token, head) (CPU).
+    Int8,
+}
+
+impl KvType {
+    /// The engine's element type.
+    pub fn dtype(self) -> KvDtype {
+        match self {
+            KvType::F32 => KvDtype::F32,
+            KvType::Bf16 => KvDtype::Bf16,
+            KvType::Int8 => KvDtype::Int8,
+        }
+    }
+}
+
 /// A generator backend, opened.
 pub enum GeneratorBackend {
     /// The CPU reference backend.
@@ -28,12 +50,13 @@ pub enum GeneratorBackend {
 }
 
 impl Device {
-    /// The KV cache element type: bf16 on CUDA, whose tensor-core attention kernels read bf16
-    /// pools; f32 (exact) on the CPU.
-    pub fn kv_dtype(self) -> KvDtype {
-        match self {
-            Device::Cpu => KvDtype::F32,
-            Device::Cuda => KvDtype::Bf16,
+    /// The KV cache element type: `chosen` when given, else bf16 on CUDA (whose tensor-core attention
+    /// kernels read bf16 pools) and f32 (exact) on the CPU.
+    pub fn kv_dtype(self, chosen: Option<KvType>) -> KvDtype {
+        match (chosen, self) {
+            (Some(t), _) => t.dtype(),
+            (None, Device::Cpu) => KvDtype::F32,
+            (None, Device::Cuda) => KvDtype::Bf16,
         }
     }
 
@@ -65,12 +88,13 @@ mod tests {
     #[test]
     fn the_cpu_device_opens_the_cpu_backend_with_an_f32_cache() {
         assert!(matches!(Device::Cpu.open(), Ok(GeneratorBackend::Cpu(_))));
-        assert_eq!(Device::Cpu.kv_dtype(), KvDtype::F32);
+        assert_eq!(Device::Cpu.kv_dtype(None), KvDtype::F32);
+        assert_eq!(Device::Cpu.kv_dtype(Some(KvType::Int8)), KvDtype::Int8);
     }
 
     #[test]
     fn the_cuda_device_keeps_its_cache_in_bf16_for_the_tensor_core_kernels() {
-        assert_eq!(Device::Cuda.kv_dtype(), KvDtype::Bf16);
+        assert_eq!(Device::Cuda.kv_dtype(None), KvDtype::Bf16);
     }
 
     #[cfg(not(feature = "cuda"))]

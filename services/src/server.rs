@@ -171,7 +171,7 @@ fn spawn_engine<B: Backend + 'static>(
         .with_context(|| format!("loading {}", generator.display()))?;
     let engine_config = EngineConfig {
         kv_cache_bytes: config.kv_cache_mib << 20,
-        kv_dtype: config.device.kv_dtype(),
+        kv_dtype: config.device.kv_dtype(config.kv_dtype),
         max_waiting: config.max_waiting,
         ..EngineConfig::default()
     };

@@ -26,6 +26,20 @@ pub enum KvDtype {
     F32,
     /// bf16 keys and values (half the memory).
     Bf16,
+    /// int8 keys and values with one f32 scale per (token, head) (CPU backend): `head_dim + 4` bytes per
+    /// (token, head), against `2 · head_dim` for bf16.
+    Int8,
+}
+
+impl KvDtype {
+    /// Bytes one (token, head) of K (or V) takes in a pool of this type.
+    pub fn bytes_per_head(self, head_dim: usize) -> usize {
+        match self {
+            KvDtype::F32 => 4 * head_dim,
+            KvDtype::Bf16 => 2 * head_dim,
+            KvDtype::Int8 => head_dim + 4,
+        }
+    }
 }
 
 /// Shape of one layer's K (or V) pool.

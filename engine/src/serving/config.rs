@@ -39,15 +39,10 @@ impl Default for EngineConfig {
 impl EngineConfig {
     /// Bytes of one KV block over all layers (K and V).
     pub fn kv_block_bytes(&self, model: &LlamaConfig) -> usize {
-        let elem = match self.kv_dtype {
-            KvDtype::F32 => 4,
-            KvDtype::Bf16 => 2,
-        };
         2 * model.num_hidden_layers
             * self.block_size
             * model.num_key_value_heads
-            * model.head_dim
-            * elem
+            * self.kv_dtype.bytes_per_head(model.head_dim)
     }
 
     /// Blocks that fit in the KV budget.

@@ -81,7 +81,7 @@ fn generate_on<B: Backend>(backend: B, dir: &Path, args: &GenerateArgs) -> anyho
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let prompt = prompt_ids(&tokenizer, args)?;
     let engine_config = EngineConfig {
-        kv_dtype: args.device.kv_dtype(),
+        kv_dtype: args.device.kv_dtype(None),
         ..EngineConfig::default()
     };
     let mut core = EngineCore::new(model, tokenizer, &engine_config)?;

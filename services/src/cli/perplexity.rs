@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use docqa_engine::backend::{Backend, KvDtype};
+use docqa_engine::backend::Backend;
 use docqa_engine::config::{RopeScaling, yarn_mscale};
 use docqa_engine::kv::manager::SinkWindow;
 use docqa_engine::models::llama::Llama;
@@ -15,7 +15,7 @@ use docqa_engine::text::TextTokenizer;
 use serde_json::json;
 
 use super::models::{fetch_with_progress, models_dir_or_default};
-use crate::device::{Device, GeneratorBackend};
+use crate::device::{Device, GeneratorBackend, KvType};
 
 /// Position encodings to read past the trained context with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,9 +57,9 @@ pub struct PerplexityArgs {
     /// Tokens per reported segment.
     #[arg(long, default_value_t = 1000)]
     segment: usize,
-    /// Store the KV cache in bf16 instead of f32.
-    #[arg(long)]
-    bf16_kv: bool,
+    /// Element type of the KV cache.
+    #[arg(long, value_enum, default_value_t = KvType::F32)]
+    kv_dtype: KvType,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -107,11 +107,7 @@ fn run_on<B: Backend>(backend: B, dir: &Path, args: &PerplexityArgs) -> anyhow::
         sink_window,
         chunk: args.chunk,
         segment: args.segment,
-        kv_dtype: if args.bf16_kv {
-            KvDtype::Bf16
-        } else {
-            KvDtype::F32
-        },
+        kv_dtype: args.kv_dtype.dtype(),
     };
     let report = perplexity(&model, &tokens, &opts)?;
     print_report(&report);
@@ -196,7 +192,7 @@ fn report_json(
         "sinks": if args.window > 0 { args.sinks } else { 0 },
         "rope": format!("{:?}", args.rope).to_lowercase(),
         "rope_factor": args.rope_factor,
-        "kv_dtype": if args.bf16_kv { "bf16" } else { "f32" },
+        "kv_dtype": format!("{:?}", args.kv_dtype).to_lowercase(),
         "chunk": args.chunk,
         "perplexity": report.perplexity(),
         "peak_blocks": report.peak_blocks,

@@ -243,3 +243,19 @@ fn an_explicit_long_route_is_refused_when_the_kv_cache_cannot_hold_a_window() {
         "{body}"
     );
 }
+
+#[test]
+fn a_server_with_an_int8_kv_cache_answers_from_the_whole_document() {
+    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-dtype", "int8"));
+    let (_, key) = server.tenant("qa");
+    let (memo, _) = server.ingest(
+        &key,
+        "memo.txt",
+        b"Memo. The audit starts on 4 March and lasts two weeks. Maria Lopez leads it.".to_vec(),
+        "text/plain",
+    );
+    let a = ask(&server, &key, &memo, "Who leads the audit?", "long");
+    assert_eq!(a["route"], "long", "{a}");
+    assert!(a["usage"]["prompt_tokens"].as_u64().unwrap() > 20, "{a}");
+    assert!(!a["answer"].as_str().unwrap().trim().is_empty(), "{a}");
+}

@@ -30,15 +30,28 @@ pub(crate) trait KeyValues: Sync {
     fn key(&self, j: usize) -> &[Self::T];
     /// Value `j` of the sequence.
     fn value(&self, j: usize) -> &[Self::T];
+    /// The factor key `j`'s elements are multiplied by (int8 pools; 1 otherwise).
+    #[inline(always)]
+    fn key_scale(&self, _j: usize) -> f32 {
+        1.0
+    }
+    /// The factor value `j`'s elements are multiplied by (int8 pools; 1 otherwise).
+    #[inline(always)]
+    fn value_scale(&self, _j: usize) -> f32 {
+        1.0
+    }
 }
 
 /// A sequence's keys in the paged pool `[num_blocks, block_size, num_kv_heads, head_dim]`.
 ///
 /// `blocks` is the sequence's block-table row: logical block `b` is entry `b` below `sink_blocks` and entry
-/// `b - block_offset` from there on (a sink window's row skips the blocks it dropped).
+/// `b - block_offset` from there on (a sink window's row skips the blocks it dropped). Int8 pools carry one
+/// scale per (slot, head) in `k_scales` / `v_scales` (empty otherwise).
 pub(crate) struct Paged<'a, T> {
     pub k: &'a [T],
     pub v: &'a [T],
+    pub k_scales: &'a [f32],
+    pub v_scales: &'a [f32],
     pub blocks: &'a [u32],
     pub sink_blocks: usize,
     pub block_offset: usize,
@@ -73,6 +86,20 @@ impl<T: KvElem> KeyValues for Paged<'_, T> {
     fn value(&self, j: usize) -> &[T] {
         let o = self.offset(j);
         &self.v[o..o + self.head_dim]
+    }
+    #[inline(always)]
+    fn key_scale(&self, j: usize) -> f32 {
+        match self.k_scales.is_empty() {
+            true => 1.0,
+            false => self.k_scales[self.offset(j) / self.head_dim],
+        }
+    }
+    #[inline(always)]
+    fn value_scale(&self, j: usize) -> f32 {
+        match self.v_scales.is_empty() {
+            true => 1.0,
+            false => self.v_scales[self.offset(j) / self.head_dim],
+        }
     }
 }
 
@@ -259,7 +286,7 @@ fn attend_portable<S: KeyValues>(segments: &Segments<'_>, kv: &S, scale: f32, ou
             let n = (range.end - start).min(CHUNK);
             let mut s = [0f32; CHUNK];
             for (j, sj) in s.iter_mut().enumerate().take(n) {
-                *sj = dot(q, kv.key(start + j)) * scale;
+                *sj = dot(q, kv.key(start + j)) * kv.key_scale(start + j) * scale;
             }
             let new_max = s[..n].iter().fold(max, |m, &x| m.max(x));
             let correction = (max - new_max).exp();
@@ -270,7 +297,7 @@ fn attend_portable<S: KeyValues>(segments: &Segments<'_>, kv: &S, scale: f32, ou
             for (j, &sj) in s.iter().enumerate().take(n) {
                 let p = (sj - new_max).exp();
                 sum += p;
-                axpy(acc, p, kv.value(start + j));
+                axpy(acc, p * kv.value_scale(start + j), kv.value(start + j));
             }
             max = new_max;
             start += n;

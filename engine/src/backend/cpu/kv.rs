@@ -1,5 +1,6 @@
 //! The CPU KV pool: one layer's K (or V) as `[num_blocks, block_size, num_kv_heads, head_dim]`, stored
-//! f32 or bf16 per engine setting.
+//! f32, bf16, or int8 with one f32 scale per (token, head) (symmetric: `scale = max |x| / 127`), per
+//! engine setting.
 
 use crate::backend::{KvDtype, KvShape};
 
@@ -34,6 +35,18 @@ impl KvElem for u16 {
     }
 }
 
+/// int8, scaled by the (token, head)'s scale outside.
+impl KvElem for i8 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v.round().clamp(-127.0, 127.0) as i8
+    }
+}
+
 /// The pool's elements.
 #[derive(Debug, Clone)]
 pub enum KvStore {
@@ -41,6 +54,14 @@ pub enum KvStore {
     F32(Vec<f32>),
     /// bf16 bit patterns.
     Bf16(Vec<u16>),
+    /// int8 elements and `[num_blocks * block_size * num_kv_heads]` scales: element `e` of (slot, head)
+    /// is `q[e] * scales[slot * num_kv_heads + head]`.
+    Int8 {
+        /// Quantised elements.
+        q: Vec<i8>,
+        /// One scale per (slot, head).
+        scales: Vec<f32>,
+    },
 }
 
 /// One layer's K (or V) pool on the CPU.
@@ -59,6 +80,10 @@ impl CpuKv {
         let store = match shape.dtype {
             KvDtype::F32 => KvStore::F32(vec![0.0; len]),
             KvDtype::Bf16 => KvStore::Bf16(vec![0; len]),
+            KvDtype::Int8 => KvStore::Int8 {
+                q: vec![0; len],
+                scales: vec![0.0; len / shape.head_dim.max(1)],
+            },
         };
         CpuKv { shape, store }
     }
@@ -74,6 +99,42 @@ impl CpuKv {
         match &mut self.store {
             KvStore::F32(d) => scatter(d, src, slots, width),
             KvStore::Bf16(d) => scatter(d, src, slots, width),
+            KvStore::Int8 { q, scales } => {
+                scatter_int8(q, scales, src, slots, width, self.shape.head_dim)
+            }
+        }
+    }
+
+    /// Element `i` of the pool as f32 (dequantised for int8).
+    pub fn value_at(&self, i: usize) -> f32 {
+        match &self.store {
+            KvStore::F32(d) => d[i],
+            KvStore::Bf16(d) => d[i].to_f32(),
+            KvStore::Int8 { q, scales } => q[i] as f32 * scales[i / self.shape.head_dim],
+        }
+    }
+}
+
+/// Quantises each head of each row with its own scale.
+fn scatter_int8(
+    q: &mut [i8],
+    scales: &mut [f32],
+    src: &[f32],
+    slots: &[u32],
+    width: usize,
+    head_dim: usize,
+) {
+    for (row, &slot) in src.chunks_exact(width).zip(slots) {
+        let o = slot as usize * width;
+        for (h, head) in row.chunks_exact(head_dim).enumerate() {
+            let amax = head.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let scale = amax / 127.0;
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            scales[(o + h * head_dim) / head_dim] = scale;
+            q[o + h * head_dim..o + (h + 1) * head_dim]
+                .iter_mut()
+                .zip(head)
+                .for_each(|(d, x)| *d = i8::from_f32(x * inv));
         }
     }
 }

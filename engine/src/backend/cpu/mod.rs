@@ -322,11 +322,29 @@ impl Backend for CpuBackend {
         let block_size = k_cache.shape.block_size;
         match (&k_cache.store, &v_cache.store) {
             (KvStore::F32(k), KvStore::F32(v)) => {
-                paged_attention_over(q, (k, v), block_size, meta, shape, out)
+                paged_attention_over(q, (k, v), (&[], &[]), block_size, meta, shape, out)
             }
             (KvStore::Bf16(k), KvStore::Bf16(v)) => {
-                paged_attention_over(q, (k, v), block_size, meta, shape, out)
+                paged_attention_over(q, (k, v), (&[], &[]), block_size, meta, shape, out)
             }
+            (
+                KvStore::Int8 {
+                    q: k,
+                    scales: k_scales,
+                },
+                KvStore::Int8 {
+                    q: v,
+                    scales: v_scales,
+                },
+            ) => paged_attention_over(
+                q,
+                (k, v),
+                (k_scales, v_scales),
+                block_size,
+                meta,
+                shape,
+                out,
+            ),
             _ => panic!("K and V pools of one layer must share a dtype"),
         }
         Ok(())
@@ -367,10 +385,12 @@ impl Backend for CpuBackend {
     }
 }
 
-/// Paged attention over one layer's K and V pools of element type `T`, dense or with sink windows.
+/// Paged attention over one layer's K and V pools of element type `T` (with their per-(slot, head) scales
+/// for int8, else empty), dense or with sink windows.
 fn paged_attention_over<T: KvElem>(
     q: &[f32],
     (k, v): (&[T], &[T]),
+    (k_scales, v_scales): (&[f32], &[f32]),
     block_size: usize,
     meta: &PagedAttnMeta<'_, CpuBackend>,
     shape: AttnShape,
@@ -391,6 +411,8 @@ fn paged_attention_over<T: KvElem>(
         Paged {
             k,
             v,
+            k_scales,
+            v_scales,
             blocks: &meta.block_table[s * mb..(s + 1) * mb],
             sink_blocks: if window > 0 {
                 sinks.div_ceil(block_size)

@@ -182,6 +182,11 @@ impl Backend for CudaBackend {
         let store = match shape.dtype {
             KvDtype::F32 => CudaKvStore::F32(self.zeros(len)?),
             KvDtype::Bf16 => CudaKvStore::Bf16(self.zeros(len)?),
+            KvDtype::Int8 => {
+                return Err(EngineError::InvalidConfig(
+                    "an int8 KV cache runs on the CPU backend only; use bf16 on CUDA".into(),
+                ));
+            }
         };
         Ok(CudaKv { shape, store })
     }

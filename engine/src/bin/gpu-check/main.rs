@@ -24,13 +24,12 @@ use report::Report;
 
 /// A CPU pool's elements as f32.
 pub fn cpu_kv_f32(kv: &CpuKv) -> Vec<f32> {
-    match &kv.store {
-        KvStore::F32(v) => v.clone(),
-        KvStore::Bf16(v) => v
-            .iter()
-            .map(|&b| f32::from_bits((b as u32) << 16))
-            .collect(),
-    }
+    let len = match &kv.store {
+        KvStore::F32(v) => v.len(),
+        KvStore::Bf16(v) => v.len(),
+        KvStore::Int8 { q, .. } => q.len(),
+    };
+    (0..len).map(|i| kv.value_at(i)).collect()
 }
 
 fn run(ops_only: bool, bench: bool) -> Result<bool> {

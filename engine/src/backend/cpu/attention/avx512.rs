@@ -143,13 +143,14 @@ fn load_tiles<S: KeyValues>(
         vt[n * hd..KB * hd].fill(0.0);
     }
     for j in 0..n {
+        let (ks, vs) = (kv.key_scale(c0 + j), kv.value_scale(c0 + j));
         for (d, s) in kv.key(c0 + j).iter().enumerate() {
-            kt[d * KB + j] = s.to_f32();
+            kt[d * KB + j] = s.to_f32() * ks;
         }
         let vr = &mut vt[j * hd..(j + 1) * hd];
         vr.iter_mut()
             .zip(kv.value(c0 + j))
-            .for_each(|(d, s)| *d = s.to_f32());
+            .for_each(|(d, s)| *d = s.to_f32() * vs);
     }
 }
 
