@@ -1,5 +1,6 @@
 //! Perplexity of the real SmolLM2 model over a real transcript (QMSum): an int8 KV cache stays within 1% of
-//! f32, and a sink window wider than the text reads it as dense attention does.
+//! f32, a sink window wider than the text reads it as dense attention does, and a narrow one streams with
+//! bounded blocks.
 
 mod common;
 
@@ -35,7 +36,7 @@ fn options(kv_dtype: KvDtype, sink_window: Option<SinkWindow>) -> PerplexityOpti
 }
 
 #[test]
-fn an_int8_kv_cache_keeps_perplexity_within_one_percent_and_a_wide_window_equals_dense() {
+fn int8_kv_stays_within_one_percent_a_wide_window_equals_dense_and_a_narrow_one_stays_bounded() {
     let dir = common::models().generator.clone();
     let model = Llama::load(CpuBackend::new(), &dir).unwrap();
     let tokenizer = TextTokenizer::from_model_dir(&dir).unwrap();

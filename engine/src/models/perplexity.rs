@@ -52,8 +52,10 @@ pub struct PerplexityReport {
     pub segments: Vec<Segment>,
     /// Mean negative log-likelihood over every predicted token.
     pub nll: f64,
-    /// Most KV blocks held at once.
+    /// Most KV blocks held at once (during a step: the window and the chunk being computed).
     pub peak_blocks: usize,
+    /// Most KV blocks held between steps (after the blocks that left a sink window were freed).
+    pub peak_blocks_between_steps: usize,
     /// Wall time of the run.
     pub seconds: f64,
 }
@@ -118,7 +120,7 @@ pub fn perplexity<B: Backend>(
     let vocab = cfg.vocab_size;
     let mut logits = vec![0f32; opts.chunk * vocab];
     let mut sums = Sums::new(opts.segment);
-    let (mut done, mut peak_blocks) = (0, 0);
+    let (mut done, mut peak_blocks, mut peak_between) = (0, 0, 0);
     while done + 1 < tokens.len() {
         let n = opts.chunk.min(tokens.len() - 1 - done);
         let admit = (done == 0).then_some(&admission);
@@ -153,6 +155,7 @@ pub fn perplexity<B: Backend>(
         }
         peak_blocks = peak_blocks.max(manager.pool().num_used());
         manager.commit_computed(1, tokens, done + n)?;
+        peak_between = peak_between.max(manager.pool().num_used());
         done += n;
     }
     manager.free(1)?;
@@ -161,6 +164,7 @@ pub fn perplexity<B: Backend>(
         segments,
         nll,
         peak_blocks,
+        peak_blocks_between_steps: peak_between,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

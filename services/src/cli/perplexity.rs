@@ -170,10 +170,11 @@ fn print_report(report: &PerplexityReport) {
         println!("{}\t{:.3}", s.end, s.perplexity());
     }
     println!(
-        "perplexity {:.3} over {} segments; peak KV blocks {}; {:.1} s",
+        "perplexity {:.3} over {} segments; peak KV blocks {} during a step, {} between steps; {:.1} s",
         report.perplexity(),
         report.segments.len(),
         report.peak_blocks,
+        report.peak_blocks_between_steps,
         report.seconds
     );
 }
@@ -196,6 +197,7 @@ fn report_json(
         "chunk": args.chunk,
         "perplexity": report.perplexity(),
         "peak_blocks": report.peak_blocks,
+        "peak_blocks_between_steps": report.peak_blocks_between_steps,
         "seconds": report.seconds,
         "segments": report.segments.iter().map(|s| json!({
             "end": s.end, "tokens": s.tokens, "nll": s.nll, "perplexity": s.perplexity(),
