@@ -69,6 +69,15 @@ pub struct ServeConfig {
     /// int8 with one scale per (token, head) (CPU only; about half of bf16's memory per token).
     #[arg(long, env = "DOCQA_KV_DTYPE", value_enum)]
     pub kv_dtype: Option<crate::device::KvType>,
+    /// How the long path reads scopes longer than the model's trained context: `none`, or `yarn` (RoPE
+    /// scaling by `--rope-factor`: the context grows that many times, at a small cost in quality inside
+    /// the trained context, for every request). With `route=long`, whatever is still too long streams
+    /// through a sink window.
+    #[arg(long, env = "DOCQA_LONG_CONTEXT", value_enum, default_value_t = LongContext::None)]
+    pub long_context: LongContext,
+    /// Scale factor of `--long-context yarn`.
+    #[arg(long, env = "DOCQA_ROPE_FACTOR", default_value_t = 4.0)]
+    pub rope_factor: f64,
     /// Memory for the generator's KV cache, in MiB.
     #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
     pub kv_cache_mib: usize,
@@ -82,6 +91,15 @@ pub struct ServeConfig {
     /// (PostgreSQL; with SQLite, one process owns the file and recovers at start).
     #[arg(long, env = "DOCQA_JOB_LEASE_SECS", default_value_t = 30)]
     pub job_lease_secs: u64,
+}
+
+/// How the long path reads past the model's trained context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LongContext {
+    /// The trained context only (longer scopes stream through a sink window with `route=long`).
+    None,
+    /// YaRN RoPE scaling by `--rope-factor`.
+    Yarn,
 }
 
 impl ServeConfig {

@@ -11,6 +11,7 @@ use actix_web::dev::Service;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use docqa_engine::backend::Backend;
+use docqa_engine::config::RopeScaling;
 use docqa_engine::models::bert::BertEmbedder;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle};
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::auth::RateLimits;
 use crate::cli::models::fetch_with_progress;
-use crate::config::ServeConfig;
+use crate::config::{LongContext, ServeConfig};
 use crate::db::{Db, Dialect, tenants};
 use crate::device::GeneratorBackend;
 use crate::embedder::EngineEmbedder;
@@ -58,7 +59,12 @@ pub async fn run_with(
         db.ensure_local_tenant().await?;
     }
     let started = Instant::now();
-    let (engine, tokenizer, max_context) = start_engine(&config, &models.generator, backend)?;
+    let StartedEngine {
+        engine,
+        tokenizer,
+        max_context,
+        trained_context,
+    } = start_engine(&config, &models.generator, backend)?;
     let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
     let bert = BertEmbedder::load(&models.embedder)
         .with_context(|| format!("loading {}", models.embedder.display()))?;
@@ -80,6 +86,7 @@ pub async fn run_with(
         engine,
         tokenizer,
         max_context,
+        trained_context,
         kv_capacity_tokens,
         metrics: Metrics::new(),
         jobs_queued: Notify::new(),
@@ -149,12 +156,22 @@ async fn bootstrap_keys(db: &Db, config: &ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The generator's engine thread and what the service needs to know of it.
+struct StartedEngine {
+    engine: EngineHandle,
+    tokenizer: Arc<TextTokenizer>,
+    /// Longest span attention may cover (the trained context, or more with `--long-context yarn`).
+    max_context: usize,
+    /// The context the model was trained with.
+    trained_context: usize,
+}
+
 /// Loads the generator on the backend `--device` opened and starts its engine thread.
 fn start_engine(
     config: &ServeConfig,
     generator: &Path,
     backend: GeneratorBackend,
-) -> anyhow::Result<(EngineHandle, Arc<TextTokenizer>, usize)> {
+) -> anyhow::Result<StartedEngine> {
     match backend {
         GeneratorBackend::Cpu(cpu) => spawn_engine(cpu, config, generator),
         #[cfg(feature = "cuda")]
@@ -166,9 +183,23 @@ fn spawn_engine<B: Backend + 'static>(
     backend: B,
     config: &ServeConfig,
     generator: &Path,
-) -> anyhow::Result<(EngineHandle, Arc<TextTokenizer>, usize)> {
-    let model = Llama::load(backend, generator)
+) -> anyhow::Result<StartedEngine> {
+    let mut model = Llama::load(backend, generator)
         .with_context(|| format!("loading {}", generator.display()))?;
+    let trained_context = model.config.max_position_embeddings;
+    if config.long_context == LongContext::Yarn {
+        if config.rope_factor <= 1.0 || !config.rope_factor.is_finite() {
+            anyhow::bail!(
+                "--rope-factor must be above 1 with --long-context yarn, got {}",
+                config.rope_factor
+            );
+        }
+        let context = (trained_context as f64 * config.rope_factor) as usize;
+        model.extend_context(
+            RopeScaling::yarn(config.rope_factor, trained_context),
+            context,
+        );
+    }
     let engine_config = EngineConfig {
         kv_cache_bytes: config.kv_cache_mib << 20,
         kv_dtype: config.device.kv_dtype(config.kv_dtype),
@@ -182,7 +213,12 @@ fn spawn_engine<B: Backend + 'static>(
     )?;
     let max_context = core.max_context();
     let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
-    Ok((EngineHandle::spawn(core, None)?, tokenizer, max_context))
+    Ok(StartedEngine {
+        engine: EngineHandle::spawn(core, None)?,
+        tokenizer,
+        max_context,
+        trained_context,
+    })
 }
 
 /// Jobs a crash left running are requeued (or failed), and no index keeps entries of a document that

@@ -26,8 +26,10 @@ pub struct AppState {
     pub engine: EngineHandle,
     /// The generator's tokenizer (token counts, prompts).
     pub tokenizer: Arc<TextTokenizer>,
-    /// The generator's context window, in tokens.
+    /// The generator's context window, in tokens (stretched by `--long-context yarn`).
     pub max_context: usize,
+    /// The context the generator was trained with.
+    pub trained_context: usize,
     /// Tokens the whole KV cache holds (one request can never be longer).
     pub kv_capacity_tokens: usize,
     /// Name of the generator model, as `/v1/models` reports it.

@@ -57,6 +57,19 @@ pub struct RopeFreqs {
 }
 
 impl RopeScaling {
+    /// YaRN by `factor` over a model trained on `original_max_position_embeddings` tokens, with the
+    /// paper's defaults (extrapolate above 32 rotations, interpolate below 1, temperature
+    /// `0.1 ln(factor) + 1`).
+    pub fn yarn(factor: f64, original_max_position_embeddings: usize) -> Self {
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: yarn_mscale(factor),
+        }
+    }
+
     pub(crate) fn from_raw(
         raw: Option<RawRopeScaling>,
         max_pos: usize,

@@ -22,6 +22,8 @@ pub struct ServerInfo {
     pub max_answer_tokens: usize,
     /// The generator's context length in tokens (the long path's limit).
     pub max_context: usize,
+    /// The context the generator was trained with (smaller than `max_context` under RoPE scaling).
+    pub trained_context: usize,
     /// The generator's name.
     pub model: String,
 }
@@ -37,6 +39,7 @@ pub async fn info(state: web::Data<AppState>) -> web::Json<ServerInfo> {
         rag_window: state.config.rag_window,
         max_answer_tokens: state.config.max_answer_tokens,
         max_context: state.max_context,
+        trained_context: state.trained_context,
         model: state.model_name.clone(),
     })
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use docqa_engine::backend::Backend;
-use docqa_engine::config::{RopeScaling, yarn_mscale};
+use docqa_engine::config::RopeScaling;
 use docqa_engine::kv::manager::SinkWindow;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::models::perplexity::{PerplexityOptions, PerplexityReport, perplexity};
@@ -124,13 +124,7 @@ fn rope_scaling(rope: Rope, factor: f64, trained: usize) -> RopeScaling {
         Rope::Plain => RopeScaling::None,
         Rope::Linear => RopeScaling::Linear { factor },
         Rope::Dynamic => RopeScaling::Dynamic { factor },
-        Rope::Yarn => RopeScaling::Yarn {
-            factor,
-            original_max_position_embeddings: trained,
-            beta_fast: 32.0,
-            beta_slow: 1.0,
-            attention_factor: yarn_mscale(factor),
-        },
+        Rope::Yarn => RopeScaling::yarn(factor, trained),
     }
 }
 

@@ -58,6 +58,27 @@ async fn long_prompt(
     Ok(long)
 }
 
+/// How the long path reads a scope beyond the model's trained context, in words (None within it).
+fn long_context_reason(state: &AppState, long: &Prepared, max_tokens: usize) -> Option<String> {
+    if let Some(w) = long.sink_window {
+        return Some(format!(
+            "the scope does not fit the model's window of {} tokens, so the long path reads it \
+             through a sliding window (StreamingLLM): it keeps the first {} tokens and the last {}, and \
+             answers from the end of the text",
+            state.max_context.min(state.kv_capacity_tokens),
+            w.num_sink_tokens,
+            w.window
+        ));
+    }
+    (long.prompt.len() + max_tokens > state.trained_context).then(|| {
+        format!(
+            "the scope is longer than the model's trained context of {} tokens, so positions are \
+             stretched with YaRN RoPE scaling (×{}, up to {} tokens)",
+            state.trained_context, state.config.rope_factor, state.max_context
+        )
+    })
+}
+
 /// Plans the answer to `input` over `docs`.
 pub async fn plan(
     state: &Arc<AppState>,
@@ -122,15 +143,10 @@ pub async fn plan(
             .map_or(0, |p| p.prompt.len().saturating_sub(cached_long_tokens)),
     };
     let (decision, mut reasons) = router::decide(input.route, &signals);
-    if let Some(w) = long.as_ref().and_then(|l| l.sink_window)
-        && decision == Decision::Route(super::types::Route::Long)
+    if decision == Decision::Route(super::types::Route::Long)
+        && let Some(l) = &long
     {
-        reasons.push(format!(
-            "the scope does not fit the model's window of {window} tokens, so the long path reads it \
-             through a sliding window (StreamingLLM): it keeps the first {} tokens and the last {}, and \
-             answers from the end of the text",
-            w.num_sink_tokens, w.window
-        ));
+        reasons.extend(long_context_reason(state, l, max_tokens));
     }
     tracing::info!(?decision, ?signals, "route decided");
     Ok(Plan {

@@ -259,3 +259,30 @@ fn a_server_with_an_int8_kv_cache_answers_from_the_whole_document() {
     assert!(a["usage"]["prompt_tokens"].as_u64().unwrap() > 20, "{a}");
     assert!(!a["answer"].as_str().unwrap().trim().is_empty(), "{a}");
 }
+
+#[test]
+fn yarn_stretches_the_context_the_server_reports_and_answers_with() {
+    let server = Server::start(
+        Options::new(Database::Sqlite)
+            .arg("--long-context", "yarn")
+            .arg("--rope-factor", 2),
+    );
+    let (_, key) = server.tenant("qa");
+    let info: Value = server.get("/v1/info", &key).json().unwrap();
+    assert_eq!(info["trained_context"], 8192, "{info}");
+    assert_eq!(info["max_context"], 16384, "{info}");
+    let (memo, _) = server.ingest(
+        &key,
+        "memo.txt",
+        b"Memo. The audit starts on 4 March and lasts two weeks. Maria Lopez leads it.".to_vec(),
+        "text/plain",
+    );
+    let a = ask(&server, &key, &memo, "Who leads the audit?", "long");
+    assert_eq!(a["route"], "long", "{a}");
+    assert!(!a["answer"].as_str().unwrap().trim().is_empty(), "{a}");
+    assert!(
+        !reasons(&a).contains("YaRN"),
+        "a short scope needs no stretching: {}",
+        reasons(&a)
+    );
+}
