@@ -2,7 +2,7 @@
 //! text.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -13,8 +13,8 @@ use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, Usage};
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
-use super::models::{fetch_with_progress, models_dir_or_default};
-use crate::device::{Device, GeneratorBackend};
+use super::generator::GeneratorArgs;
+use crate::device::GeneratorBackend;
 
 /// `docqa generate`.
 #[derive(Debug, Args)]
@@ -49,25 +49,13 @@ pub struct GenerateArgs {
     /// Stop when this text appears (repeatable).
     #[arg(long)]
     stop: Vec<String>,
-    /// A Llama-family HF model directory to use instead of the default generator.
-    #[arg(long, env = "DOCQA_GENERATOR_DIR")]
-    model: Option<PathBuf>,
-    /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or ~/.cache/docqa/models].
-    #[arg(long, env = "DOCQA_MODELS_DIR")]
-    models_dir: Option<PathBuf>,
-    /// Where the generator runs: `cpu`, or `cuda` (GPU 0, KV cache in bf16; needs a build with
-    /// `--features cuda`).
-    #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
-    device: Device,
+    #[command(flatten)]
+    generator: GeneratorArgs,
 }
 
 /// Runs `docqa generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let backend = args.device.open()?;
-    let dir = match &args.model {
-        Some(dir) => dir.clone(),
-        None => fetch_with_progress(&models_dir_or_default(args.models_dir.clone()))?.generator,
-    };
+    let (backend, dir) = args.generator.resolve()?;
     match backend {
         GeneratorBackend::Cpu(cpu) => generate_on(cpu, &dir, &args),
         #[cfg(feature = "cuda")]
@@ -81,7 +69,7 @@ fn generate_on<B: Backend>(backend: B, dir: &Path, args: &GenerateArgs) -> anyho
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let prompt = prompt_ids(&tokenizer, args)?;
     let engine_config = EngineConfig {
-        kv_dtype: args.device.kv_dtype(None),
+        kv_dtype: args.generator.device.kv_dtype(None),
         ..EngineConfig::default()
     };
     let mut core = EngineCore::new(model, tokenizer, &engine_config)?;

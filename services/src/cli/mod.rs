@@ -7,6 +7,7 @@ mod embed;
 mod eval;
 mod eval_retrieval;
 mod generate;
+mod generator;
 pub mod models;
 mod perplexity;
 mod perplexity_plot;

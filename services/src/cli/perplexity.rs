@@ -14,8 +14,8 @@ use docqa_engine::models::perplexity::{PerplexityOptions, PerplexityReport, perp
 use docqa_engine::text::TextTokenizer;
 use serde_json::json;
 
-use super::models::{fetch_with_progress, models_dir_or_default};
-use crate::device::{Device, GeneratorBackend, KvType};
+use super::generator::GeneratorArgs;
+use crate::device::{GeneratorBackend, KvType};
 
 /// Position encodings to read past the trained context with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,24 +63,13 @@ pub struct PerplexityArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// A Llama-family HF model directory to use instead of the default generator.
-    #[arg(long, env = "DOCQA_GENERATOR_DIR")]
-    model: Option<PathBuf>,
-    /// Directory holding the model directories.
-    #[arg(long, env = "DOCQA_MODELS_DIR")]
-    models_dir: Option<PathBuf>,
-    /// Where the generator runs: `cpu`, or `cuda`.
-    #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
-    device: Device,
+    #[command(flatten)]
+    generator: GeneratorArgs,
 }
 
 /// Runs `docqa perplexity`.
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
-    let backend = args.device.open()?;
-    let dir = match &args.model {
-        Some(dir) => dir.clone(),
-        None => fetch_with_progress(&models_dir_or_default(args.models_dir.clone()))?.generator,
-    };
+    let (backend, dir) = args.generator.resolve()?;
     match backend {
         GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, &args),
         #[cfg(feature = "cuda")]

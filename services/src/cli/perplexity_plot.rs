@@ -9,7 +9,7 @@ use clap::Args;
 use plotters::prelude::*;
 use serde_json::Value;
 
-use crate::eval::plots::{FONT, ensure_font};
+use crate::eval::plots::{FONT, ensure_font, legend};
 
 /// `docqa perplexity-plot`.
 #[derive(Debug, Args)]
@@ -137,14 +137,7 @@ fn draw<DB: DrawingBackend>(
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
             });
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 16))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|x| e(&x))?;
+    legend(&mut chart).map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }

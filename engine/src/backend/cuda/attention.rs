@@ -34,6 +34,24 @@ fn launch_config(rows: usize, shape: AttnShape) -> Result<LaunchConfig> {
     })
 }
 
+/// The integer arguments of the paged kernels: num_seqs, num_heads, num_kv_heads, head_dim, block_size,
+/// max_blocks_per_seq.
+fn paged_ints(
+    meta: &PagedAttnMeta<'_, CudaBackend>,
+    shape: AttnShape,
+    block_size: usize,
+) -> [i32; 6] {
+    [
+        meta.num_seqs,
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+        block_size,
+        meta.max_blocks_per_seq,
+    ]
+    .map(|v| v as i32)
+}
+
 pub(super) fn paged(
     be: &CudaBackend,
     q: &CudaSlice<f32>,
@@ -69,15 +87,7 @@ pub(super) fn paged(
             false => flash::prefill(be, q, (k, v), meta, shape, bs, out),
         };
     }
-    let ints = [
-        meta.num_seqs,
-        shape.num_heads,
-        shape.num_kv_heads,
-        shape.head_dim,
-        kc.shape.block_size,
-        meta.max_blocks_per_seq,
-    ]
-    .map(|v| v as i32);
+    let ints = paged_ints(meta, shape, kc.shape.block_size);
     let stream = &be.dev.stream;
     let mut b = match (&kc.store, &vc.store) {
         (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
@@ -147,15 +157,7 @@ fn paged_windowed(
         .arg(meta.block_table)
         .arg(windowed.windows);
     b.arg(out);
-    let ints = [
-        meta.num_seqs,
-        shape.num_heads,
-        shape.num_kv_heads,
-        shape.head_dim,
-        kc.shape.block_size,
-        meta.max_blocks_per_seq,
-    ]
-    .map(|v| v as i32);
+    let ints = paged_ints(meta, shape, kc.shape.block_size);
     for i in &ints {
         b.arg(i);
     }
