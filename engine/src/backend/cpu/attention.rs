@@ -6,8 +6,9 @@
 //! online softmax (running max and sum, rescaled once per chunk); nothing is allocated and the score
 //! vector never materialises.
 //!
-//! Sink windows (StreamingLLM) run on the portable path: a query scores the sink keys with its
-//! sink-rotated row and its recent window with its own row, in one online softmax ([`run_windowed`]).
+//! Sink windows (StreamingLLM): a query scores the sink keys with its sink-rotated row and its recent
+//! window with its own row, in one online softmax ([`run_windowed`]), on the blocked kernel where it runs
+//! and on the portable path otherwise.
 
 use rayon::prelude::*;
 
@@ -147,7 +148,8 @@ pub(crate) fn run<S: KeyValues>(
     );
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && shape.head_dim.is_multiple_of(16) {
-        return run_blocked(q, out, qsl, ctx, kv_for, shape, causal);
+        let dense = |_: usize| [0; 3];
+        return run_blocked((q, &[]), out, qsl, (ctx, dense), kv_for, shape, causal);
     }
     let group = shape.num_heads / shape.num_kv_heads;
     out[..rows * shape.num_heads * shape.head_dim]
@@ -187,6 +189,18 @@ pub(crate) fn run_windowed<S: KeyValues>(
     let rows = qsl[num_seqs] as usize;
     assert!(out.len() >= rows * heads * hd && q.len() >= rows * heads * hd);
     assert!(q_sinks.len() >= rows * heads * hd);
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && hd.is_multiple_of(16) {
+        return run_blocked(
+            (q, q_sinks),
+            out,
+            qsl,
+            (ctx, window_of),
+            kv_for,
+            shape,
+            true,
+        );
+    }
     let group = heads / shape.num_kv_heads;
     out[..rows * heads * hd]
         .par_chunks_mut(hd)
@@ -213,10 +227,13 @@ pub(crate) fn run_windowed<S: KeyValues>(
 
 #[cfg(target_arch = "x86_64")]
 fn run_blocked<S: KeyValues>(
-    q: &[f32],
+    (q, q_sinks): (&[f32], &[f32]),
     out: &mut [f32],
     qsl: &[u32],
-    ctx: impl Fn(usize) -> usize + Sync,
+    (ctx, window_of): (
+        impl Fn(usize) -> usize + Sync,
+        impl Fn(usize) -> [usize; 3] + Sync,
+    ),
     kv_for: impl Fn(usize, usize) -> S + Sync,
     shape: AttnShape,
     causal: bool,
@@ -234,17 +251,31 @@ fn run_blocked<S: KeyValues>(
         .into_par_iter()
         .for_each(|task| {
             let (s, b, g) = (task / (blocks * kvh), task / kvh % blocks, task % kvh);
+            let [sinks, window, _] = window_of(s);
             let span = avx512::Span {
                 q_start: qsl[s] as usize,
                 q_len: (qsl[s + 1] - qsl[s]) as usize,
                 ctx: ctx(s),
+                sinks,
+                window,
             };
             let r0 = b * avx512::QB;
             if r0 < span.q_len {
                 let rows = r0..(r0 + avx512::QB).min(span.q_len);
                 // SAFETY: avx512f detected, head_dim % 16 == 0, out covers every row (asserted by the
                 // caller), and tasks own disjoint (row, head) slices.
-                unsafe { avx512::task(q, out_ptr, &kv_for(s, g), span, rows, g, shape, causal) }
+                unsafe {
+                    avx512::task(
+                        (q, q_sinks),
+                        out_ptr,
+                        &kv_for(s, g),
+                        span,
+                        rows,
+                        g,
+                        shape,
+                        causal,
+                    )
+                }
             }
         });
 }

@@ -27,6 +27,27 @@ pub(crate) struct Span {
     pub q_len: usize,
     /// Keys visible to its last query row.
     pub ctx: usize,
+    /// Sink tokens of its window (0 when dense).
+    pub sinks: usize,
+    /// Recent tokens its window keeps, or 0 for dense attention.
+    pub window: usize,
+}
+
+impl Span {
+    /// The key ranges row `i` scores, each flagged with whether it uses the row's sink-rotated query:
+    /// everything visible when dense or while the window has not slid, else the sinks and the window.
+    fn segments(&self, i: usize, causal: bool) -> [(bool, std::ops::Range<usize>); 2] {
+        let end = if causal {
+            self.ctx - self.q_len + i + 1
+        } else {
+            self.ctx
+        };
+        if self.window == 0 || end <= self.sinks + self.window {
+            [(false, 0..end), (false, 0..0)]
+        } else {
+            [(true, 0..self.sinks), (false, end - self.window..end)]
+        }
+    }
 }
 
 /// Output rows shared by tasks writing disjoint (row, head) slices.
@@ -40,7 +61,8 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Attention of rows `rows` (indices within the sequence) of `span` for KV head `g`.
+/// Attention of rows `rows` (indices within the sequence) of `span` for KV head `g`; under a sink window,
+/// the sink keys are scored with the rows of `q_sinks`.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, `shape.head_dim` must be a multiple of 16, `out` must cover the
@@ -48,7 +70,7 @@ thread_local! {
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn task<S: KeyValues>(
-    q: &[f32],
+    (q, q_sinks): (&[f32], &[f32]),
     out: OutPtr,
     kv: &S,
     span: Span,
@@ -60,13 +82,6 @@ pub(crate) unsafe fn task<S: KeyValues>(
     let hd = shape.head_dim;
     let group = shape.num_heads / shape.num_kv_heads;
     let states = rows.len() * group;
-    let visible = |i: usize| {
-        if causal {
-            span.ctx - span.q_len + i + 1
-        } else {
-            span.ctx
-        }
-    };
     SCRATCH.with_borrow_mut(|scratch| {
         let need = 2 * KB * hd + states * (hd + 2);
         if scratch.len() < need {
@@ -78,32 +93,54 @@ pub(crate) unsafe fn task<S: KeyValues>(
         acc.fill(0.0);
         ml.chunks_exact_mut(2)
             .for_each(|c| c.copy_from_slice(&[f32::NEG_INFINITY, 0.0]));
-        let last = visible(rows.end - 1);
+        let last = span
+            .segments(rows.end - 1, causal)
+            .iter()
+            .map(|(_, r)| r.end)
+            .max()
+            .unwrap_or(0);
         let mut c0 = 0;
         while c0 < last {
             let n = (last - c0).min(KB);
-            load_tiles(kv, c0, n, hd, kt, vt);
+            // Keys of the chunk some row scores (a window's row skips the blocks it dropped).
+            let wanted = rows.clone().fold(0u32, |m, i| {
+                span.segments(i, causal).iter().fold(m, |m, (_, r)| {
+                    let (lo, hi) = (r.start.max(c0), r.end.min(c0 + n));
+                    if lo < hi {
+                        m | (((1u32 << (hi - c0)) - 1) & !((1u32 << (lo - c0)) - 1))
+                    } else {
+                        m
+                    }
+                })
+            });
+            if wanted == 0 {
+                c0 += n;
+                continue;
+            }
+            load_tiles(kv, c0, (n, wanted), hd, (kt, vt));
             for i in rows.clone() {
-                let valid = visible(i).saturating_sub(c0).min(KB);
-                if valid == 0 {
-                    continue;
-                }
-                for hh in 0..group {
-                    let h = g * group + hh;
-                    let qv = &q[((span.q_start + i) * shape.num_heads + h) * hd..][..hd];
-                    let st = (i - rows.start) * group + hh;
-                    // SAFETY: features are enabled on this function; slices are in bounds.
-                    unsafe {
-                        update(
-                            qv,
-                            kt,
-                            vt,
-                            valid,
-                            shape.scale,
-                            &mut acc[st * hd..(st + 1) * hd],
-                            &mut ml[2 * st..2 * st + 2],
-                        )
-                    };
+                for (sink, r) in span.segments(i, causal) {
+                    let (lo, hi) = (r.start.max(c0), r.end.min(c0 + n));
+                    if lo >= hi {
+                        continue;
+                    }
+                    let src = if sink { q_sinks } else { q };
+                    for hh in 0..group {
+                        let h = g * group + hh;
+                        let qv = &src[((span.q_start + i) * shape.num_heads + h) * hd..][..hd];
+                        let st = (i - rows.start) * group + hh;
+                        // SAFETY: features are enabled on this function; slices are in bounds.
+                        unsafe {
+                            update(
+                                qv,
+                                (kt, vt),
+                                (lo - c0, hi - c0),
+                                shape.scale,
+                                &mut acc[st * hd..(st + 1) * hd],
+                                &mut ml[2 * st..2 * st + 2],
+                            )
+                        };
+                    }
                 }
             }
             c0 += n;
@@ -126,23 +163,23 @@ pub(crate) unsafe fn task<S: KeyValues>(
     });
 }
 
-/// Copies keys `c0..c0 + n` transposed into `kt[hd, 16]` and values into `vt[16, hd]` as f32,
-/// zero-filling unused keys.
+/// Copies the keys `c0 + j` (`j < n`, bit `j` of `wanted` set) transposed into `kt[hd, 16]` and their
+/// values into `vt[16, hd]` as f32, zero-filling the others.
 #[inline(always)]
 fn load_tiles<S: KeyValues>(
     kv: &S,
     c0: usize,
-    n: usize,
+    (n, wanted): (usize, u32),
     hd: usize,
-    kt: &mut [f32],
-    vt: &mut [f32],
+    (kt, vt): (&mut [f32], &mut [f32]),
 ) {
     use super::super::kv::KvElem;
-    if n < KB {
+    let full = n == KB && wanted == (1u32 << KB) - 1;
+    if !full {
         kt.fill(0.0);
-        vt[n * hd..KB * hd].fill(0.0);
+        vt[..KB * hd].fill(0.0);
     }
-    for j in 0..n {
+    for j in (0..n).filter(|j| wanted & (1 << j) != 0) {
         let (ks, vs) = (kv.key_scale(c0 + j), kv.value_scale(c0 + j));
         for (d, s) in kv.key(c0 + j).iter().enumerate() {
             kt[d * KB + j] = s.to_f32() * ks;
@@ -172,26 +209,22 @@ unsafe fn scores(q: &[f32], kt: &[f32]) -> __m512 {
     _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]))
 }
 
-/// One online-softmax step of one (row, head) over a chunk of `valid` keys.
+/// One online-softmax step of one (row, head) over keys `lo..hi` of a chunk.
 #[target_feature(enable = "avx512f")]
 unsafe fn update(
     q: &[f32],
-    kt: &[f32],
-    vt: &[f32],
-    valid: usize,
+    (kt, vt): (&[f32], &[f32]),
+    (lo, hi): (usize, usize),
     scale: f32,
     acc: &mut [f32],
     ml: &mut [f32],
 ) {
+    let valid = hi;
     let hd = q.len();
     // SAFETY: every load below stays within q (hd), kt/vt (16 × hd) and acc (hd); hd % 16 == 0.
     unsafe {
         let scores = scores(q, kt);
-        let mask: __mmask16 = if valid >= 16 {
-            u16::MAX
-        } else {
-            (1u16 << valid) - 1
-        };
+        let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
         let s = _mm512_mask_mov_ps(
             _mm512_set1_ps(f32::NEG_INFINITY),
             mask,
