@@ -36,13 +36,19 @@ impl BlockHash {
     }
 }
 
-/// Hashes of every full block of `tokens`, in order; a trailing partial block has none.
-pub fn full_block_hashes(tokens: &[u32], block_size: usize, extra: u64) -> Vec<BlockHash> {
+/// Hashes of every full block of `tokens`, in order; a trailing partial block has none. Block `b` is
+/// hashed with the extra key `extra(b)`.
+pub fn full_block_hashes(
+    tokens: &[u32],
+    block_size: usize,
+    extra: impl Fn(usize) -> u64,
+) -> Vec<BlockHash> {
     let mut parent = None;
     tokens
         .chunks_exact(block_size)
-        .map(|block| {
-            let h = BlockHash::of(parent, block, extra);
+        .enumerate()
+        .map(|(b, block)| {
+            let h = BlockHash::of(parent, block, extra(b));
             parent = Some(h);
             h
         })
@@ -55,15 +61,15 @@ mod tests {
 
     #[test]
     fn equal_blocks_after_different_prefixes_hash_differently() {
-        let a = full_block_hashes(&[1, 2, 3, 4, 9, 9, 9, 9], 4, 0);
-        let b = full_block_hashes(&[5, 6, 7, 8, 9, 9, 9, 9], 4, 0);
+        let a = full_block_hashes(&[1, 2, 3, 4, 9, 9, 9, 9], 4, |_| 0);
+        let b = full_block_hashes(&[5, 6, 7, 8, 9, 9, 9, 9], 4, |_| 0);
         assert_ne!(a[1], b[1]);
     }
 
     #[test]
     fn shared_prefixes_share_their_hashes_and_partial_blocks_get_none() {
-        let a = full_block_hashes(&[1, 2, 3, 4, 5, 6, 7, 8, 1], 4, 0);
-        let b = full_block_hashes(&[1, 2, 3, 4, 5, 6, 7, 8, 2, 3], 4, 0);
+        let a = full_block_hashes(&[1, 2, 3, 4, 5, 6, 7, 8, 1], 4, |_| 0);
+        let b = full_block_hashes(&[1, 2, 3, 4, 5, 6, 7, 8, 2, 3], 4, |_| 0);
         assert_eq!(a.len(), 2);
         assert_eq!(a, b);
     }

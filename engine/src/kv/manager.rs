@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use super::block_hash::BlockHash;
+use super::block_hash::{BlockHash, full_block_hashes};
 use super::block_pool::{BlockId, BlockPool};
 use crate::error::{EngineError, Result};
 
@@ -228,32 +228,10 @@ impl KvCacheManager {
         self.lookup_prefix(prompt, scope).num_tokens
     }
 
-    /// The block-hash salt of logical block `b` in `scope`: the engine's salt mixed with the namespace, and
-    /// with the window for blocks past the window's dense prefix.
-    fn block_salt(&self, scope: CacheScope, b: usize) -> u64 {
-        let base = self.cfg.cache_salt
-            ^ scope
-                .namespace
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(29);
-        match scope.sink_window {
-            Some(w) if (b + 1) * self.cfg.block_size > w.dense_prefix() => base ^ w.tag(),
-            _ => base,
-        }
-    }
-
     /// Hashes of every full block of `tokens` in `scope`.
     fn block_hashes(&self, tokens: &[u32], scope: CacheScope) -> Vec<BlockHash> {
-        let mut parent = None;
-        tokens
-            .chunks_exact(self.cfg.block_size)
-            .enumerate()
-            .map(|(b, block)| {
-                let h = BlockHash::of(parent, block, self.block_salt(scope, b));
-                parent = Some(h);
-                h
-            })
-            .collect()
+        let cfg = self.cfg;
+        full_block_hashes(tokens, cfg.block_size, |b| block_salt(&cfg, scope, b))
     }
 
     /// Removes the prefix-cache entries of every full block of `tokens` in `scope`, so no later request
@@ -378,33 +356,23 @@ impl KvCacheManager {
         tokens: &[u32],
         num_computed: usize,
     ) -> Result<()> {
-        let bs = self.cfg.block_size;
-        let scope = self
-            .requests
-            .get(&request)
-            .ok_or(EngineError::UnknownRequest(request))?
-            .scope;
-        let live = live_block_range(bs, scope.sink_window, num_computed);
-        let salts: Vec<u64> = (0..num_computed / bs)
-            .map(|b| self.block_salt(scope, b))
-            .collect();
-        let prior_parent = {
-            let entry = &self.requests[&request];
-            let full = (num_computed / bs).min(entry.table.len());
-            (entry.num_hashed < full && entry.parent.is_none() && entry.num_hashed > 0)
-                .then(|| self.block_hashes(&tokens[..entry.num_hashed * bs], scope))
-                .and_then(|prior| prior.last().copied())
-        };
+        let (cfg, bs) = (self.cfg, self.cfg.block_size);
         let entry = self
             .requests
             .get_mut(&request)
             .ok_or(EngineError::UnknownRequest(request))?;
+        let scope = entry.scope;
+        let live = live_block_range(bs, scope.sink_window, num_computed);
         let full = (num_computed / bs).min(entry.table.len());
-        if prior_parent.is_some() {
-            entry.parent = prior_parent;
+        if entry.num_hashed < full && entry.parent.is_none() && entry.num_hashed > 0 {
+            let prior = full_block_hashes(&tokens[..entry.num_hashed * bs], bs, |b| {
+                block_salt(&cfg, scope, b)
+            });
+            entry.parent = prior.last().copied();
         }
         for b in entry.num_hashed..full {
-            let hash = BlockHash::of(entry.parent, &tokens[b * bs..(b + 1) * bs], salts[b]);
+            let salt = block_salt(&cfg, scope, b);
+            let hash = BlockHash::of(entry.parent, &tokens[b * bs..(b + 1) * bs], salt);
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash);
@@ -439,14 +407,23 @@ impl KvCacheManager {
         Some(block as usize * bs + index % bs)
     }
 
-    /// The scope a live request was admitted with.
-    pub fn scope(&self, request: RequestId) -> Option<CacheScope> {
-        self.requests.get(&request).map(|r| r.scope)
-    }
-
     /// Live requests.
     pub fn num_requests(&self) -> usize {
         self.requests.len()
+    }
+}
+
+/// The block-hash salt of logical block `b` in `scope`: the engine's salt mixed with the namespace, and with
+/// the window for blocks past the window's dense prefix.
+fn block_salt(cfg: &KvCacheConfig, scope: CacheScope, b: usize) -> u64 {
+    let base = cfg.cache_salt
+        ^ scope
+            .namespace
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    match scope.sink_window {
+        Some(w) if (b + 1) * cfg.block_size > w.dense_prefix() => base ^ w.tag(),
+        _ => base,
     }
 }
 

@@ -112,15 +112,14 @@ pub async fn plan(
         RouteChoice::Auto => None,
     };
     let cached = |p: &Option<Prepared>| {
-        let prepared = p.clone();
-        let engine = state.engine.clone();
         let namespace = super::cache_namespace(tenant_id);
+        let lookup = p
+            .as_ref()
+            .map(|p| (p.prompt.clone(), super::cache_scope(namespace, p)));
+        let engine = state.engine.clone();
         async move {
-            match prepared {
-                Some(p) => engine
-                    .cached_prefix_len(p.prompt.clone(), super::cache_scope(namespace, &p))
-                    .await
-                    .unwrap_or(0),
+            match lookup {
+                Some((prompt, scope)) => engine.cached_prefix_len(prompt, scope).await.unwrap_or(0),
                 None => 0,
             }
         }

@@ -19,6 +19,22 @@ fn ask(server: &Server, key: &str, doc: &str, question: &str, route: &str) -> Va
     body
 }
 
+/// Uploads SQuAD article `index` as a text file; returns its document id and questions.
+fn ingest_article(
+    server: &Server,
+    key: &str,
+    index: usize,
+) -> (String, Vec<(String, Vec<String>)>) {
+    let (title, text, questions) = support::squad_article(index);
+    let (doc, _) = server.ingest(
+        key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    (doc, questions)
+}
+
 fn reasons(a: &Value) -> String {
     a["route_reasons"]
         .as_array()
@@ -174,13 +190,7 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
     // window: route=long streams it through 4 sink tokens and a window of about 900 recent tokens.
     let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 64));
     let (_, key) = server.tenant("qa");
-    let (title, text, questions) = support::squad_article(3);
-    let (doc, _) = server.ingest(
-        &key,
-        &format!("{title}.txt"),
-        text.into_bytes(),
-        "text/plain",
-    );
+    let (doc, questions) = ingest_article(&server, &key, 3);
     let (question, _) = &questions[0];
     let first = ask(&server, &key, &doc, question, "long");
     assert_eq!(first["route"], "long", "{first}");
@@ -225,13 +235,7 @@ fn an_explicit_long_route_is_refused_when_the_kv_cache_cannot_hold_a_window() {
     // One KV block: too small to stream anything through.
     let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 1));
     let (_, key) = server.tenant("qa");
-    let (title, text, _) = support::squad_article(3);
-    let (doc, _) = server.ingest(
-        &key,
-        &format!("{title}.txt"),
-        text.into_bytes(),
-        "text/plain",
-    );
+    let (doc, _) = ingest_article(&server, &key, 3);
     let res = server.post("/v1/ask", &key, &json!({ "question": "What is it about?", "route": "long", "scope": { "document_ids": [doc] } }));
     assert_eq!(res.status(), 422);
     let body: Value = res.json().unwrap();
