@@ -12,49 +12,20 @@
 //! `--model` defaults to `all-minilm-l6-v2` in the engine's models directory (`DOCQA_MODELS_DIR`).
 
 mod cache;
+#[path = "../../benches/support/engine_embedder.rs"]
+#[allow(dead_code)]
+mod engine_embedder;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
-use docqa_engine::models::bert::BertEmbedder;
 use docqa_indexer::eval::{
     EvalOptions, evaluate_retrieval, evaluate_within_document, sentence_windows,
 };
-use docqa_indexer::{Embedder, Fusion, IndexerError, Result};
+use docqa_indexer::{Embedder, Fusion};
+use engine_embedder::EngineEmbedder;
 
 const MODEL: &str = "all-MiniLM-L6-v2";
-
-/// The engine's embedder behind the indexer's trait, with a progress line on stderr.
-struct Engine {
-    bert: BertEmbedder,
-    done: AtomicUsize,
-    start: Instant,
-}
-
-impl Embedder for Engine {
-    fn dim(&self) -> usize {
-        self.bert.dim()
-    }
-
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::with_capacity(texts.len());
-        for part in texts.chunks(64) {
-            out.extend(
-                self.bert
-                    .embed(part)
-                    .map_err(|e| IndexerError::Embedder(e.to_string()))?,
-            );
-            let n = self.done.fetch_add(part.len(), Ordering::Relaxed) + part.len();
-            eprint!(
-                "\rembedded {n} texts in {:.0} s",
-                self.start.elapsed().as_secs_f64()
-            );
-        }
-        Ok(out)
-    }
-}
 
 struct Args {
     dataset: PathBuf,
@@ -92,13 +63,8 @@ fn parse_args() -> std::result::Result<Args, String> {
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
-    let bert = BertEmbedder::load(&args.model)?;
-    let dim = bert.dim();
-    let engine = Engine {
-        bert,
-        done: AtomicUsize::new(0),
-        start: Instant::now(),
-    };
+    let engine = EngineEmbedder::load(&args.model, true)?;
+    let dim = engine.dim();
     let cached = cache::CachedEmbedder::open(&args.cache, MODEL, dim, Some(Box::new(engine)))?;
     eprintln!(
         "{} cached embeddings in {}",

@@ -1,0 +1,66 @@
+//! The engine's MiniLM embedder behind the indexer's [`Embedder`] trait, counting what it embeds and
+//! the time it spends, with an optional progress line on stderr.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use docqa_engine::models::bert::BertEmbedder;
+use docqa_indexer::{Embedder, IndexerError, Result};
+
+/// Texts per call into the engine.
+const BATCH: usize = 64;
+
+/// [`BertEmbedder`] with counters.
+pub struct EngineEmbedder {
+    bert: BertEmbedder,
+    texts: AtomicUsize,
+    busy: Mutex<Duration>,
+    progress: bool,
+}
+
+impl EngineEmbedder {
+    /// Loads all-MiniLM-L6-v2 from `dir`; `progress` prints a running count on stderr.
+    pub fn load(dir: &std::path::Path, progress: bool) -> Result<Self> {
+        let bert = BertEmbedder::load(dir).map_err(|e| IndexerError::Embedder(e.to_string()))?;
+        Ok(Self {
+            bert,
+            texts: AtomicUsize::new(0),
+            busy: Mutex::new(Duration::ZERO),
+            progress,
+        })
+    }
+
+    /// Time spent embedding so far.
+    pub fn busy(&self) -> Duration {
+        self.busy.lock().map(|d| *d).unwrap_or_default()
+    }
+}
+
+impl Embedder for EngineEmbedder {
+    fn dim(&self) -> usize {
+        self.bert.dim()
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let mut out = Vec::with_capacity(texts.len());
+        for part in texts.chunks(BATCH) {
+            let start = Instant::now();
+            let vectors = self
+                .bert
+                .embed(part)
+                .map_err(|e| IndexerError::Embedder(e.to_string()))?;
+            out.extend(vectors);
+            let busy = self.busy.lock().map(|mut d| {
+                *d += start.elapsed();
+                *d
+            });
+            let n = self.texts.fetch_add(part.len(), Ordering::Relaxed) + part.len();
+            if self.progress {
+                let secs = busy.unwrap_or_default().as_secs_f64();
+                eprint!("\rembedded {n} texts in {secs:.0} s");
+            }
+        }
+        Ok(out)
+    }
+}
