@@ -114,6 +114,20 @@ fn input_over_the_size_limit_is_too_large() {
 }
 
 #[test]
+fn a_100_mb_text_file_is_too_large_under_the_default_limit() {
+    let text = "A line of an enormous log file.\n".repeat((100 << 20) / 32);
+    assert_eq!(text.len(), 100 << 20);
+    let err = parse_document(text.as_bytes(), Some("huge.txt"), Some("text/plain")).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            IndexerError::TooLarge { size, max_bytes: ParseLimits::DEFAULT_MAX_BYTES } if size == 100 << 20
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn docx_inflating_past_the_size_limit_is_too_large() {
     let body = para(None, &"All work and no play. ".repeat(20_000));
     let bytes = docx(&body, None);
