@@ -4,8 +4,9 @@
 //! - prefill tok/s for a 512-token and a 2,048-token prompt (one forward pass each, logits of the last
 //!   token only), best of `DOCQA_BENCH_REPS` runs (default 3);
 //! - decode tok/s for 128 greedy tokens after a 512-token prompt (batch 1, one token per pass,
-//!   including the LM head and the arg-max), with the bf16 weights and again with the int8 decode
-//!   path (`CpuBackend::with_int8_decode`).
+//!   including the LM head and the arg-max), with the bf16 weights (f32 KV cache, then bf16 KV cache
+//!   like llama.cpp's default f16 one) and again with the int8 decode path
+//!   (`CpuBackend::with_int8_decode`).
 //!
 //! Each figure is printed twice: by wall clock, and by CPU time (`tokens / (busy CPU-seconds of all
 //! threads / threads)`, read from `/proc/self/task/*/schedstat`). On a shared machine the wall-clock
@@ -108,10 +109,16 @@ fn prefill(model: &Llama<CpuBackend>, n: usize, reps: usize) -> Best {
     best
 }
 
-fn decode(model: &Llama<CpuBackend>, prompt_len: usize, steps: usize, reps: usize) -> Best {
+fn decode(
+    model: &Llama<CpuBackend>,
+    kv: KvDtype,
+    prompt_len: usize,
+    steps: usize,
+    reps: usize,
+) -> Best {
     let tokens = prompt(prompt_len);
-    let mut seq = SingleSequence::new(model, prompt_len + steps + 16, prompt_len, KvDtype::F32)
-        .expect("driver");
+    let mut seq =
+        SingleSequence::new(model, prompt_len + steps + 16, prompt_len, kv).expect("driver");
     let mut best = Best::new();
     for _ in 0..reps {
         seq.reset();
@@ -148,10 +155,23 @@ fn main() {
             }
         }
         if only != "prefill" {
-            decode(&model, 512, 128, reps).report("decode 128 after 512", 128, threads);
+            decode(&model, KvDtype::F32, 512, 128, reps).report(
+                "decode 128 after 512",
+                128,
+                threads,
+            );
+            decode(&model, KvDtype::Bf16, 512, 128, reps).report(
+                "decode, bf16 KV cache",
+                128,
+                threads,
+            );
             let int8 =
                 Llama::load(CpuBackend::with_int8_decode(), &model_dir()).expect("load int8");
-            decode(&int8, 512, 128, reps).report("decode (int8 weights)", 128, threads);
+            decode(&int8, KvDtype::F32, 512, 128, reps).report(
+                "decode (int8 weights)",
+                128,
+                threads,
+            );
         }
     });
 }

@@ -94,6 +94,45 @@ fn bf16_matmul_simd_is_exact_up_to_summation_order_on_bf16_activations() {
 }
 
 #[test]
+fn a_bf16_matmul_row_is_bit_identical_alone_and_inside_a_batch() {
+    // Decode (one activation row) reads weight rows in turn, batches interleave four rows: both must
+    // sum the same products in the same order.
+    let mut rng = Rng::fresh("bf16_matmul_batch_invariance");
+    let (rows, k, n) = (6, 1536, 68);
+    let x = rng.vec(rows * k, 2.0);
+    let w: Vec<u16> = rng
+        .vec(n * k, 0.5)
+        .iter()
+        .map(|v| half::bf16::from_f32(*v).to_bits())
+        .collect();
+    let batch = MatmulDims { rows, k, n };
+    let mut together = vec![f32::NAN; rows * n];
+    matmul::matmul(
+        &x,
+        WeightSlice::Bf16(&w),
+        None,
+        batch,
+        &mut together,
+        &mut Vec::new(),
+    );
+    for r in 0..rows {
+        let one = MatmulDims { rows: 1, k, n };
+        let mut alone = vec![f32::NAN; n];
+        let row = &x[r * k..(r + 1) * k];
+        matmul::matmul(
+            row,
+            WeightSlice::Bf16(&w),
+            None,
+            one,
+            &mut alone,
+            &mut Vec::new(),
+        );
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&alone), bits(&together[r * n..(r + 1) * n]), "row {r}");
+    }
+}
+
+#[test]
 fn f32_matmul_simd_matches_reference() {
     let mut rng = Rng::fresh("f32_matmul");
     for &(rows, k, n) in SHAPES {

@@ -180,6 +180,12 @@ unsafe fn bf16_kernel<const M: usize, const R: usize>(
     out: &mut [[f32; 4]; 4],
 ) {
     let mut acc = [[_mm512_setzero_ps(); R]; M];
+    if M == 1 {
+        // SAFETY: forwarded from the caller.
+        unsafe { bf16_rows_in_turn(xb, w, k, &mut acc[0]) };
+        store_sums(&acc, out);
+        return;
+    }
     let mut c = 0;
     while c < k {
         let mask: __mmask32 = if k - c >= 32 {
@@ -204,6 +210,39 @@ unsafe fn bf16_kernel<const M: usize, const R: usize>(
         c += 32;
     }
     store_sums(&acc, out);
+}
+
+/// The one-activation-row case of [`bf16_kernel`] (decode), bound by memory: each weight row is read
+/// to its end before the next, so the tile's rows, which lie back to back, are one sequential stream
+/// for the hardware prefetcher. Interleaving the rows, as the many-row tiles do to share activation
+/// loads, splits it into streams a few cache lines long that the prefetcher does not follow (decode
+/// ran 20 % slower that way). Each accumulator sees the same products in the same order as in
+/// [`bf16_kernel`]'s main loop, so the sums are bit-identical.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn bf16_rows_in_turn<const R: usize>(
+    xb: *const u16,
+    w: *const u16,
+    k: usize,
+    acc: &mut [__m512; R],
+) {
+    for (ri, a) in acc.iter_mut().enumerate() {
+        let mut c = 0;
+        while c < k {
+            let mask: __mmask32 = if k - c >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << (k - c)) - 1
+            };
+            // SAFETY: as in bf16_kernel: the masked load stays inside row ri of w, and the
+            // activation row is padded to a multiple of 32 elements.
+            unsafe {
+                let wv = _mm512_maskz_loadu_epi16(mask, w.add(ri * k + c) as *const i16);
+                let xv: __m512bh = std::mem::transmute(_mm512_loadu_si512(xb.add(c) as *const _));
+                *a = _mm512_dpbf16_ps(*a, xv, std::mem::transmute::<__m512i, __m512bh>(wv));
+            }
+            c += 32;
+        }
+    }
 }
 
 /// `acc[m][r] = Σ_k x[m, k] · w[r, k]` for an `M × R` tile of f32 weights.
