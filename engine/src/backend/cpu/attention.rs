@@ -225,6 +225,12 @@ pub(crate) fn run_windowed<S: KeyValues>(
         });
 }
 
+/// Keys per part when a decode row's attention is split over its keys (a multiple of the kernel's
+/// 16-key chunks). Decode has one query row per sequence, so without a split a sequence is only
+/// `num_kv_heads` tasks (3 for SmolLM2), too few to share evenly between threads.
+#[cfg(target_arch = "x86_64")]
+const SPLIT_KEYS: usize = 128;
+
 #[cfg(target_arch = "x86_64")]
 fn run_blocked<S: KeyValues>(
     (q, q_sinks): (&[f32], &[f32]),
@@ -238,46 +244,117 @@ fn run_blocked<S: KeyValues>(
     shape: AttnShape,
     causal: bool,
 ) {
-    let num_seqs = qsl.len() - 1;
     let kvh = shape.num_kv_heads;
-    let max_q = qsl
-        .windows(2)
-        .map(|w| (w[1] - w[0]) as usize)
-        .max()
-        .unwrap_or(0);
-    let blocks = max_q.div_ceil(avx512::QB);
+    let span_of = |s: usize| {
+        let [sinks, window, _] = window_of(s);
+        avx512::Span {
+            q_start: qsl[s] as usize,
+            q_len: (qsl[s + 1] - qsl[s]) as usize,
+            ctx: ctx(s),
+            sinks,
+            window,
+        }
+    };
+    // Whole tasks (sequence, block of query rows, KV head), and split ones (sequence, KV head, key
+    // part) for dense decode rows: a row's split depends on its own context only, so its arithmetic
+    // does not depend on the rest of the batch.
+    let (mut whole, mut split) = (Vec::new(), Vec::new());
+    for s in 0..qsl.len() - 1 {
+        let span = span_of(s);
+        if span.q_len == 1 && span.window == 0 && span.ctx > SPLIT_KEYS {
+            let parts = span.ctx.div_ceil(SPLIT_KEYS);
+            split.extend((0..kvh).flat_map(|g| (0..parts).map(move |p| (s, g, p))));
+        } else {
+            let blocks = span.q_len.div_ceil(avx512::QB);
+            whole.extend((0..blocks).flat_map(|b| (0..kvh).map(move |g| (s, b, g))));
+        }
+    }
     let out_ptr = avx512::OutPtr(out.as_mut_ptr());
-    (0..num_seqs * blocks * kvh)
-        .into_par_iter()
-        .for_each(|task| {
-            let (s, b, g) = (task / (blocks * kvh), task / kvh % blocks, task % kvh);
-            let [sinks, window, _] = window_of(s);
-            let span = avx512::Span {
-                q_start: qsl[s] as usize,
-                q_len: (qsl[s + 1] - qsl[s]) as usize,
-                ctx: ctx(s),
-                sinks,
-                window,
-            };
-            let r0 = b * avx512::QB;
-            if r0 < span.q_len {
-                let rows = r0..(r0 + avx512::QB).min(span.q_len);
-                // SAFETY: avx512f detected, head_dim % 16 == 0, out covers every row (asserted by the
-                // caller), and tasks own disjoint (row, head) slices.
-                unsafe {
-                    avx512::task(
-                        (q, q_sinks),
-                        out_ptr,
-                        &kv_for(s, g),
-                        span,
-                        rows,
-                        g,
-                        shape,
-                        causal,
-                    )
-                }
+    whole.into_par_iter().for_each(|(s, b, g)| {
+        let span = span_of(s);
+        let rows = b * avx512::QB..((b + 1) * avx512::QB).min(span.q_len);
+        let finish = avx512::Finish::Out(out_ptr);
+        // SAFETY: avx512f detected, head_dim % 16 == 0, out covers every row (asserted by the
+        // caller), and tasks own disjoint (row, head) slices.
+        unsafe {
+            avx512::task(
+                (q, q_sinks),
+                finish,
+                &kv_for(s, g),
+                span,
+                (rows, 0..usize::MAX),
+                g,
+                shape,
+                causal,
+            )
+        }
+    });
+    if split.is_empty() {
+        return;
+    }
+    let group = shape.num_heads / kvh;
+    let width = group * (shape.head_dim + 2);
+    let mut partial = vec![0f32; split.len() * width];
+    partial
+        .par_chunks_mut(width)
+        .zip(split.par_iter())
+        .for_each(|(dst, &(s, g, p))| {
+            let keys = p * SPLIT_KEYS..(p + 1) * SPLIT_KEYS;
+            // SAFETY: as above; keys.start is a multiple of 16 and dst holds `group` states.
+            unsafe {
+                avx512::task(
+                    (q, q_sinks),
+                    avx512::Finish::Partial(dst),
+                    &kv_for(s, g),
+                    span_of(s),
+                    (0..1, keys),
+                    g,
+                    shape,
+                    causal,
+                )
             }
         });
+    let mut i = 0;
+    while i < split.len() {
+        let (s, g, _) = split[i];
+        let n = split[i..]
+            .iter()
+            .take_while(|&&(s2, g2, _)| (s2, g2) == (s, g))
+            .count();
+        let parts: Vec<&[f32]> = partial[i * width..(i + n) * width]
+            .chunks_exact(width)
+            .collect();
+        let row = qsl[s] as usize * shape.num_heads + g * group;
+        let dst = &mut out[row * shape.head_dim..(row + group) * shape.head_dim];
+        merge_partials(&parts, group, shape.head_dim, dst);
+        i += n;
+    }
+}
+
+/// Combines the unnormalised softmax states of consecutive key parts (layout of
+/// [`avx512::Finish::Partial`], one query row) into the normalised outputs of its `group` heads.
+#[cfg(target_arch = "x86_64")]
+fn merge_partials(parts: &[&[f32]], group: usize, hd: usize, out: &mut [f32]) {
+    for h in 0..group {
+        let stats = |p: &[f32]| (p[group * hd + 2 * h], p[group * hd + 2 * h + 1]);
+        let max = parts
+            .iter()
+            .map(|p| stats(p).0)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let o = &mut out[h * hd..(h + 1) * hd];
+        o.fill(0.0);
+        let mut sum = 0.0;
+        for p in parts.iter().filter(|p| stats(p).1 > 0.0) {
+            let (m, l) = stats(p);
+            let w = (m - max).exp();
+            sum += l * w;
+            o.iter_mut()
+                .zip(&p[h * hd..(h + 1) * hd])
+                .for_each(|(y, a)| *y += a * w);
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        o.iter_mut().for_each(|y| *y *= inv);
+    }
 }
 
 /// Key ranges of one query, each scored with its own query vector.

@@ -1,4 +1,5 @@
-//! AVX-512 blocked attention: one task per (sequence, KV head, block of [`QB`] query rows).
+//! AVX-512 blocked attention: one task per (sequence, KV head, block of [`QB`] query rows), or, for a
+//! decode row split over its keys, per (sequence, KV head, part of the keys) with unnormalised states.
 //!
 //! A task walks its keys in chunks of 16. Each chunk's keys and values are copied once into f32 tiles
 //! (this resolves the paged indirection and bf16 conversion in one place; keys are stored transposed)
@@ -61,20 +62,30 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Attention of rows `rows` (indices within the sequence) of `span` for KV head `g`; under a sink window,
-/// the sink keys are scored with the rows of `q_sinks`.
+/// Where a task's softmax states end.
+pub(crate) enum Finish<'a> {
+    /// Normalised into the batch's output rows.
+    Out(OutPtr),
+    /// Kept unnormalised for a split-KV merge, as `[acc: states × head_dim][(max, sum): states × 2]`
+    /// with the states ordered (row, head of the group).
+    Partial(&'a mut [f32]),
+}
+
+/// Attention of rows `rows` (indices within the sequence) of `span` for KV head `g`, over the keys of
+/// `keys` that each row sees; under a sink window, the sink keys are scored with the rows of `q_sinks`.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, `shape.head_dim` must be a multiple of 16, `out` must cover the
-/// batch's `[rows, num_heads * head_dim]`, and no other task may write the same (row, head) slices.
+/// The CPU must support AVX-512F, `shape.head_dim` must be a multiple of 16, `keys.start` a multiple of
+/// 16; with [`Finish::Out`], the output must cover the batch's `[rows, num_heads * head_dim]` and no
+/// other task may write the same (row, head) slices; a [`Finish::Partial`] slice must hold the states.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn task<S: KeyValues>(
     (q, q_sinks): (&[f32], &[f32]),
-    out: OutPtr,
+    finish: Finish<'_>,
     kv: &S,
     span: Span,
-    rows: std::ops::Range<usize>,
+    (rows, keys): (std::ops::Range<usize>, std::ops::Range<usize>),
     g: usize,
     shape: AttnShape,
     causal: bool,
@@ -98,8 +109,9 @@ pub(crate) unsafe fn task<S: KeyValues>(
             .iter()
             .map(|(_, r)| r.end)
             .max()
-            .unwrap_or(0);
-        let mut c0 = 0;
+            .unwrap_or(0)
+            .min(keys.end);
+        let mut c0 = keys.start;
         while c0 < last {
             let n = (last - c0).min(KB);
             // Keys of the chunk some row scores (a window's row skips the blocks it dropped).
@@ -145,6 +157,14 @@ pub(crate) unsafe fn task<S: KeyValues>(
             }
             c0 += n;
         }
+        let out = match finish {
+            Finish::Out(out) => out,
+            Finish::Partial(dst) => {
+                dst[..states * hd].copy_from_slice(acc);
+                dst[states * hd..states * (hd + 2)].copy_from_slice(ml);
+                return;
+            }
+        };
         for i in rows.clone() {
             for hh in 0..group {
                 let st = (i - rows.start) * group + hh;
