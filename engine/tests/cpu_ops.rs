@@ -16,6 +16,14 @@ fn bf16(v: f32) -> f32 {
 }
 
 /// Shapes with every kind of tail: rows not a multiple of 4, k not a multiple of 32, n not of 4.
+/// `len` random weights in [-0.5, 0.5) as bf16 bit patterns.
+fn bf16_weights(rng: &mut Rng, len: usize) -> Vec<u16> {
+    rng.vec(len, 0.5)
+        .iter()
+        .map(|v| half::bf16::from_f32(*v).to_bits())
+        .collect()
+}
+
 const SHAPES: &[(usize, usize, usize)] = &[
     (1, 576, 192),
     (3, 40, 7),
@@ -29,11 +37,7 @@ fn bf16_matmul_simd_matches_reference_within_activation_rounding() {
     let mut rng = Rng::fresh("bf16_matmul");
     for &(rows, k, n) in SHAPES {
         let x = rng.vec(rows * k, 2.0);
-        let w: Vec<u16> = rng
-            .vec(n * k, 0.5)
-            .iter()
-            .map(|v| half::bf16::from_f32(*v).to_bits())
-            .collect();
+        let w = bf16_weights(&mut rng, n * k);
         let bias = rng.vec(n, 1.0);
         let d = MatmulDims { rows, k, n };
         let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
@@ -67,11 +71,7 @@ fn bf16_matmul_simd_is_exact_up_to_summation_order_on_bf16_activations() {
     let mut rng = Rng::fresh("bf16_matmul_exact");
     for &(rows, k, n) in SHAPES {
         let x: Vec<f32> = rng.vec(rows * k, 2.0).into_iter().map(bf16).collect();
-        let w: Vec<u16> = rng
-            .vec(n * k, 0.5)
-            .iter()
-            .map(|v| half::bf16::from_f32(*v).to_bits())
-            .collect();
+        let w = bf16_weights(&mut rng, n * k);
         let d = MatmulDims { rows, k, n };
         let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
         matmul::matmul(
@@ -100,11 +100,7 @@ fn a_bf16_matmul_row_is_bit_identical_alone_and_inside_a_batch() {
     let mut rng = Rng::fresh("bf16_matmul_batch_invariance");
     let (rows, k, n) = (6, 1536, 68);
     let x = rng.vec(rows * k, 2.0);
-    let w: Vec<u16> = rng
-        .vec(n * k, 0.5)
-        .iter()
-        .map(|v| half::bf16::from_f32(*v).to_bits())
-        .collect();
+    let w = bf16_weights(&mut rng, n * k);
     let batch = MatmulDims { rows, k, n };
     let mut together = vec![f32::NAN; rows * n];
     matmul::matmul(

@@ -188,11 +188,7 @@ unsafe fn bf16_kernel<const M: usize, const R: usize>(
     }
     let mut c = 0;
     while c < k {
-        let mask: __mmask32 = if k - c >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << (k - c)) - 1
-        };
+        let mask = lanes_before(k - c);
         // SAFETY: masked loads stay inside row r of w; xb rows are padded to kp >= c + 32.
         unsafe {
             let mut wv = [_mm512_setzero_si512(); R];
@@ -212,6 +208,16 @@ unsafe fn bf16_kernel<const M: usize, const R: usize>(
     store_sums(&acc, out);
 }
 
+/// The lanes of a 32-element bf16 step that lie before the row's end, `left` elements away.
+#[inline(always)]
+fn lanes_before(left: usize) -> __mmask32 {
+    if left >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << left) - 1
+    }
+}
+
 /// The one-activation-row case of [`bf16_kernel`] (decode), bound by memory: each weight row is read
 /// to its end before the next, so the tile's rows, which lie back to back, are one sequential stream
 /// for the hardware prefetcher. Interleaving the rows, as the many-row tiles do to share activation
@@ -228,11 +234,7 @@ unsafe fn bf16_rows_in_turn<const R: usize>(
     for (ri, a) in acc.iter_mut().enumerate() {
         let mut c = 0;
         while c < k {
-            let mask: __mmask32 = if k - c >= 32 {
-                u32::MAX
-            } else {
-                (1u32 << (k - c)) - 1
-            };
+            let mask = lanes_before(k - c);
             // SAFETY: as in bf16_kernel: the masked load stays inside row ri of w, and the
             // activation row is padded to a multiple of 32 elements.
             unsafe {
