@@ -2,11 +2,13 @@
 //! decode row split over its keys, per (sequence, KV head, part of the keys) with unnormalised states.
 //!
 //! A task walks its keys in chunks of 16. Each chunk's keys and values are copied once into f32 tiles
-//! (this resolves the paged indirection and bf16 conversion in one place; keys are stored transposed)
-//! and then serve every query row of the block and every query head of the KV head's group (GQA).
-//! The scores of 16 keys are one vector built by `head_dim` broadcast FMAs, the online softmax runs on
-//! that vector with a vectorised `exp`, and the value update is 16 broadcast FMAs per head slice. Every
-//! row gets the same arithmetic whatever its batch, so results do not depend on batch composition.
+//! (this resolves the paged indirection and the int8/bf16 conversion in one place) and then serve every
+//! query row of the block and every query head of the KV head's group (GQA). The scores of 16 keys are
+//! one vector: built by `head_dim` broadcast FMAs from keys stored transposed when a block has several
+//! rows to share the transposition, or from keys stored as rows, one partial-product vector per key
+//! reduced together, for a single row (decode). The online softmax runs on that vector with a vectorised
+//! `exp`, and the value update is 16 broadcast FMAs per head slice. A row's arithmetic depends only on
+//! its own block and context, so results do not depend on the rest of the batch.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -111,6 +113,8 @@ pub(crate) unsafe fn task<S: KeyValues>(
             .max()
             .unwrap_or(0)
             .min(keys.end);
+        // One query row (decode) scores keys stored as rows: no transposition to pay for a single row.
+        let key_rows = rows.len() == 1;
         let mut c0 = keys.start;
         while c0 < last {
             let n = (last - c0).min(KB);
@@ -129,7 +133,7 @@ pub(crate) unsafe fn task<S: KeyValues>(
                 c0 += n;
                 continue;
             }
-            load_tiles(kv, c0, (n, wanted), hd, (kt, vt));
+            load_tiles(kv, c0, (n, wanted), (hd, key_rows), (kt, vt));
             for i in rows.clone() {
                 for (sink, r) in span.segments(i, causal) {
                     let (lo, hi) = (r.start.max(c0), r.end.min(c0 + n));
@@ -145,7 +149,7 @@ pub(crate) unsafe fn task<S: KeyValues>(
                         unsafe {
                             update(
                                 qv,
-                                (kt, vt),
+                                (kt, vt, key_rows),
                                 (lo - c0, hi - c0),
                                 shape.scale,
                                 &mut acc[st * hd..(st + 1) * hd],
@@ -183,14 +187,15 @@ pub(crate) unsafe fn task<S: KeyValues>(
     });
 }
 
-/// Copies the keys `c0 + j` (`j < n`, bit `j` of `wanted` set) transposed into `kt[hd, 16]` and their
-/// values into `vt[16, hd]` as f32, zero-filling the others.
+/// Copies the keys `c0 + j` (`j < n`, bit `j` of `wanted` set) into `kt`, transposed `[hd, 16]` or,
+/// with `key_rows`, as rows `[16, hd]`, and their values into `vt[16, hd]`, as f32, zero-filling the
+/// others.
 #[inline(always)]
 fn load_tiles<S: KeyValues>(
     kv: &S,
     c0: usize,
     (n, wanted): (usize, u32),
-    hd: usize,
+    (hd, key_rows): (usize, bool),
     (kt, vt): (&mut [f32], &mut [f32]),
 ) {
     use super::super::kv::KvElem;
@@ -201,8 +206,15 @@ fn load_tiles<S: KeyValues>(
     }
     for j in (0..n).filter(|j| wanted & (1 << j) != 0) {
         let (ks, vs) = (kv.key_scale(c0 + j), kv.value_scale(c0 + j));
-        for (d, s) in kv.key(c0 + j).iter().enumerate() {
-            kt[d * KB + j] = s.to_f32() * ks;
+        if key_rows {
+            kt[j * hd..(j + 1) * hd]
+                .iter_mut()
+                .zip(kv.key(c0 + j))
+                .for_each(|(d, s)| *d = s.to_f32() * ks);
+        } else {
+            for (d, s) in kv.key(c0 + j).iter().enumerate() {
+                kt[d * KB + j] = s.to_f32() * ks;
+            }
         }
         let vr = &mut vt[j * hd..(j + 1) * hd];
         vr.iter_mut()
@@ -229,11 +241,30 @@ unsafe fn scores(q: &[f32], kt: &[f32]) -> __m512 {
     _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]))
 }
 
+/// Scores of 16 keys stored as rows `[16, hd]`: one vector of partial products per key, the sixteen
+/// reduced across their lanes together by [`hsum16`].
+#[target_feature(enable = "avx512f")]
+unsafe fn scores_of_rows(q: &[f32], kr: &[f32]) -> __m512 {
+    let hd = q.len();
+    assert!(kr.len() >= KB * hd && hd.is_multiple_of(16));
+    let mut parts = [_mm512_setzero_ps(); KB];
+    for d in (0..hd).step_by(16) {
+        // SAFETY: d + 16 <= hd for q and for each key row j < 16 of kr.
+        unsafe {
+            let qv = _mm512_loadu_ps(q.as_ptr().add(d));
+            for (j, p) in parts.iter_mut().enumerate() {
+                *p = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr.as_ptr().add(j * hd + d)), *p);
+            }
+        }
+    }
+    hsum16(&parts)
+}
+
 /// One online-softmax step of one (row, head) over keys `lo..hi` of a chunk.
 #[target_feature(enable = "avx512f")]
 unsafe fn update(
     q: &[f32],
-    (kt, vt): (&[f32], &[f32]),
+    (kt, vt, key_rows): (&[f32], &[f32], bool),
     (lo, hi): (usize, usize),
     scale: f32,
     acc: &mut [f32],
@@ -243,7 +274,11 @@ unsafe fn update(
     let hd = q.len();
     // SAFETY: every load below stays within q (hd), kt/vt (16 × hd) and acc (hd); hd % 16 == 0.
     unsafe {
-        let scores = scores(q, kt);
+        let scores = if key_rows {
+            scores_of_rows(q, kt)
+        } else {
+            scores(q, kt)
+        };
         let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
         let s = _mm512_mask_mov_ps(
             _mm512_set1_ps(f32::NEG_INFINITY),
