@@ -67,9 +67,8 @@ fn main() -> BoxResult<()> {
     )?);
     let (passages, scifact_queries) = corpus::scifact_corpus(&data)?;
     let (documents, questions) = corpus::qa_corpus(&data)?;
-    let corpus_wide = queries(embedder.as_ref(), &scifact_queries, |_| {
-        SearchFilter::default()
-    })?;
+    let everywhere = vec![SearchFilter::default(); scifact_queries.len()];
+    let corpus_wide = queries(embedder.as_ref(), &scifact_queries, everywhere)?;
 
     let records = whole_passages(&passages);
     println!("SciFact: {} chunks", records.len());
@@ -95,12 +94,11 @@ fn main() -> BoxResult<()> {
     report("corpus-wide", &index, &corpus_wide)?;
     let spread = spread_questions(&questions);
     let texts: Vec<String> = spread.iter().map(|q| q.text.clone()).collect();
-    let mut scopes = spread
+    let scopes = spread
         .iter()
-        .map(|q| SearchFilter::document(q.document_id.clone()));
-    let scoped = queries(embedder.as_ref(), &texts, |_| {
-        scopes.next().unwrap_or_default()
-    })?;
+        .map(|q| SearchFilter::document(q.document_id.clone()))
+        .collect();
+    let scoped = queries(embedder.as_ref(), &texts, scopes)?;
     report("one document", &index, &scoped)
 }
 
@@ -151,18 +149,18 @@ fn spread_questions(questions: &[Question]) -> Vec<&Question> {
 fn queries(
     embedder: &dyn Embedder,
     texts: &[String],
-    mut scope: impl FnMut(usize) -> SearchFilter,
+    scopes: Vec<SearchFilter>,
 ) -> BoxResult<Vec<Query>> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let vectors = embed_in_batches(embedder, &refs, 64)?;
     Ok(texts
         .iter()
         .zip(vectors)
-        .enumerate()
-        .map(|(i, (text, vector))| Query {
+        .zip(scopes)
+        .map(|((text, vector), filter)| Query {
             text: text.clone(),
             vector,
-            filter: scope(i),
+            filter,
         })
         .collect())
 }

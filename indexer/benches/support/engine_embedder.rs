@@ -1,9 +1,8 @@
-//! The engine's MiniLM embedder behind the indexer's [`Embedder`] trait, counting what it embeds and
-//! the time it spends, with an optional progress line on stderr.
+//! The engine's MiniLM embedder behind the indexer's [`Embedder`] trait, with an optional progress
+//! line on stderr.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use docqa_engine::models::bert::BertEmbedder;
 use docqa_indexer::{Embedder, IndexerError, Result};
@@ -11,11 +10,11 @@ use docqa_indexer::{Embedder, IndexerError, Result};
 /// Texts per call into the engine.
 const BATCH: usize = 64;
 
-/// [`BertEmbedder`] with counters.
+/// [`BertEmbedder`] with a progress count.
 pub struct EngineEmbedder {
     bert: BertEmbedder,
     texts: AtomicUsize,
-    busy: Mutex<Duration>,
+    start: Instant,
     progress: bool,
 }
 
@@ -26,14 +25,9 @@ impl EngineEmbedder {
         Ok(Self {
             bert,
             texts: AtomicUsize::new(0),
-            busy: Mutex::new(Duration::ZERO),
+            start: Instant::now(),
             progress,
         })
-    }
-
-    /// Time spent embedding so far.
-    pub fn busy(&self) -> Duration {
-        self.busy.lock().map(|d| *d).unwrap_or_default()
     }
 }
 
@@ -45,19 +39,14 @@ impl Embedder for EngineEmbedder {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let mut out = Vec::with_capacity(texts.len());
         for part in texts.chunks(BATCH) {
-            let start = Instant::now();
             let vectors = self
                 .bert
                 .embed(part)
                 .map_err(|e| IndexerError::Embedder(e.to_string()))?;
             out.extend(vectors);
-            let busy = self.busy.lock().map(|mut d| {
-                *d += start.elapsed();
-                *d
-            });
             let n = self.texts.fetch_add(part.len(), Ordering::Relaxed) + part.len();
             if self.progress {
-                let secs = busy.unwrap_or_default().as_secs_f64();
+                let secs = self.start.elapsed().as_secs_f64();
                 eprint!("\rembedded {n} texts in {secs:.0} s");
             }
         }
