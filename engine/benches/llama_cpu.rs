@@ -1,12 +1,13 @@
-//! Llama CPU throughput on the real SmolLM2-135M-Instruct (bf16 weights, f32 KV cache).
+//! Llama CPU throughput on the real SmolLM2-135M-Instruct (bf16 weights, bf16 KV cache: the service's
+//! defaults).
 //!
 //! Measures, on a rayon pool of `DOCQA_BENCH_THREADS` threads (default 2):
 //! - prefill tok/s for a 512-token and a 2,048-token prompt (one forward pass each, logits of the last
 //!   token only), best of `DOCQA_BENCH_REPS` runs (default 3);
 //! - decode tok/s for 128 greedy tokens after a 512-token prompt (batch 1, one token per pass,
-//!   including the LM head and the arg-max), with the bf16 weights (f32 KV cache, then bf16 KV cache
-//!   like llama.cpp's default f16 one) and again with the int8 decode path
-//!   (`CpuBackend::with_int8_decode`).
+//!   including the LM head and the arg-max), with the bf16 weights (bf16 KV cache, like llama.cpp's
+//!   default f16 one, then the exact f32 KV cache) and again with the int8 decode path
+//!   (`CpuBackend::with_int8_decode`, bf16 KV cache).
 //!
 //! Each figure is printed twice: by wall clock, and by CPU time (`tokens / (busy CPU-seconds of all
 //! threads / threads)`, read from `/proc/self/task/*/schedstat`). On a shared machine the wall-clock
@@ -97,7 +98,7 @@ impl Best {
 
 fn prefill(model: &Llama<CpuBackend>, n: usize, reps: usize) -> Best {
     let tokens = prompt(n);
-    let mut seq = SingleSequence::new(model, n + 256, n, KvDtype::F32).expect("driver");
+    let mut seq = SingleSequence::new(model, n + 256, n, KvDtype::Bf16).expect("driver");
     let mut best = Best::new();
     for _ in 0..reps {
         seq.reset();
@@ -155,19 +156,19 @@ fn main() {
             }
         }
         if only != "prefill" {
-            decode(&model, KvDtype::F32, 512, 128, reps).report(
+            decode(&model, KvDtype::Bf16, 512, 128, reps).report(
                 "decode 128 after 512",
                 128,
                 threads,
             );
-            decode(&model, KvDtype::Bf16, 512, 128, reps).report(
-                "decode, bf16 KV cache",
+            decode(&model, KvDtype::F32, 512, 128, reps).report(
+                "decode, f32 KV cache",
                 128,
                 threads,
             );
             let int8 =
                 Llama::load(CpuBackend::with_int8_decode(), &model_dir()).expect("load int8");
-            decode(&int8, KvDtype::F32, 512, 128, reps).report(
+            decode(&int8, KvDtype::Bf16, 512, 128, reps).report(
                 "decode (int8 weights)",
                 128,
                 threads,

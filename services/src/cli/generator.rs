@@ -16,8 +16,7 @@ pub struct GeneratorArgs {
     /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or ~/.cache/docqa/models].
     #[arg(long, env = "DOCQA_MODELS_DIR")]
     pub models_dir: Option<PathBuf>,
-    /// Where the generator runs: `cpu`, or `cuda` (GPU 0, KV cache in bf16; needs a build with
-    /// `--features cuda`).
+    /// Where the generator runs: `cpu`, or `cuda` (GPU 0; needs a build with `--features cuda`).
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
 }

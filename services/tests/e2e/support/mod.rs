@@ -115,7 +115,7 @@ impl Options {
         let defaults = [
             ("--bind", "127.0.0.1:0"),
             ("--local-mode", "off"),
-            ("--kv-cache-mib", "96"),
+            ("--kv-cache-mib", "48"),
             ("--rag-window", "1024"),
             ("--max-answer-tokens", "64"),
         ];
