@@ -10,8 +10,6 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use docqa_engine::kv::manager::CacheScope;
-
 use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::upload::{Received, ReceivedFile, receive};
@@ -268,25 +266,7 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let doc = find(&state, &caller, &id).await?;
     // The long path's cached KV of this document goes first, while its text is still readable.
-    if doc.status == crate::db::documents::status::READY
-        && let Ok(prefix) = crate::qa::prompt::long_prefix(&state, &doc).await
-    {
-        let namespace = crate::qa::cache_namespace(&caller.tenant_id);
-        let streaming = crate::qa::prompt::streaming_window(&state);
-        let mut forgotten = 0;
-        for sink_window in [None, Some(streaming)] {
-            let scope = CacheScope {
-                namespace,
-                sink_window,
-            };
-            forgotten += state
-                .engine
-                .forget_prefix(prefix.clone(), scope)
-                .await
-                .unwrap_or(0);
-        }
-        tracing::info!(document = %doc.id, forgotten, "dropped the document's cached KV blocks");
-    }
+    super::document_cache::forget_cached_kv(&state, &caller.tenant_id, &doc).await;
     if let Some(job) = state.db.job_of_document(&doc.id).await?
         && !crate::ingest::is_final(&job.status)
     {

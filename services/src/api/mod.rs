@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod ask;
 pub mod auth;
+pub mod document_cache;
 pub mod document_text;
 pub mod documents;
 pub mod error;
@@ -43,6 +44,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(|err, _| extraction_error(format!("invalid path: {err}"))),
     )
     .configure(documents::routes)
+    .configure(document_cache::routes)
     .configure(document_text::routes)
     .configure(history::routes)
     .configure(jobs::routes)

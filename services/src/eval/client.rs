@@ -107,6 +107,15 @@ impl DocqaClient {
         self.document(id).is_ok_and(|d| d["status"] == "ready")
     }
 
+    /// Drops the document's cached KV on the server; returns the blocks it freed.
+    pub fn drop_kv_cache(&self, id: &str) -> anyhow::Result<u64> {
+        let dropped = self.json(
+            self.http
+                .delete(format!("{}/v1/documents/{id}/kv-cache", self.base)),
+        )?;
+        Ok(dropped["dropped_blocks"].as_u64().unwrap_or(0))
+    }
+
     /// Asks a question about one document (greedy decoding); returns the answer JSON.
     pub fn ask(
         &self,

@@ -1,6 +1,7 @@
 //! Running an evaluation: each sampled question of each dataset is asked on each route through a
 //! docqa server, scored, and appended to `results.jsonl` at once; documents are ingested once and their
-//! ids kept in `documents.json`, so an interrupted run resumes where it stopped.
+//! ids kept in `documents.json`, so an interrupted run resumes where it stopped. A document's questions
+//! run route by route, each route starting from a cold KV cache.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use super::results::{self, QuestionResult};
 pub struct Settings {
     /// Dataset files.
     pub datasets: Vec<PathBuf>,
-    /// Routes, in the order each question is asked on them.
+    /// Routes, in the order each document's questions are asked on them.
     pub routes: Vec<String>,
     /// Output directory.
     pub out: PathBuf,
@@ -121,6 +122,9 @@ struct DocContext<'a> {
     done: &'a HashSet<String>,
 }
 
+/// Asks the document's pending questions route by route. Before each route the document's cached KV is
+/// dropped, so every route is timed as if it served the document alone: its first question from a cold
+/// cache, the later ones from what that route itself cached.
 fn run_questions(
     ctx: &DocContext<'_>,
     pending: &[usize],
@@ -128,21 +132,54 @@ fn run_questions(
     sink: &Mutex<Vec<QuestionResult>>,
     bar: &ProgressBar,
 ) -> anyhow::Result<()> {
+    let evidence: HashMap<usize, Option<f64>> =
+        pending.iter().map(|&q| (q, evidence_of(ctx, q))).collect();
+    for route in &ctx.s.routes {
+        let todo: Vec<usize> = pending
+            .iter()
+            .copied()
+            .filter(|&q| {
+                !ctx.done
+                    .contains(&results::key(&ctx.doc.questions[q].id, route))
+            })
+            .collect();
+        if todo.is_empty() {
+            continue;
+        }
+        if let Err(e) = ctx.client.drop_kv_cache(ctx.docqa_id) {
+            bar.println(format!(
+                "warning: could not drop the cached KV of {} before route {route}: {e:#}",
+                ctx.doc.id
+            ));
+        }
+        let ask = |q: usize| ask_route(ctx, q, route, evidence[&q]);
+        run_in_parallel(ctx.s.concurrency, &todo, ask, results_path, sink, bar)?;
+    }
+    Ok(())
+}
+
+/// Runs `ask` on every question of `todo`, `concurrency` at a time, appending each result as it comes.
+fn run_in_parallel(
+    concurrency: usize,
+    todo: &[usize],
+    ask: impl Fn(usize) -> QuestionResult + Sync,
+    results_path: &Path,
+    sink: &Mutex<Vec<QuestionResult>>,
+    bar: &ProgressBar,
+) -> anyhow::Result<()> {
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     std::thread::scope(|scope| {
-        for _ in 0..ctx.s.concurrency.max(1) {
+        for _ in 0..concurrency.max(1) {
             scope.spawn(|| {
-                while let Some(&q) = pending.get(next.fetch_add(1, Ordering::SeqCst)) {
-                    for r in ask_routes(ctx, q) {
-                        let written = results::append(results_path, &r);
-                        if let Err(e) = written {
-                            *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                            return;
-                        }
-                        sink.lock().unwrap_or_else(|e| e.into_inner()).push(r);
-                        bar.inc(1);
+                while let Some(&q) = todo.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    let r = ask(q);
+                    if let Err(e) = results::append(results_path, &r) {
+                        *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                        return;
                     }
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                    bar.inc(1);
                 }
             });
         }
@@ -153,44 +190,36 @@ fn run_questions(
     }
 }
 
-/// Asks question `q` on every route not yet done.
-fn ask_routes(ctx: &DocContext<'_>, q: usize) -> Vec<QuestionResult> {
+/// Evidence recall@10 of retrieval for question `q`, where the dataset gives evidence.
+fn evidence_of(ctx: &DocContext<'_>, q: usize) -> Option<f64> {
     let question = &ctx.doc.questions[q];
-    let evidence = if question.evidence.is_empty() {
-        None
-    } else {
-        ctx.client
-            .search(ctx.docqa_id, &question.question, EVIDENCE_K)
-            .ok()
-            .and_then(|chunks| results::evidence_recall(&question.evidence, &chunks))
-    };
-    let mut out = Vec::new();
-    for route in &ctx.s.routes {
-        if ctx.done.contains(&results::key(&question.id, route)) {
-            continue;
-        }
-        let answer = ctx
-            .client
-            .ask(ctx.docqa_id, &question.question, route, ctx.s.max_tokens);
-        out.push(match answer {
-            Ok(a) => results::score(ctx.name, ctx.doc, ctx.tokens, question, route, &a, evidence),
-            Err(e) => {
-                let mut r = results::score(
-                    ctx.name,
-                    ctx.doc,
-                    ctx.tokens,
-                    question,
-                    route,
-                    &serde_json::Value::Null,
-                    evidence,
-                );
-                r.score = 0.0;
-                r.error = Some(e.to_string());
-                r
-            }
-        });
+    if question.evidence.is_empty() {
+        return None;
     }
-    out
+    ctx.client
+        .search(ctx.docqa_id, &question.question, EVIDENCE_K)
+        .ok()
+        .and_then(|chunks| results::evidence_recall(&question.evidence, &chunks))
+}
+
+/// Asks question `q` on `route` and scores the answer (an error scores 0 and is kept).
+fn ask_route(ctx: &DocContext<'_>, q: usize, route: &str, evidence: Option<f64>) -> QuestionResult {
+    let question = &ctx.doc.questions[q];
+    let answer = ctx
+        .client
+        .ask(ctx.docqa_id, &question.question, route, ctx.s.max_tokens);
+    let scored = |a: &serde_json::Value| {
+        results::score(ctx.name, ctx.doc, ctx.tokens, question, route, a, evidence)
+    };
+    match answer {
+        Ok(a) => scored(&a),
+        Err(e) => {
+            let mut r = scored(&serde_json::Value::Null);
+            r.score = 0.0;
+            r.error = Some(e.to_string());
+            r
+        }
+    }
 }
 
 /// The document's id on the server, ingesting it first (its original file when the dataset has one, else

@@ -236,3 +236,65 @@ fn a_directory_of_documents_with_a_questions_file_is_evaluated_from_the_original
     assert!(server_docs["lease.pdf"].is_string(), "{server_docs}");
     assert!(lease["document_tokens"].as_u64().unwrap() > 10, "{lease}");
 }
+
+#[test]
+fn each_route_starts_from_a_cold_kv_cache_and_keeps_what_it_cached_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (title, text, questions) = support::squad_article(3);
+    let qs: Vec<Value> = questions
+        .iter()
+        .take(2)
+        .enumerate()
+        .map(|(n, (q, a))| json!({ "id": format!("q{n}"), "question": q, "answers": a, "kind": "extractive" }))
+        .collect();
+    let line = json!({ "id": "article", "source": "squad_v2", "title": title, "text": text, "questions": qs });
+    let data = dir.path().join("one.jsonl");
+    std::fs::write(&data, line.to_string()).unwrap();
+    let out = dir.path().join("out");
+    let status = eval(&[
+        "--dataset",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--routes",
+        "long,auto",
+        "--max-tokens",
+        "8",
+        "--rag-window",
+        "1024",
+    ])
+    .status()
+    .unwrap();
+    assert!(status.success());
+
+    // Results come route by route, in question order.
+    let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let rows: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let order: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["route_requested"].as_str().unwrap(),
+                r["question_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("long", "q0"),
+            ("long", "q1"),
+            ("auto", "q0"),
+            ("auto", "q1")
+        ]
+    );
+    let cached = |i: usize| rows[i]["cached_tokens"].as_u64().unwrap();
+    // The long route's first read is cold and its second reuses the document it cached; auto's first
+    // question finds nothing that long left behind.
+    assert!(cached(0) < 64, "{}", rows[0]);
+    assert!(cached(1) > 1000, "{}", rows[1]);
+    assert!(cached(2) < 64, "{}", rows[2]);
+}

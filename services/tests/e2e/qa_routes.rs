@@ -1,8 +1,9 @@
 //! The answer paths and the router, end to end on the real model (CPU engine, SQLite): a document that
 //! fits the RAG budget is read whole; a specific question on a longer one goes through Self-Route; a
 //! global question reads the whole document; the next question on it reuses its cached KV; RAG
-//! passages are laid out in document order; deleting a document drops its cached KV; an explicit long
-//! route beyond the model's window streams through a sink window.
+//! passages are laid out in document order; dropping a document's cached KV, or deleting the document,
+//! makes the next long read compute it anew; an explicit long route beyond the model's window streams
+//! through a sink window.
 
 use crate::support;
 
@@ -163,6 +164,35 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
         other["usage"]
     );
 
+    // Dropping a document's cached KV frees its blocks and keeps the document: the next long read
+    // computes it anew, and the other tenant's cache of its own copy is untouched.
+    let dropped: Value = server
+        .delete(&format!("/v1/documents/{copy}/kv-cache"), &other_key)
+        .json()
+        .unwrap();
+    assert_eq!(dropped["document_id"], copy.as_str());
+    assert!(dropped["dropped_blocks"].as_u64().unwrap() > 4, "{dropped}");
+    let recomputed = ask(&server, &other_key, &copy, question, "long");
+    assert!(
+        recomputed["usage"]["cached_prompt_tokens"]
+            .as_u64()
+            .unwrap()
+            < 64,
+        "{}",
+        recomputed["usage"]
+    );
+    let still_cached = ask(&server, &key, &article, question, "long");
+    assert!(
+        still_cached["usage"]["cached_prompt_tokens"]
+            .as_u64()
+            .unwrap()
+            > 1000,
+        "{}",
+        still_cached["usage"]
+    );
+    let unknown = server.delete("/v1/documents/no-such-document/kv-cache", &key);
+    assert_eq!(unknown.status(), 404);
+
     // Deleting the document drops its cached KV: the same file uploaded again is computed anew.
     assert_eq!(
         server
@@ -186,9 +216,9 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
 
 #[test]
 fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_reuses_it() {
-    // A 64 MiB KV cache holds about 1,450 tokens, so a SQuAD article (~4K tokens) is beyond the long path's
-    // window: route=long streams it through 4 sink tokens and a window of about 900 recent tokens.
-    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 64));
+    // A 32 MiB bf16 KV cache holds about 1,450 tokens, so a SQuAD article (~4K tokens) is beyond the long
+    // path's window: route=long streams it through 4 sink tokens and a window of about 900 recent tokens.
+    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 32));
     let (_, key) = server.tenant("qa");
     let (doc, questions) = ingest_article(&server, &key, 3);
     let (question, _) = &questions[0];
@@ -232,7 +262,7 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
 
 #[test]
 fn an_explicit_long_route_is_refused_when_the_kv_cache_cannot_hold_a_window() {
-    // One KV block: too small to stream anything through.
+    // Two KV blocks (1 MiB of bf16): too small to stream anything through.
     let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 1));
     let (_, key) = server.tenant("qa");
     let (doc, _) = ingest_article(&server, &key, 3);
