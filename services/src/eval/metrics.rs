@@ -3,18 +3,14 @@
 
 use std::collections::HashMap;
 
-/// SQuAD normalisation: lower case, no punctuation, no articles (a, an, the), single spaces.
+/// SQuAD normalisation, in the official evaluation's order: lower case, punctuation removed (so
+/// "Levi's" is "levis"), articles (a, an, the) dropped as words, single spaces. Chinese and typographic
+/// punctuation goes with the ASCII set.
 pub fn normalize(text: &str) -> String {
     let lowered: String = text
         .to_lowercase()
         .chars()
-        .map(|c| {
-            if c.is_ascii_punctuation() || is_cjk_punctuation(c) {
-                ' '
-            } else {
-                c
-            }
-        })
+        .filter(|&c| !(c.is_ascii_punctuation() || is_cjk_punctuation(c)))
         .collect();
     lowered
         .split_whitespace()
@@ -235,9 +231,8 @@ mod tests {
 
     #[test]
     fn rouge_l_uses_the_longest_common_subsequence() {
-        // pred "police killed the gunman" vs ref "the gunman was killed by police" after
-        // normalisation: [police, killed, gunman] vs [gunman, was, killed, by, police]; LCS 1?
-        // [killed] or [gunman] or [police]: length 1 → P 1/3, R 1/5 → F 0.25
+        // [police, killed, gunman] against [gunman, was, killed, by, police]: the words appear in
+        // opposite orders, so the longest common subsequence is one word: P 1/3, R 1/5, F 0.25.
         let r = rouge_l(
             "police killed the gunman",
             &refs(&["the gunman was killed by police"]),
@@ -245,8 +240,41 @@ mod tests {
         assert!((r - 0.25).abs() < 1e-12, "{r}");
         // identical up to normalisation
         assert_eq!(rouge_l("A cat sat.", &refs(&["the cat sat"])), 1.0);
-        // [a b c d] vs [a c d e]: LCS [a c d] = 3 → P 3/4, R 3/4
+        // [w x y z] against [w y z q]: LCS [w y z] = 3, P 3/4, R 3/4
         assert!((rouge_l("w x y z", &refs(&["w y z q"])) - 0.75).abs() < 1e-12);
+        // [p q r] against [r q p q r]: LCS [p q r] = 3, P 1, R 3/5, F 0.75; best of two references
+        let two = refs(&["x y", "r q p q r"]);
+        assert!((rouge_l("p q r", &two) - 0.75).abs() < 1e-12);
+        assert_eq!(rouge_l("", &refs(&["p q"])), 0.0);
+    }
+
+    #[test]
+    fn squad_normalisation_matches_the_official_evaluation_script() {
+        // The official script lower-cases, deletes ASCII punctuation, replaces the words a, an and the
+        // by a space, and joins the words with single spaces, in that order.
+        assert_eq!(normalize("Levi's Stadium"), "levis stadium");
+        assert_eq!(normalize("an-apple"), "anapple");
+        assert_eq!(normalize("The the  THE, cat."), "cat");
+        assert_eq!(normalize("theory of an answer"), "theory of answer");
+        assert_eq!(normalize("(1,200)"), "1200");
+        // SQuAD 2.0: an empty prediction for a question with no answer is right on both metrics, and
+        // wrong against a real answer.
+        assert_eq!(exact_match("", &refs(&[""])), 1.0);
+        assert_eq!(f1("", &refs(&[""])), 1.0);
+        assert_eq!(f1("", &refs(&["Denver"])), 0.0);
+        // The SQuAD dev set's first question, "Which NFL team represented the AFC at Super Bowl 50?",
+        // with its three references:
+        let broncos = refs(&["Denver Broncos", "Denver Broncos", "Denver Broncos"]);
+        assert_eq!(exact_match("Denver Broncos", &broncos), 1.0);
+        assert_eq!(exact_match("the Denver Broncos.", &broncos), 1.0);
+        // prediction [broncos] against [denver, broncos]: P 1, R 1/2, F1 2/3
+        assert!((f1("Broncos", &broncos) - 2.0 / 3.0).abs() < 1e-12);
+        // "Santa Clara, California" against "Levi's Stadium in the San Francisco Bay Area at Santa
+        // Clara, California": 3 shared words of 3 and of 11 ("the" goes), P 1, R 3/11, F1 6/14
+        let venue = refs(&[
+            "Levi's Stadium in the San Francisco Bay Area at Santa Clara, California",
+        ]);
+        assert!((f1("Santa Clara, California", &venue) - 6.0 / 14.0).abs() < 1e-12);
     }
 
     #[test]
