@@ -232,6 +232,13 @@ fn windowed_scope() -> CacheScope {
     windowed(4, 16)
 }
 
+fn windowed_in(namespace: u64) -> CacheScope {
+    CacheScope {
+        namespace,
+        ..windowed(4, 8)
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Start { id: u64, doc: u8, len: usize },
@@ -320,5 +327,26 @@ fn a_prefix_cached_in_one_namespace_is_invisible_to_another() {
     assert_eq!(kv.forget_prefix(&doc, CacheScope::dense(tenant_b)), 5);
     assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_b)), 0);
     assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_a)), 20);
+    kv.pool().check_invariants().unwrap();
+}
+
+#[test]
+fn forgetting_a_namespace_drops_all_its_prefixes_and_leaves_other_namespaces_theirs() {
+    let mut kv = manager(64, 4, true);
+    let (tenant_a, tenant_b) = (7, 8);
+    let doc: Vec<u32> = (0..21).collect();
+    let other: Vec<u32> = (100..113).collect();
+    run_whole_in(&mut kv, 1, &doc, CacheScope::dense(tenant_a));
+    run_whole_in(&mut kv, 2, &other, CacheScope::dense(tenant_a));
+    run_whole_in(&mut kv, 3, &doc, windowed_in(tenant_a));
+    run_whole_in(&mut kv, 4, &doc, CacheScope::dense(tenant_b));
+    assert_eq!(kv.cached_prefix_len(&doc, windowed_in(tenant_a)), 20);
+    // doc's 5 full blocks and other's 3, plus the windowed read's blocks that differ from the dense ones.
+    assert!(kv.forget_namespace(tenant_a) > 5 + 3);
+    assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_a)), 0);
+    assert_eq!(kv.cached_prefix_len(&other, CacheScope::dense(tenant_a)), 0);
+    assert_eq!(kv.cached_prefix_len(&doc, windowed_in(tenant_a)), 0);
+    assert_eq!(kv.cached_prefix_len(&doc, CacheScope::dense(tenant_b)), 20);
+    assert_eq!(kv.forget_namespace(tenant_a), 0);
     kv.pool().check_invariants().unwrap();
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use super::block_hash::BlockHash;
+use super::manager::CacheNamespace;
 use crate::error::{EngineError, Result};
 
 /// Index of a block in the KV storage of every layer.
@@ -17,6 +18,8 @@ pub type BlockId = u32;
 struct BlockMeta {
     ref_cnt: u32,
     hash: Option<BlockHash>,
+    /// The namespace whose prefix `hash` is (meaningful while `hash` is set).
+    namespace: CacheNamespace,
     prev: Option<BlockId>,
     next: Option<BlockId>,
     queued: bool,
@@ -148,16 +151,30 @@ impl BlockPool {
         Ok(())
     }
 
-    /// Record that block `id` now holds the full prefix `hash`. A prefix already cached in another block
-    /// keeps that block; `id` then stays unhashed and is simply reused when freed.
-    pub fn cache(&mut self, id: BlockId, hash: BlockHash) {
+    /// Record that block `id` now holds the full prefix `hash` of `namespace`. A prefix already cached in
+    /// another block keeps that block; `id` then stays unhashed and is simply reused when freed.
+    pub fn cache(&mut self, id: BlockId, hash: BlockHash, namespace: CacheNamespace) {
         if !self.enable_caching || self.meta[id as usize].hash.is_some() {
             return;
         }
         if let std::collections::hash_map::Entry::Vacant(slot) = self.cached.entry(hash) {
             slot.insert(id);
-            self.meta[id as usize].hash = Some(hash);
+            let meta = &mut self.meta[id as usize];
+            meta.hash = Some(hash);
+            meta.namespace = namespace;
         }
+    }
+
+    /// Forget every cached prefix of `namespace` (contents stay until their blocks are reused); returns
+    /// how many blocks it held.
+    pub fn uncache_namespace(&mut self, namespace: CacheNamespace) -> usize {
+        let hashes: Vec<BlockHash> = self
+            .cached
+            .iter()
+            .filter(|&(_, &id)| self.meta[id as usize].namespace == namespace)
+            .map(|(&hash, _)| hash)
+            .collect();
+        hashes.iter().filter(|&&h| self.uncache(h)).count()
     }
 
     /// Forget that a block holds prefix `hash` (its content stays until the block is reused); true when

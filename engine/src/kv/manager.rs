@@ -244,6 +244,12 @@ impl KvCacheManager {
             .count()
     }
 
+    /// Removes every prefix-cache entry of `namespace` (a tenant dropping all its cached KV), whole reads
+    /// and sink windows alike; other namespaces keep theirs. Returns how many entries were dropped.
+    pub fn forget_namespace(&mut self, namespace: CacheNamespace) -> usize {
+        self.pool.uncache_namespace(namespace)
+    }
+
     fn lookup_prefix(&self, prompt: &[u32], scope: CacheScope) -> CachedPrefix {
         let empty = CachedPrefix {
             scope,
@@ -375,7 +381,7 @@ impl KvCacheManager {
             let hash = BlockHash::of(entry.parent, &tokens[b * bs..(b + 1) * bs], salt);
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
-                self.pool.cache(id, hash);
+                self.pool.cache(id, hash, scope.namespace);
             }
             entry.num_hashed = b + 1;
         }

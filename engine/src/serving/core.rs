@@ -13,7 +13,9 @@ use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 use super::stats::EngineStats;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, RequestId, SinkWindow};
+use crate::kv::manager::{
+    CacheNamespace, CacheScope, KvCacheConfig, KvCacheManager, RequestId, SinkWindow,
+};
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::workspace::LlamaWorkspace;
 use crate::models::{Batch, FREED_BLOCK, KvPool, LogitsMode, SeqInput};
@@ -340,6 +342,11 @@ impl<B: Backend> EngineCore<B> {
     /// Drops `scope`'s cached KV of `tokens`' full blocks; returns how many blocks were forgotten.
     pub fn forget_prefix(&mut self, tokens: &[u32], scope: CacheScope) -> usize {
         self.kv.forget_prefix(tokens, scope)
+    }
+
+    /// Drops every cached KV block of `namespace`; returns how many blocks were forgotten.
+    pub fn forget_namespace(&mut self, namespace: CacheNamespace) -> usize {
+        self.kv.forget_namespace(namespace)
     }
 
     /// Counters and gauges of the engine now.

@@ -16,7 +16,7 @@ use super::request::{GenerateRequest, GenerationEvent};
 use super::stats::EngineStats;
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
-use crate::kv::manager::{CacheScope, RequestId};
+use crate::kv::manager::{CacheNamespace, CacheScope, RequestId};
 use crate::models::bert::BertEmbedder;
 
 enum Command {
@@ -34,6 +34,10 @@ enum Command {
     ForgetPrefix {
         tokens: Vec<u32>,
         scope: CacheScope,
+        reply: oneshot::Sender<usize>,
+    },
+    ForgetNamespace {
+        namespace: CacheNamespace,
         reply: oneshot::Sender<usize>,
     },
 }
@@ -215,6 +219,16 @@ impl EngineHandle {
         rx.await.map_err(|_| stopped())
     }
 
+    /// Drops every cached KV block of `namespace` (a tenant's whole prefix cache); returns how many
+    /// blocks were forgotten.
+    pub async fn forget_namespace(&self, namespace: CacheNamespace) -> Result<usize> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::ForgetNamespace { namespace, reply })
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())
+    }
+
     /// Whether the engine thread is still running (it stops only when every handle is gone, or by a
     /// bug).
     pub fn is_running(&self) -> bool {
@@ -311,6 +325,9 @@ fn accept<B: Backend>(
             reply,
         } => {
             let _ = reply.send(core.forget_prefix(&tokens, scope));
+        }
+        Command::ForgetNamespace { namespace, reply } => {
+            let _ = reply.send(core.forget_namespace(namespace));
         }
     }
 }

@@ -266,7 +266,7 @@ pub async fn delete(
 ) -> ApiResult<HttpResponse> {
     let doc = find(&state, &caller, &id).await?;
     // The long path's cached KV of this document goes first, while its text is still readable.
-    super::document_cache::forget_cached_kv(&state, &caller.tenant_id, &doc).await;
+    super::kv_cache::forget_cached_kv(&state, &caller.tenant_id, &doc).await;
     if let Some(job) = state.db.job_of_document(&doc.id).await?
         && !crate::ingest::is_final(&job.status)
     {

@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod ask;
 pub mod auth;
-pub mod document_cache;
 pub mod document_text;
 pub mod documents;
 pub mod error;
@@ -13,6 +12,7 @@ pub mod health;
 pub mod history;
 pub mod info;
 pub mod jobs;
+pub mod kv_cache;
 pub mod openai;
 pub mod openapi;
 pub mod search;
@@ -44,7 +44,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(|err, _| extraction_error(format!("invalid path: {err}"))),
     )
     .configure(documents::routes)
-    .configure(document_cache::routes)
+    .configure(kv_cache::routes)
     .configure(document_text::routes)
     .configure(history::routes)
     .configure(jobs::routes)

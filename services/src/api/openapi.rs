@@ -6,8 +6,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, ask, document_cache, document_text, documents, health, history, info, jobs, openai,
-    search, stats,
+    admin, ask, document_text, documents, health, history, info, jobs, kv_cache, openai, search,
+    stats,
 };
 
 /// The API description.
@@ -18,7 +18,7 @@ use super::{
         long-context path. Every error has the body `{\"error_type\", \"message\"}`."),
     paths(
         documents::upload, documents::list, documents::get, documents::download, documents::delete,
-        document_cache::drop_cache, document_text::document_text, history::document_answers,
+        kv_cache::drop_cache, kv_cache::drop_tenant_cache, document_text::document_text, history::document_answers,
         jobs::get, jobs::cancel,
         ask::ask, ask::get_answer, search::search, stats::stats,
         openai::chat_completions, openai::models,

@@ -107,12 +107,9 @@ impl DocqaClient {
         self.document(id).is_ok_and(|d| d["status"] == "ready")
     }
 
-    /// Drops the document's cached KV on the server; returns the blocks it freed.
-    pub fn drop_kv_cache(&self, id: &str) -> anyhow::Result<u64> {
-        let dropped = self.json(
-            self.http
-                .delete(format!("{}/v1/documents/{id}/kv-cache", self.base)),
-        )?;
+    /// Drops everything the caller's tenant has in the server's KV cache; returns the blocks it freed.
+    pub fn drop_kv_cache(&self) -> anyhow::Result<u64> {
+        let dropped = self.json(self.http.delete(format!("{}/v1/kv-cache", self.base)))?;
         Ok(dropped["dropped_blocks"].as_u64().unwrap_or(0))
     }
 

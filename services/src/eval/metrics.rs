@@ -271,9 +271,8 @@ mod tests {
         assert!((f1("Broncos", &broncos) - 2.0 / 3.0).abs() < 1e-12);
         // "Santa Clara, California" against "Levi's Stadium in the San Francisco Bay Area at Santa
         // Clara, California": 3 shared words of 3 and of 11 ("the" goes), P 1, R 3/11, F1 6/14
-        let venue = refs(&[
-            "Levi's Stadium in the San Francisco Bay Area at Santa Clara, California",
-        ]);
+        let venue =
+            refs(&["Levi's Stadium in the San Francisco Bay Area at Santa Clara, California"]);
         assert!((f1("Santa Clara, California", &venue) - 6.0 / 14.0).abs() < 1e-12);
     }
 

@@ -1,7 +1,7 @@
 //! Running an evaluation: each sampled question of each dataset is asked on each route through a
 //! docqa server, scored, and appended to `results.jsonl` at once; documents are ingested once and their
 //! ids kept in `documents.json`, so an interrupted run resumes where it stopped. A document's questions
-//! run route by route, each route starting from a cold KV cache.
+//! run route by route, each route starting from a cold KV cache (the tenant's cache is dropped first).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -122,9 +122,9 @@ struct DocContext<'a> {
     done: &'a HashSet<String>,
 }
 
-/// Asks the document's pending questions route by route. Before each route the document's cached KV is
-/// dropped, so every route is timed as if it served the document alone: its first question from a cold
-/// cache, the later ones from what that route itself cached.
+/// Asks the document's pending questions route by route. Before each route the tenant's cached KV is
+/// dropped (the document's and the RAG prompts'), so every route is timed as if it served the document
+/// alone: its first question from a cold cache, the later ones from what that route itself cached.
 fn run_questions(
     ctx: &DocContext<'_>,
     pending: &[usize],
@@ -146,9 +146,9 @@ fn run_questions(
         if todo.is_empty() {
             continue;
         }
-        if let Err(e) = ctx.client.drop_kv_cache(ctx.docqa_id) {
+        if let Err(e) = ctx.client.drop_kv_cache() {
             bar.println(format!(
-                "warning: could not drop the cached KV of {} before route {route}: {e:#}",
+                "warning: could not drop the cached KV before route {route} on {}: {e:#}",
                 ctx.doc.id
             ));
         }

@@ -257,7 +257,7 @@ fn each_route_starts_from_a_cold_kv_cache_and_keeps_what_it_cached_itself() {
         "--out",
         out.to_str().unwrap(),
         "--routes",
-        "long,auto",
+        "rag,long,auto",
         "--max-tokens",
         "8",
         "--rag-window",
@@ -285,6 +285,8 @@ fn each_route_starts_from_a_cold_kv_cache_and_keeps_what_it_cached_itself() {
     assert_eq!(
         order,
         [
+            ("rag", "q0"),
+            ("rag", "q1"),
             ("long", "q0"),
             ("long", "q1"),
             ("auto", "q0"),
@@ -293,8 +295,8 @@ fn each_route_starts_from_a_cold_kv_cache_and_keeps_what_it_cached_itself() {
     );
     let cached = |i: usize| rows[i]["cached_tokens"].as_u64().unwrap();
     // The long route's first read is cold and its second reuses the document it cached; auto's first
-    // question finds nothing that long left behind.
-    assert!(cached(0) < 64, "{}", rows[0]);
-    assert!(cached(1) > 1000, "{}", rows[1]);
+    // question finds nothing that rag or long left behind, neither the document nor a RAG prompt.
     assert!(cached(2) < 64, "{}", rows[2]);
+    assert!(cached(3) > 1000, "{}", rows[3]);
+    assert!(cached(4) < 64, "{}", rows[4]);
 }

@@ -165,7 +165,7 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
     );
 
     // Dropping a document's cached KV frees its blocks and keeps the document: the next long read
-    // computes it anew, and the other tenant's cache of its own copy is untouched.
+    // computes it anew. The first tenant's cache of its own copy is untouched by either drop.
     let dropped: Value = server
         .delete(&format!("/v1/documents/{copy}/kv-cache"), &other_key)
         .json()
@@ -180,6 +180,15 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
             < 64,
         "{}",
         recomputed["usage"]
+    );
+    // Dropping the tenant's whole cache takes the recomputed copy (and its RAG prompts) too.
+    let dropped: Value = server.delete("/v1/kv-cache", &other_key).json().unwrap();
+    assert!(dropped["dropped_blocks"].as_u64() > Some(4), "{dropped}");
+    let again = ask(&server, &other_key, &copy, question, "long");
+    assert!(
+        again["usage"]["cached_prompt_tokens"].as_u64().unwrap() < 64,
+        "{}",
+        again["usage"]
     );
     let still_cached = ask(&server, &key, &article, question, "long");
     assert!(

@@ -1,7 +1,12 @@
-//! `DELETE /v1/documents/{id}/kv-cache`: drops the long path's cached KV of a document for the caller's
-//! tenant (whole reads and sink-window reads alike), so the next long read computes it anew and the
-//! blocks go back to the pool. Deleting a document does the same first. Evaluations use it to time each
-//! route from a cold cache.
+//! Dropping cached KV on demand, for the caller's tenant only:
+//! - `DELETE /v1/documents/{id}/kv-cache`: the long path's cached KV of one document (whole reads and
+//!   sink-window reads alike), so the next long read computes it anew; deleting a document does the same
+//!   first;
+//! - `DELETE /v1/kv-cache`: everything the tenant has cached, RAG prompts included. Evaluations use it to
+//!   time each route from a cold cache.
+//!
+//! The blocks stay in the pool and are handed out again like any free block; other tenants' caches are
+//! untouched.
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -22,6 +27,26 @@ pub struct CacheDropped {
     pub document_id: String,
     /// KV blocks taken out of the prefix cache (0 when none were cached).
     pub dropped_blocks: usize,
+}
+
+/// What dropping a tenant's cached KV freed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantCacheDropped {
+    /// KV blocks taken out of the prefix cache (0 when none were cached).
+    pub dropped_blocks: usize,
+}
+
+/// Drop all of the caller's cached KV (long-path documents and RAG prompts alike).
+#[utoipa::path(delete, path = "/v1/kv-cache", tag = "documents",
+    responses((status = 200, body = TenantCacheDropped), (status = 401, body = ErrorBody)))]
+pub async fn drop_tenant_cache(
+    state: web::Data<AppState>,
+    caller: TenantCaller,
+) -> ApiResult<HttpResponse> {
+    let namespace = crate::qa::cache_namespace(&caller.tenant_id);
+    let dropped_blocks = state.engine.forget_namespace(namespace).await.unwrap_or(0);
+    tracing::info!(tenant = %caller.tenant_id, dropped_blocks, "dropped the tenant's cached KV");
+    Ok(HttpResponse::Ok().json(TenantCacheDropped { dropped_blocks }))
 }
 
 /// Drop the document's cached KV (the long path's prefix cache), keeping the document.
@@ -69,5 +94,6 @@ pub async fn forget_cached_kv(state: &AppState, tenant_id: &str, doc: &Document)
 
 /// Routes of this file.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/documents/{id}/kv-cache", web::delete().to(drop_cache));
+    cfg.route("/v1/documents/{id}/kv-cache", web::delete().to(drop_cache))
+        .route("/v1/kv-cache", web::delete().to(drop_tenant_cache));
 }
