@@ -189,6 +189,31 @@ pub fn read(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
         .collect())
 }
 
+/// The results a resumed run keeps: those that got an answer. Failed questions (a refused request, or
+/// one cut off when the run was stopped) and a last line cut by a crash are taken out of the file, so
+/// those questions are asked again, counted once, and appended on a line of their own.
+pub fn read_for_resume(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let lines = std::fs::read_to_string(path)?.lines().count();
+    let answered: Vec<QuestionResult> = read(path)?
+        .into_iter()
+        .filter(|r| r.error.is_none())
+        .collect();
+    if answered.len() < lines {
+        let tmp = path.with_extension("jsonl.tmp");
+        let mut text = String::new();
+        for r in &answered {
+            text.push_str(&serde_json::to_string(r)?);
+            text.push('\n');
+        }
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)?;
+    }
+    Ok(answered)
+}
+
 /// Appends one result and flushes it to disk.
 pub fn append(path: &Path, r: &QuestionResult) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
@@ -234,6 +259,33 @@ pub fn example(question_id: &str, route: &str, score: f64) -> QuestionResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_run_asks_failed_questions_again_and_keeps_answered_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        let mut failed = example("q2", "long", 0.0);
+        failed.error = Some("error sending request".into());
+        for r in [example("q1", "rag", 0.5), failed, example("q3", "rag", 1.0)] {
+            append(&path, &r).unwrap();
+        }
+        std::fs::write(
+            &path,
+            std::fs::read_to_string(&path).unwrap() + "{\"question_id\": \"cut",
+        )
+        .unwrap();
+        let kept = read_for_resume(&path).unwrap();
+        let keys: Vec<String> = kept.iter().map(QuestionResult::key).collect();
+        assert_eq!(keys, [key("q1", "rag"), key("q3", "rag")]);
+        // The file now holds the kept results alone, so the next answer lands on a line of its own.
+        append(&path, &example("q2", "long", 0.25)).unwrap();
+        let keys: Vec<String> = read_for_resume(&path)
+            .unwrap()
+            .iter()
+            .map(QuestionResult::key)
+            .collect();
+        assert_eq!(keys, [key("q1", "rag"), key("q3", "rag"), key("q2", "long")]);
+    }
 
     #[test]
     fn a_chunk_holding_most_of_an_evidence_span_finds_it() {

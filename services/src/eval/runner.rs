@@ -41,7 +41,7 @@ const EVIDENCE_K: usize = 10;
 pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionResult>> {
     std::fs::create_dir_all(&s.out)?;
     let results_path = s.out.join("results.jsonl");
-    let previous = results::read(&results_path)?;
+    let previous = results::read_for_resume(&results_path)?;
     let done: HashSet<String> = previous.iter().map(QuestionResult::key).collect();
     let ids_path = s.out.join("documents.json");
     let mut ids: HashMap<String, String> = std::fs::read_to_string(&ids_path)
