@@ -202,7 +202,7 @@ fn evidence_of(ctx: &DocContext<'_>, q: usize) -> Option<f64> {
         .and_then(|chunks| results::evidence_recall(&question.evidence, &chunks))
 }
 
-/// Asks question `q` on `route` and scores the answer (an error scores 0 and is kept).
+/// Asks question `q` on `route` and scores the answer (an error scores 0; a resumed run asks again).
 fn ask_route(ctx: &DocContext<'_>, q: usize, route: &str, evidence: Option<f64>) -> QuestionResult {
     let question = &ctx.doc.questions[q];
     let answer = ctx
