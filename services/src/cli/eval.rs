@@ -1,8 +1,8 @@
 //! `docqa eval`: runs QA datasets through the routes and writes `results.jsonl`, `report.json`,
 //! `report.md` and the plots (SVG and PNG) to the output directory. In-process by default (a server on
 //! a free loopback port, its data under `OUT/server`, kept so a resumed run reuses the ingested
-//! documents), or against a running
-//! server with `--url` and `--api-key`. `--compare BASE NEW` puts two earlier runs side by side.
+//! documents), or against a running server with `--url` and `--api-key`. `--report-only` writes the
+//! reports from an existing `results.jsonl`; `--compare BASE NEW` puts two earlier runs side by side.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -13,18 +13,23 @@ use clap::{Args, Parser};
 
 use crate::config::ServeConfig;
 use crate::eval::client::DocqaClient;
+use crate::eval::results::QuestionResult;
 use crate::eval::{compare, plots, report, runner};
 
 /// `docqa eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// Dataset files in docqa's JSON Lines format (repeat the flag, or separate with commas).
-    #[arg(long, required_unless_present = "compare", value_delimiter = ',')]
+    #[arg(long, required_unless_present_any = ["compare", "report_only"], value_delimiter = ',')]
     dataset: Vec<PathBuf>,
     /// Compare two earlier runs instead (their directories or `report.json` files): prints the
     /// comparison, and writes it to `OUT/compare.md` when `--out` is given.
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "dataset")]
     compare: Option<Vec<PathBuf>>,
+    /// Write `report.json`, `report.md` and the plots from `OUT/results.jsonl` as it stands, asking
+    /// nothing (results brought from another machine, or re-rendered after a change to the reports).
+    #[arg(long, conflicts_with_all = ["compare", "url"])]
+    report_only: bool,
     /// Routes to ask each question on, in this order.
     #[arg(long, default_value = "rag,long,auto", value_delimiter = ',')]
     routes: Vec<String>,
@@ -75,20 +80,21 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             "unknown route {r:?}: use rag, long or auto"
         );
     }
-    let client = match &args.url {
-        Some(url) => DocqaClient::new(url, args.api_key.clone())?,
-        None => DocqaClient::new(&start_in_process(&args)?, None)?,
+    let (results, header) = if args.report_only {
+        let path = out.join("results.jsonl");
+        let results = crate::eval::results::read(&path)?;
+        anyhow::ensure!(!results.is_empty(), "{} holds no results", path.display());
+        let header = format!(
+            "{} answers read from {} (report written without asking).",
+            results.len(),
+            path.display()
+        );
+        (results, header)
+    } else {
+        let results = run_questions(&args, &out)?;
+        let header = run_header(&args, results.len());
+        (results, header)
     };
-    let settings = runner::Settings {
-        datasets: args.dataset.clone(),
-        routes: args.routes.clone(),
-        out: out.clone(),
-        limit: args.limit,
-        seed: args.seed,
-        max_tokens: args.max_tokens,
-        concurrency: args.concurrency,
-    };
-    let results = runner::run(&client, &settings)?;
     let summaries = report::summarize(&results);
     std::fs::write(
         out.join("report.json"),
@@ -96,9 +102,36 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             &serde_json::json!({ "summaries": summaries, "results": results }),
         )?,
     )?;
-    let header = format!(
+    let mut md = report::markdown(&summaries, &header);
+    md.push_str(&plots_section(&summaries, &results, &out));
+    std::fs::write(out.join("report.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// Asks every pending question through the in-process server or `--url`; returns all results.
+fn run_questions(args: &EvalArgs, out: &Path) -> anyhow::Result<Vec<QuestionResult>> {
+    let client = match &args.url {
+        Some(url) => DocqaClient::new(url, args.api_key.clone())?,
+        None => DocqaClient::new(&start_in_process(args)?, None)?,
+    };
+    let settings = runner::Settings {
+        datasets: args.dataset.clone(),
+        routes: args.routes.clone(),
+        out: out.to_path_buf(),
+        limit: args.limit,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        concurrency: args.concurrency,
+    };
+    runner::run(&client, &settings)
+}
+
+/// The report's first line: what was run, and where.
+fn run_header(args: &EvalArgs, answers: usize) -> String {
+    format!(
         "{} answers; routes {}; limit {:?} per dataset, seed {}; max answer tokens {}; {}.",
-        results.len(),
+        answers,
         args.routes.join(", "),
         args.limit,
         args.seed,
@@ -107,18 +140,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             Some(u) => format!("server {u}"),
             None => format!("in-process server, RAG window {}", args.rag_window),
         }
-    );
-    let mut md = report::markdown(&summaries, &header);
-    md.push_str(&plots_section(&summaries, &results, &out));
-    std::fs::write(out.join("report.md"), &md)?;
-    println!("{md}");
-    Ok(())
+    )
 }
 
 /// Renders the plots into `out`; the report's section listing them (or saying why there are none).
 fn plots_section(
     summaries: &[report::RouteSummary],
-    results: &[crate::eval::results::QuestionResult],
+    results: &[QuestionResult],
     out: &Path,
 ) -> String {
     match plots::render(summaries, results, out) {

@@ -284,7 +284,10 @@ mod tests {
             .iter()
             .map(QuestionResult::key)
             .collect();
-        assert_eq!(keys, [key("q1", "rag"), key("q3", "rag"), key("q2", "long")]);
+        assert_eq!(
+            keys,
+            [key("q1", "rag"), key("q3", "rag"), key("q2", "long")]
+        );
     }
 
     #[test]

@@ -89,6 +89,18 @@ fn an_interrupted_run_resumes_and_matches_an_uninterrupted_one_and_a_server_run(
             .contains("| rag | 6 |")
     );
 
+    // The report alone, written again from the results without asking anything: the same tables.
+    let table = |md: &str| md[md.find("\n## ").unwrap()..].to_string();
+    let first = std::fs::read_to_string(full.join("report.md")).unwrap();
+    std::fs::remove_file(full.join("report.md")).unwrap();
+    let status = eval(&["--report-only", "--out", full.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let again = std::fs::read_to_string(full.join("report.md")).unwrap();
+    assert!(again.contains("6 answers read from"), "{again}");
+    assert_eq!(table(&again), table(&first));
+
     // Killed after its second answer, then resumed.
     let cut = dir.path().join("cut");
     let mut child = eval(&["--dataset", data, "--out", cut.to_str().unwrap()])
