@@ -161,6 +161,8 @@ fn accuracy_vs_latency<DB: DrawingBackend>(
     let answered: Vec<&RouteSummary> = summaries.iter().filter(|s| s.questions > 0).collect();
     let point = |s: &RouteSummary| (s.total_ms[0] / 1000.0, s.score * 100.0);
     let x = log_range(answered.iter().map(|s| point(s).0), 0.01);
+    // Room on the right for the dataset name written beside the slowest point.
+    let x = x.start..x.end * 3.0;
     let y = score_range(answered.iter().map(|s| point(s).1));
     let label_gap = (y.end - y.start) / 40.0;
     let mut chart = ChartBuilder::on(root)
