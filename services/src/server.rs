@@ -85,6 +85,7 @@ pub async fn run_with(
         db,
         engine,
         tokenizer,
+        long_prompt_tokens: Default::default(),
         max_context,
         trained_context,
         kv_capacity_tokens,

@@ -26,6 +26,8 @@ pub struct AppState {
     pub engine: EngineHandle,
     /// The generator's tokenizer (token counts, prompts).
     pub tokenizer: Arc<TextTokenizer>,
+    /// Tokens of the long prompts' document parts, for the next question on the same documents.
+    pub long_prompt_tokens: crate::qa::long_tokens::LongPromptTokens,
     /// The generator's context window, in tokens (stretched by `--long-context yarn`).
     pub max_context: usize,
     /// The context the generator was trained with.

@@ -1,13 +1,14 @@
 //! Answering a question: resolve its scope ([`scope`]), plan the route ([`plan`], [`router`]), build the
-//! prompt ([`prompt`]), generate with the engine, recognise refusals ([`unanswerable`]) and cite
-//! ([`citations`]). [`start`] returns once the first generation is admitted (so overload and bad input
-//! are answered as errors), then runs on its own task and streams [`AskEvent`]s; dropping the receiver
-//! cancels the generation.
+//! prompt ([`prompt`], the long path's document tokens kept by [`long_tokens`]), generate with the engine,
+//! recognise refusals ([`unanswerable`]) and cite ([`citations`]). [`start`] returns once the first
+//! generation is admitted (so overload and bad input are answered as errors), then runs on its own task and
+//! streams [`AskEvent`]s; dropping the receiver cancels the generation.
 //!
 //! Self-Route: the RAG attempt is generated without streaming; when it says the passages cannot answer,
 //! the long path answers instead, and only that answer is streamed.
 
 pub mod citations;
+pub mod long_tokens;
 pub mod plan;
 pub mod prompt;
 pub mod router;

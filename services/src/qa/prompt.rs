@@ -232,7 +232,8 @@ pub fn rag(
     })
 }
 
-fn long_user(docs: &[(String, String)], question: &str) -> String {
+/// The long prompt's user message up to the question: the documents, then `Question:`.
+fn long_documents(docs: &[(String, String)]) -> String {
     let mut user = String::new();
     for (i, (title, text)) in docs.iter().enumerate() {
         if docs.len() == 1 {
@@ -245,8 +246,7 @@ fn long_user(docs: &[(String, String)], question: &str) -> String {
             ));
         }
     }
-    user.push_str("Question: ");
-    user.push_str(question.trim());
+    user.push_str("Question:");
     user
 }
 
@@ -272,11 +272,11 @@ pub async fn long(
     let started = Instant::now();
     let mut ordered = docs.to_vec();
     ordered.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    let prompt = encode(
-        state,
-        LONG_SYSTEM,
-        &long_user(&texts(state, &ordered).await?, question),
-    )?;
+    let documents = long_documents(&texts(state, &ordered).await?);
+    let prompt = state
+        .long_prompt_tokens
+        .encode(&state.tokenizer, LONG_SYSTEM, &documents, question.trim())
+        .map_err(ApiError::internal)?;
     Ok(Prepared {
         route: Route::Long,
         prompt,

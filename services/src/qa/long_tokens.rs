@@ -1,0 +1,180 @@
+//! Tokens of the long path's prompts, with the document part tokenized once. A long prompt is the chat
+//! template around the scope's documents and then the question; the part up to `Question:` is the same
+//! for every question on those documents, so its tokens are kept (a small LRU keyed by the text's
+//! SHA-256) and a question on a document read before tokenizes only itself. This matters once the
+//! document's KV is cached: tokenizing a 6,000-token document took as long as computing the question.
+//!
+//! The split is at a pre-token boundary: the byte-level pre-tokenizer starts a new piece at `:` and at
+//! the space before the question's first word, so the two parts' tokens are exactly the whole prompt's
+//! tokens (tested against the real tokenizer on every question of the QA datasets).
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use docqa_engine::text::{ChatMessage, TextTokenizer};
+use lru::LruCache;
+use sha2::{Digest, Sha256};
+
+/// Document prefixes kept.
+const CAPACITY: usize = 32;
+
+/// Marks where the question goes while the template is rendered (no document or question holds it).
+const QUESTION_MARK: &str = "\u{0}docqa-question\u{0}";
+
+/// The cache of document-prefix tokens.
+pub struct LongPromptTokens {
+    prefixes: Mutex<LruCache<[u8; 32], Arc<Vec<u32>>>>,
+}
+
+impl Default for LongPromptTokens {
+    fn default() -> Self {
+        let capacity = NonZeroUsize::new(CAPACITY).unwrap_or(NonZeroUsize::MIN);
+        LongPromptTokens {
+            prefixes: Mutex::new(LruCache::new(capacity)),
+        }
+    }
+}
+
+impl LongPromptTokens {
+    /// The tokens of the chat prompt whose system message is `system` and whose user message is
+    /// `documents` (ending in `Question:`), a space and `question`; the documents' tokens come from
+    /// the cache when these documents were read before.
+    pub fn encode(
+        &self,
+        tokenizer: &TextTokenizer,
+        system: &str,
+        documents: &str,
+        question: &str,
+    ) -> docqa_engine::Result<Vec<u32>> {
+        let messages = [
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", format!("{documents}{QUESTION_MARK}")),
+        ];
+        let text = tokenizer.apply_chat_template(&messages, true)?;
+        let Some(at) = text.find(QUESTION_MARK) else {
+            return tokenizer.encode(&text.replace(QUESTION_MARK, &format!(" {question}")), false);
+        };
+        let (prefix, rest) = (&text[..at], &text[at + QUESTION_MARK.len()..]);
+        let mut tokens = self.prefix_tokens(tokenizer, prefix)?.as_ref().clone();
+        tokens.extend(tokenizer.encode(&format!(" {question}{rest}"), false)?);
+        Ok(tokens)
+    }
+
+    fn prefix_tokens(
+        &self,
+        tokenizer: &TextTokenizer,
+        prefix: &str,
+    ) -> docqa_engine::Result<Arc<Vec<u32>>> {
+        let key: [u8; 32] = Sha256::digest(prefix.as_bytes()).into();
+        if let Some(hit) = self.lock().get(&key) {
+            return Ok(Arc::clone(hit));
+        }
+        let tokens = Arc::new(tokenizer.encode(prefix, false)?);
+        self.lock().put(key, Arc::clone(&tokens));
+        Ok(tokens)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<[u8; 32], Arc<Vec<u32>>>> {
+        self.prefixes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Document prefixes held now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
+
+    fn tokenizer() -> TextTokenizer {
+        let models = ensure_models(&default_models_dir(), &NoProgress).expect("models");
+        TextTokenizer::from_model_dir(&models.generator).expect("tokenizer")
+    }
+
+    fn whole(t: &TextTokenizer, system: &str, documents: &str, question: &str) -> Vec<u32> {
+        let messages = [
+            ChatMessage::new("system", system),
+            ChatMessage::new("user", format!("{documents} {question}")),
+        ];
+        t.encode(&t.apply_chat_template(&messages, true).unwrap(), false)
+            .unwrap()
+    }
+
+    /// Every document and question of the QA datasets beside the project.
+    fn datasets() -> Vec<(String, Vec<String>)> {
+        let data = std::env::var_os("DOCQA_DATA").map_or_else(
+            || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+            std::path::PathBuf::from,
+        );
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(data.join("qa")).expect("the QA datasets") {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for line in text.lines() {
+                let doc: serde_json::Value = serde_json::from_str(line).unwrap();
+                let questions = doc["questions"].as_array().unwrap();
+                let qs = questions
+                    .iter()
+                    .map(|q| q["question"].as_str().unwrap().trim().to_string());
+                out.push((doc["text"].as_str().unwrap().to_string(), qs.collect()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_split_prompt_tokenizes_exactly_like_the_whole_prompt_for_every_dataset_question() {
+        let t = tokenizer();
+        let cache = LongPromptTokens::default();
+        let system = "Answer from the document.";
+        let mut checked = 0;
+        for (text, questions) in datasets() {
+            // The document's start and end are enough to exercise the boundary, and keep this quick.
+            let excerpt: String = text.chars().take(400).collect();
+            let documents = format!("Document: a title\n\n{}\n\nQuestion:", excerpt.trim());
+            let unusual = [
+                "",
+                "2010年？",
+                "(a) or (b)?",
+                "\"Quoted\" start",
+                "\nnewline first",
+            ];
+            for q in questions.iter().take(40).map(String::as_str).chain(unusual) {
+                assert_eq!(
+                    cache.encode(&t, system, &documents, q).unwrap(),
+                    whole(&t, system, &documents, q),
+                    "{q:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 1000, "{checked} questions checked");
+    }
+
+    #[test]
+    fn a_second_question_on_the_same_documents_reuses_their_tokens() {
+        let t = tokenizer();
+        let cache = LongPromptTokens::default();
+        let documents = "Document: Paris\n\nParis is the capital of France.\n\nQuestion:";
+        let first = cache.encode(&t, "S", documents, "What is Paris?").unwrap();
+        let second = cache.encode(&t, "S", documents, "Which country?").unwrap();
+        assert_eq!(cache.held(), 1);
+        let shared = first
+            .iter()
+            .zip(&second)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(
+            shared > 10 && shared < first.len(),
+            "{shared} of {}",
+            first.len()
+        );
+        cache
+            .encode(&t, "S", "Document: Rome\n\nRome.\n\nQuestion:", "Where?")
+            .unwrap();
+        assert_eq!(cache.held(), 2);
+    }
+}
