@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `docqa serve --device cuda` end to end, as a user drives it: start the service with the generator on GPU 0,
 # upload a document over HTTP, wait for its ingestion, then ask a question on the RAG path and twice on the
-# long path (the second time from the document's cached KV), and print each answer with its route, reasons,
-# citations, time to first token and token counts. Exits non-zero when a step fails or an answer is empty.
+# long path (the second time from the document's cached KV, with NEXT_QUESTION when it is set), and print each
+# answer with its route, reasons, citations, time to first token and token counts. Exits non-zero when a step
+# fails or an answer is empty.
 #
 #   bench/cuda_serve_session.sh DOCQA MODELS_DIR DOCUMENT QUESTION [OUT_DIR]
 #
@@ -39,7 +40,7 @@ done
 echo "document $id: $(curl -sf "$base/v1/documents/$id" | field "['token_count']") tokens, $status"
 
 ask() {
-    local route=$1 name=$2
+    local route=$1 name=$2 question=${3:-$question}
     python3 -c 'import json,sys; print(json.dumps({"question": sys.argv[1], "route": sys.argv[2],
         "max_tokens": 48, "temperature": 0, "scope": {"document_ids": [sys.argv[3]]}}))' \
         "$question" "$route" "$id" >"$work/body.json"
@@ -59,4 +60,4 @@ PY
 }
 ask rag rag
 ask long long-cold
-ask long long-cached
+ask long long-cached "${NEXT_QUESTION:-$question}"
