@@ -1,8 +1,10 @@
 //! Tokens of the long path's prompts, with the document part tokenized once. A long prompt is the chat
 //! template around the scope's documents and then the question; the part up to `Question:` is the same
-//! for every question on those documents, so its tokens are kept (a small LRU keyed by the text's
-//! SHA-256) and a question on a document read before tokenizes only itself. This matters once the
-//! document's KV is cached: tokenizing a 6,000-token document took as long as computing the question.
+//! for every question on those documents, so its tokens are kept (a small LRU keyed by the SHA-256 of
+//! the documents' ids and the text) and a question on a document read before tokenizes only itself.
+//! This matters once the document's KV is cached: tokenizing a 6,000-token document took as long as
+//! computing the question. Document ids belong to one tenant, so, like the KV prefix cache, no tenant
+//! can tell from timing what another has read.
 //!
 //! The split is at a pre-token boundary: the byte-level pre-tokenizer starts a new piece at `:` and at
 //! the space before the question's first word, so the two parts' tokens are exactly the whole prompt's
@@ -38,10 +40,11 @@ impl Default for LongPromptTokens {
 impl LongPromptTokens {
     /// The tokens of the chat prompt whose system message is `system` and whose user message is
     /// `documents` (ending in `Question:`), a space and `question`; the documents' tokens come from
-    /// the cache when these documents were read before.
+    /// the cache when the documents with ids `document_ids` were read before.
     pub fn encode(
         &self,
         tokenizer: &TextTokenizer,
+        document_ids: &[&str],
         system: &str,
         documents: &str,
         question: &str,
@@ -55,7 +58,10 @@ impl LongPromptTokens {
             return tokenizer.encode(&text.replace(QUESTION_MARK, &format!(" {question}")), false);
         };
         let (prefix, rest) = (&text[..at], &text[at + QUESTION_MARK.len()..]);
-        let mut tokens = self.prefix_tokens(tokenizer, prefix)?.as_ref().clone();
+        let mut tokens = self
+            .prefix_tokens(tokenizer, document_ids, prefix)?
+            .as_ref()
+            .clone();
         tokens.extend(tokenizer.encode(&format!(" {question}{rest}"), false)?);
         Ok(tokens)
     }
@@ -63,9 +69,16 @@ impl LongPromptTokens {
     fn prefix_tokens(
         &self,
         tokenizer: &TextTokenizer,
+        document_ids: &[&str],
         prefix: &str,
     ) -> docqa_engine::Result<Arc<Vec<u32>>> {
-        let key: [u8; 32] = Sha256::digest(prefix.as_bytes()).into();
+        let mut hasher = Sha256::new();
+        for id in document_ids {
+            hasher.update(id.as_bytes());
+            hasher.update([0]);
+        }
+        hasher.update(prefix.as_bytes());
+        let key: [u8; 32] = hasher.finalize().into();
         if let Some(hit) = self.lock().get(&key) {
             return Ok(Arc::clone(hit));
         }
@@ -144,7 +157,7 @@ mod tests {
             ];
             for q in questions.iter().take(40).map(String::as_str).chain(unusual) {
                 assert_eq!(
-                    cache.encode(&t, system, &documents, q).unwrap(),
+                    cache.encode(&t, &["d"], system, &documents, q).unwrap(),
                     whole(&t, system, &documents, q),
                     "{q:?}"
                 );
@@ -155,12 +168,16 @@ mod tests {
     }
 
     #[test]
-    fn a_second_question_on_the_same_documents_reuses_their_tokens() {
+    fn a_second_question_on_the_same_documents_reuses_their_tokens_and_other_documents_do_not() {
         let t = tokenizer();
         let cache = LongPromptTokens::default();
         let documents = "Document: Paris\n\nParis is the capital of France.\n\nQuestion:";
-        let first = cache.encode(&t, "S", documents, "What is Paris?").unwrap();
-        let second = cache.encode(&t, "S", documents, "Which country?").unwrap();
+        let first = cache
+            .encode(&t, &["a"], "S", documents, "What is Paris?")
+            .unwrap();
+        let second = cache
+            .encode(&t, &["a"], "S", documents, "Which country?")
+            .unwrap();
         assert_eq!(cache.held(), 1);
         let shared = first
             .iter()
@@ -172,9 +189,14 @@ mod tests {
             "{shared} of {}",
             first.len()
         );
-        cache
-            .encode(&t, "S", "Document: Rome\n\nRome.\n\nQuestion:", "Where?")
-            .unwrap();
+        let rome = "Document: Rome\n\nRome.\n\nQuestion:";
+        cache.encode(&t, &["b"], "S", rome, "Where?").unwrap();
         assert_eq!(cache.held(), 2);
+        // The same text under another tenant's document id is tokenized for that document anew.
+        let other = cache
+            .encode(&t, &["c"], "S", documents, "Which country?")
+            .unwrap();
+        assert_eq!(other, second);
+        assert_eq!(cache.held(), 3);
     }
 }

@@ -273,9 +273,16 @@ pub async fn long(
     let mut ordered = docs.to_vec();
     ordered.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
     let documents = long_documents(&texts(state, &ordered).await?);
+    let ids: Vec<&str> = ordered.iter().map(|d| d.id.as_str()).collect();
     let prompt = state
         .long_prompt_tokens
-        .encode(&state.tokenizer, LONG_SYSTEM, &documents, question.trim())
+        .encode(
+            &state.tokenizer,
+            &ids,
+            LONG_SYSTEM,
+            &documents,
+            question.trim(),
+        )
         .map_err(ApiError::internal)?;
     Ok(Prepared {
         route: Route::Long,
