@@ -61,7 +61,8 @@ pub struct ServeConfig {
     /// Default and largest number of answer tokens.
     #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS", default_value_t = 512)]
     pub max_answer_tokens: usize,
-    /// Where the generator runs: `cpu`, or `cuda` (GPU 0; needs a build with `--features cuda`). The embedder runs on the CPU either way.
+    /// Where the generator runs: `cpu`, or `cuda` (GPU 0; needs a build with `--features cuda`). The
+    /// embedder runs on the CPU either way.
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
     /// Element type of the generator's KV cache: bf16 (the default), f32 (exact, twice the memory), or

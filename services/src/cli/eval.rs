@@ -14,7 +14,7 @@ use clap::{Args, Parser};
 use crate::config::ServeConfig;
 use crate::eval::client::DocqaClient;
 use crate::eval::results::QuestionResult;
-use crate::eval::{compare, plots, report, runner};
+use crate::eval::{compare, plots, report, routes_compared, runner};
 
 /// `docqa eval`.
 #[derive(Debug, Args)]
@@ -103,6 +103,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         )?,
     )?;
     let mut md = report::markdown(&summaries, &header);
+    md.push_str(&routes_compared::markdown(&summaries));
+    md.push_str(&routes_compared::cached_documents_markdown(&results));
     md.push_str(&plots_section(&summaries, &results, &out));
     std::fs::write(out.join("report.md"), &md)?;
     println!("{md}");

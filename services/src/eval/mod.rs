@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod plots;
 pub mod report;
 pub mod results;
+pub mod routes_compared;
 pub mod runner;

@@ -178,29 +178,29 @@ pub fn score(
 
 /// Results already in `path` (a run being resumed).
 pub fn read(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
+    Ok(read_lines(path)?.0)
+}
+
+/// The parsed results and the number of lines in the file. A line cut by a crash is dropped: that
+/// question is simply asked again.
+fn read_lines(path: &Path) -> anyhow::Result<(Vec<QuestionResult>, usize)> {
     if !path.exists() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
     let text = std::fs::read_to_string(path)?;
-    // A line cut by a crash is dropped: that question is simply asked again.
-    Ok(text
+    let parsed = text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+        .collect();
+    Ok((parsed, text.lines().count()))
 }
 
 /// The results a resumed run keeps: those that got an answer. Failed questions (a refused request, or
 /// one cut off when the run was stopped) and a last line cut by a crash are taken out of the file, so
 /// those questions are asked again, counted once, and appended on a line of their own.
 pub fn read_for_resume(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let lines = std::fs::read_to_string(path)?.lines().count();
-    let answered: Vec<QuestionResult> = read(path)?
-        .into_iter()
-        .filter(|r| r.error.is_none())
-        .collect();
+    let (all, lines) = read_lines(path)?;
+    let answered: Vec<QuestionResult> = all.into_iter().filter(|r| r.error.is_none()).collect();
     if answered.len() < lines {
         let tmp = path.with_extension("jsonl.tmp");
         let mut text = String::new();

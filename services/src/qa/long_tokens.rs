@@ -55,7 +55,12 @@ impl LongPromptTokens {
         ];
         let text = tokenizer.apply_chat_template(&messages, true)?;
         let Some(at) = text.find(QUESTION_MARK) else {
-            return tokenizer.encode(&text.replace(QUESTION_MARK, &format!(" {question}")), false);
+            // A template that rewrites the message: tokenize the whole prompt, uncached.
+            let whole = [
+                ChatMessage::new("system", system),
+                ChatMessage::new("user", format!("{documents} {question}")),
+            ];
+            return tokenizer.encode(&tokenizer.apply_chat_template(&whole, true)?, false);
         };
         let (prefix, rest) = (&text[..at], &text[at + QUESTION_MARK.len()..]);
         let mut tokens = self
