@@ -81,6 +81,12 @@ pub struct ServeConfig {
     /// Memory for the generator's KV cache, in MiB.
     #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
     pub kv_cache_mib: usize,
+    /// Abstention threshold: an answer whose tokens' geometric-mean probability is below it counts as
+    /// unsupported, so the answer becomes "Not found in the document." and, under Self-Route, the
+    /// whole document is read instead (0: never; the default is calibrated on SQuAD 2.0, see EVAL.md).
+    #[arg(long, env = "DOCQA_ABSTENTION_THRESHOLD", default_value_t = 0.0,
+        value_parser = probability)]
+    pub abstention_threshold: f64,
     /// Generation requests allowed to wait for the engine before new ones get 429.
     #[arg(long, env = "DOCQA_MAX_WAITING", default_value_t = 64)]
     pub max_waiting: usize,
@@ -91,6 +97,14 @@ pub struct ServeConfig {
     /// (PostgreSQL; with SQLite, one process owns the file and recovers at start).
     #[arg(long, env = "DOCQA_JOB_LEASE_SECS", default_value_t = 30)]
     pub job_lease_secs: u64,
+}
+
+/// A probability: a number from 0 to 1.
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text:?} is not a number from 0 to 1")),
+    }
 }
 
 /// How the long path reads past the model's trained context.
@@ -129,5 +143,19 @@ pub fn default_data_dir() -> PathBuf {
         (Some(data), _) => data.join("docqa"),
         (None, Some(home)) => home.join(".local").join("share").join("docqa"),
         (None, None) => PathBuf::from("docqa-data"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probability;
+
+    #[test]
+    fn an_abstention_threshold_outside_zero_to_one_is_refused() {
+        assert_eq!(probability("0.42"), Ok(0.42));
+        assert_eq!(probability("0"), Ok(0.0));
+        for bad in ["1.5", "-0.1", "NaN", "half"] {
+            assert!(probability(bad).is_err(), "{bad}");
+        }
     }
 }

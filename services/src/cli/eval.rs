@@ -57,6 +57,10 @@ pub struct EvalArgs {
     /// RAG window of the in-process server, in tokens.
     #[arg(long, default_value_t = 8192)]
     rag_window: usize,
+    /// Abstention threshold of the in-process server (`docqa serve --abstention-threshold`; 0 never
+    /// abstains) [default: the server's].
+    #[arg(long)]
+    abstention_threshold: Option<f64>,
     /// Directory holding the model directories (in-process server).
     #[arg(long, env = "DOCQA_MODELS_DIR")]
     models_dir: Option<PathBuf>,
@@ -140,7 +144,13 @@ fn run_header(args: &EvalArgs, answers: usize) -> String {
         args.max_tokens,
         match &args.url {
             Some(u) => format!("server {u}"),
-            None => format!("in-process server, RAG window {}", args.rag_window),
+            None => format!(
+                "in-process server, RAG window {}{}",
+                args.rag_window,
+                args.abstention_threshold
+                    .map(|t| format!(", abstention threshold {t}"))
+                    .unwrap_or_default()
+            ),
         }
     )
 }
@@ -208,6 +218,10 @@ fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
         "--data-dir".into(),
         data.display().to_string(),
     ];
+    if let Some(t) = args.abstention_threshold {
+        argv.push("--abstention-threshold".into());
+        argv.push(t.to_string());
+    }
     if let Some(dir) = &args.models_dir {
         argv.push("--models-dir".into());
         argv.push(dir.display().to_string());

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::dataset::{EvalDocument, EvalQuestion};
 use super::metrics;
+use crate::qa::abstention::AbstentionCheck;
 
 /// One question answered on one route.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -60,6 +61,9 @@ pub struct QuestionResult {
     pub completion_tokens: u64,
     /// Why the question failed (then the scores are 0).
     pub error: Option<String>,
+    /// The answer's abstention checks (the router's signals), one per generation.
+    #[serde(default)]
+    pub abstention: Vec<AbstentionCheck>,
 }
 
 impl QuestionResult {
@@ -173,6 +177,8 @@ pub fn score(
         cached_tokens: u("cached_prompt_tokens"),
         completion_tokens: u("completion_tokens"),
         error: None,
+        abstention: serde_json::from_value(answer["signals"]["abstention"].clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -253,6 +259,7 @@ pub fn example(question_id: &str, route: &str, score: f64) -> QuestionResult {
         cached_tokens: 0,
         completion_tokens: 5,
         error: None,
+        abstention: Vec::new(),
     }
 }
 
@@ -287,6 +294,53 @@ mod tests {
         assert_eq!(
             keys,
             [key("q1", "rag"), key("q3", "rag"), key("q2", "long")]
+        );
+    }
+
+    #[test]
+    fn an_answers_abstention_checks_are_kept_in_its_result() {
+        let doc = EvalDocument {
+            id: "doc".into(),
+            source: "s".into(),
+            title: String::new(),
+            text: "t".into(),
+            questions: vec![],
+        };
+        let q = EvalQuestion {
+            id: "q".into(),
+            question: "Who?".into(),
+            answers: vec![],
+            kind: "unanswerable".into(),
+            evidence: vec![],
+        };
+        let check = serde_json::json!({
+            "route": "rag", "support": 0.31, "threshold": 0.45, "abstained": true,
+            "measures": { "refusal_probability": 0.0, "first_token_probability": 0.31,
+                          "head_logprob": -1.2, "mean_logprob": -0.9, "min_logprob": -3.1, "tokens": 12 },
+        });
+        let answer = serde_json::json!({
+            "answer": "Not found in the document.", "answerable": false,
+            "signals": { "abstention": [check] },
+        });
+        let r = score("d", &doc, 100, &q, "rag", &answer, None);
+        assert_eq!(r.score, 1.0);
+        assert_eq!(r.abstention.len(), 1);
+        assert!(r.abstention[0].abstained && r.abstention[0].measures.tokens == 12);
+        let line = serde_json::to_string(&r).unwrap();
+        let back: QuestionResult = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.abstention, r.abstention);
+        let older = line.replace(
+            &format!(
+                ",\"abstention\":{}",
+                serde_json::to_string(&r.abstention).unwrap()
+            ),
+            "",
+        );
+        assert!(!older.contains("abstention"), "{older}");
+        let old: QuestionResult = serde_json::from_str(&older).unwrap();
+        assert!(
+            old.abstention.is_empty(),
+            "results written before the checks still read"
         );
     }
 

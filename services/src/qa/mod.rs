@@ -1,12 +1,15 @@
 //! Answering a question: resolve its scope ([`scope`]), plan the route ([`plan`], [`router`]), build the
 //! prompt ([`prompt`], the long path's document tokens kept by [`long_tokens`]), generate with the engine,
-//! recognise refusals ([`unanswerable`]) and cite ([`citations`]). [`start`] returns once the first
+//! recognise refusals, written ([`unanswerable`]) or told by the answer's token probabilities
+//! ([`abstention`]), and cite ([`citations`]). [`start`] returns once the first
 //! generation is admitted (so overload and bad input are answered as errors), then runs on its own task and
 //! streams [`AskEvent`]s; dropping the receiver cancels the generation.
 //!
 //! Self-Route: the RAG attempt is generated without streaming; when it says the passages cannot answer,
-//! the long path answers instead, and only that answer is streamed.
+//! or its probabilities do not support it, the long path answers instead, and only that answer is
+//! streamed.
 
+pub mod abstention;
 pub mod citations;
 pub mod long_tokens;
 pub mod plan;
@@ -75,7 +78,9 @@ pub async fn start(
         }
     };
     let (tx, rx) = mpsc::channel(64);
+    let refusal_starts = abstention::refusal_starts(&state.tokenizer);
     let answering = Answering {
+        refusal_starts,
         state,
         tenant_id,
         answer_id,
@@ -125,6 +130,7 @@ async fn admit(
 ) -> Result<TokenStream, ApiError> {
     let mut request = GenerateRequest::new(prepared.prompt.clone(), params.clone())
         .in_cache_namespace(cache_namespace(tenant_id));
+    request.top_logprobs = abstention::TOP_LOGPROBS;
     if let Some(w) = prepared.sink_window {
         request = request.with_sink_window(w);
     }
@@ -135,6 +141,17 @@ async fn admit(
 struct Generated {
     text: String,
     reason: FinishReason,
+    /// Each answer step's token and most likely tokens, for the abstention check.
+    steps: Vec<abstention::Step>,
+}
+
+/// The text a prompt generated, and whether the answer is a refusal (written, or unsupported by its
+/// token probabilities).
+struct Answered {
+    prepared: Prepared,
+    generated: Generated,
+    fallback: bool,
+    refused: bool,
 }
 
 /// The caller went away, or the engine failed.
@@ -145,6 +162,8 @@ enum Stop {
 
 struct Answering {
     state: Arc<AppState>,
+    /// Token ids a refusal starts with ([`abstention::refusal_starts`]).
+    refusal_starts: Vec<u32>,
     tenant_id: String,
     answer_id: String,
     input: AskInput,
@@ -160,9 +179,7 @@ impl Answering {
         let gen_start = Instant::now();
         let result = self.answer(stream, &tx).await;
         let event = match result {
-            Ok((prepared, generated, fallback)) => {
-                self.finish(prepared, generated, fallback, gen_start).await
-            }
+            Ok(answered) => self.finish(answered, gen_start).await,
             Err(Stop::Disconnected) => {
                 let _ = self
                     .state
@@ -184,22 +201,49 @@ impl Answering {
         let _ = tx.send(event).await;
     }
 
+    /// Whether `generated` is a refusal: it says so, or the abstention check finds its tokens
+    /// unsupported. The check goes into the answer's signals, and an abstention into its reasons.
+    fn refuses(&mut self, route: types::Route, generated: &Generated) -> bool {
+        let written = unanswerable::says_unanswerable(&generated.text);
+        let check = abstention::check(
+            route,
+            &generated.steps,
+            &self.refusal_starts,
+            self.state.config.abstention_threshold,
+        );
+        if let Some(c) = check {
+            self.plan.signals.abstention.push(c);
+            if c.abstained && !written {
+                self.plan.reasons.push(abstention::reason(&c));
+            }
+        }
+        written || check.is_some_and(|c| c.abstained)
+    }
+
     /// Generates on the chosen path; under Self-Route, falls back to the long path when the RAG
-    /// attempt cannot answer. Returns the prompt used, the text, and whether a fallback happened.
+    /// attempt refuses. Returns the prompt used, the text, whether a fallback happened, and whether
+    /// the answer is a refusal.
     async fn answer(
         &mut self,
         stream: TokenStream,
         tx: &mpsc::Sender<AskEvent>,
-    ) -> Result<(Prepared, Generated, bool), Stop> {
+    ) -> Result<Answered, Stop> {
         let first = first_prompt(&self.plan).map_err(Stop::Failed)?;
         if self.plan.decision != Decision::SelfRoute {
             let generated = self.generate(stream, Some(tx)).await?;
-            return Ok((first, generated, false));
+            let refused = self.refuses(first.route, &generated);
+            return Ok(Answered {
+                prepared: first,
+                generated,
+                fallback: false,
+                refused,
+            });
         }
         let attempt = self.generate(stream, None).await?;
+        let attempt_refused = self.refuses(first.route, &attempt);
         let long = self.plan.long.clone();
         match long {
-            Some(long) if unanswerable::says_unanswerable(&attempt.text) => {
+            Some(long) if attempt_refused => {
                 self.plan.reasons.push(
                     "the retrieved passages could not answer, so the whole document was read"
                         .into(),
@@ -208,10 +252,16 @@ impl Answering {
                     .await
                     .map_err(Stop::Failed)?;
                 let generated = self.generate(stream, Some(tx)).await?;
-                Ok((long, generated, true))
+                let refused = self.refuses(long.route, &generated);
+                Ok(Answered {
+                    prepared: long,
+                    generated,
+                    fallback: true,
+                    refused,
+                })
             }
             long => {
-                self.plan.reasons.push(if long.is_none() && unanswerable::says_unanswerable(&attempt.text) {
+                self.plan.reasons.push(if long.is_none() && attempt_refused {
                     "the retrieved passages could not answer, and the whole scope does not fit the \
                      model's window"
                         .into()
@@ -227,7 +277,12 @@ impl Answering {
                 {
                     return Err(Stop::Disconnected);
                 }
-                Ok((first, attempt, false))
+                Ok(Answered {
+                    prepared: first,
+                    generated: attempt,
+                    fallback: false,
+                    refused: attempt_refused,
+                })
             }
         }
     }
@@ -239,9 +294,18 @@ impl Answering {
         tx: Option<&mpsc::Sender<AskEvent>>,
     ) -> Result<Generated, Stop> {
         let mut text = String::new();
+        let mut steps = Vec::new();
         while let Some(event) = stream.next().await {
             match event {
-                GenerationEvent::Token { text: piece, .. } => {
+                GenerationEvent::Token {
+                    id,
+                    text: piece,
+                    top_logprobs,
+                } => {
+                    steps.push(abstention::Step {
+                        token: id,
+                        top: top_logprobs,
+                    });
                     if piece.is_empty() {
                         continue;
                     }
@@ -265,7 +329,11 @@ impl Answering {
                     self.usage.prompt_tokens += usage.prompt_tokens;
                     self.usage.cached_prompt_tokens += usage.cached_prompt_tokens;
                     self.usage.completion_tokens += usage.completion_tokens;
-                    return Ok(Generated { text, reason });
+                    return Ok(Generated {
+                        text,
+                        reason,
+                        steps,
+                    });
                 }
                 GenerationEvent::Failed { message } => {
                     return Err(Stop::Failed(ApiError::from(
@@ -279,15 +347,15 @@ impl Answering {
         )))
     }
 
-    async fn finish(
-        self,
-        prepared: Prepared,
-        generated: Generated,
-        fallback: bool,
-        gen_start: Instant,
-    ) -> AskEvent {
+    async fn finish(self, answered: Answered, gen_start: Instant) -> AskEvent {
+        let Answered {
+            prepared,
+            generated,
+            fallback,
+            refused,
+        } = answered;
         let text = generated.text.trim().to_string();
-        let answerable = !unanswerable::says_unanswerable(&text);
+        let answerable = !refused;
         let citations = if answerable {
             citations::cite(&self.state, &self.tenant_id, &text, &prepared).await
         } else {
@@ -361,8 +429,9 @@ impl Answering {
         {
             tracing::error!(%error, "cannot store an answer");
         }
+        let support = a.signals.abstention.last().map(|c| c.support);
         tracing::info!(answer = %a.answer_id, route = a.route.as_str(), fallback = a.self_route_fallback,
-            answerable = a.answerable, total_ms = a.timings.total_ms, "answered");
+            answerable = a.answerable, support, total_ms = a.timings.total_ms, "answered");
         self.state.metrics.observe_answer(
             a.route.as_str(),
             true,

@@ -140,6 +140,7 @@ pub async fn plan(
         long_cost_tokens: long
             .as_ref()
             .map_or(0, |p| p.prompt.len().saturating_sub(cached_long_tokens)),
+        abstention: Vec::new(),
     };
     let (decision, mut reasons) = router::decide(input.route, &signals);
     if decision == Decision::Route(super::types::Route::Long)

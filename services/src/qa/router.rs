@@ -41,6 +41,9 @@ pub struct Signals {
     pub rag_cost_tokens: usize,
     /// Prompt tokens the long path would compute (after the prefix cache).
     pub long_cost_tokens: usize,
+    /// The abstention check of each generation, in order (under Self-Route: the RAG attempt, then the
+    /// long answer if it fell back), measured after generating.
+    pub abstention: Vec<super::abstention::AbstentionCheck>,
 }
 
 /// The router's choice before generation.
@@ -170,6 +173,7 @@ mod tests {
             top_bm25_score: Some(7.5),
             rag_cost_tokens: 1000,
             long_cost_tokens: 6100,
+            abstention: Vec::new(),
         }
     }
 
