@@ -44,3 +44,57 @@ extern "C" __global__ void kv_write_bf16(
     int width) {
     scatter(k, v, slot_mapping, k_cache, v_cache, rows, width);
 }
+
+// RoPE on q and k (HF half-split, the row's cos/sin from `table`), then k and v written to the pool
+// slots, in one launch: what rope_f32 on q, rope_f32 on k and kv_write do one after the other (k is
+// rotated in place too, so every buffer ends as after those three).
+template <typename T>
+__device__ void rope_scatter(
+    float* q,               // [rows, heads, head_dim]
+    float* k,               // [rows, kv_heads, head_dim]
+    const float* v,         // [rows, kv_heads, head_dim]
+    const float* table,     // [rows, head_dim]
+    const unsigned* slots,  // [rows]
+    T* kc,                  // [num_slots, kv_heads * head_dim]
+    T* vc,                  // [num_slots, kv_heads * head_dim]
+    int rows,
+    int heads,
+    int kv_heads,
+    int head_dim) {
+    const int half = head_dim / 2, all = heads + kv_heads;
+    const long long n = (long long)rows * all * half;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / ((long long)all * half);
+        const int h = (int)(i / half % all), j = (int)(i % half);
+        const float c = table[r * head_dim + j], s = table[r * head_dim + half + j];
+        const bool is_q = h < heads;
+        float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + h - heads) * head_dim;
+        const float x1 = x[j], x2 = x[half + j];
+        const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+        x[j] = y1;
+        x[half + j] = y2;
+        if (!is_q) {
+            const long long width = (long long)kv_heads * head_dim;
+            const long long col = (long long)(h - heads) * head_dim;
+            const long long dst = (long long)slots[r] * width + col;
+            const float* vr = v + r * width + col;
+            store_from_f32(kc + dst + j, y1);
+            store_from_f32(kc + dst + half + j, y2);
+            store_from_f32(vc + dst + j, vr[j]);
+            store_from_f32(vc + dst + half + j, vr[half + j]);
+        }
+    }
+}
+
+extern "C" __global__ void rope_kv_write_f32(float* q, float* k, const float* v, const float* table,
+                                             const unsigned* slots, float* kc, float* vc, int rows,
+                                             int heads, int kv_heads, int head_dim) {
+    rope_scatter(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
+}
+
+extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v, const float* table,
+                                              const unsigned* slots, bf16_t* kc, bf16_t* vc, int rows,
+                                              int heads, int kv_heads, int head_dim) {
+    rope_scatter(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
+}

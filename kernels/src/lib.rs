@@ -65,7 +65,12 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "kv",
         source: include_str!("../cuda/kv.cu"),
-        functions: &["kv_write_f32", "kv_write_bf16"],
+        functions: &[
+            "kv_write_f32",
+            "kv_write_bf16",
+            "rope_kv_write_f32",
+            "rope_kv_write_bf16",
+        ],
     },
     KernelSource {
         name: "attention",
@@ -90,6 +95,22 @@ pub const SOURCES: &[KernelSource] = &[
             "flash_decode_bf16_hd64",
             "flash_decode_bf16_hd128",
             "flash_decode_reduce",
+        ],
+    },
+    KernelSource {
+        name: "gemv",
+        source: include_str!("../cuda/gemv.cu"),
+        functions: &[
+            "gemv_bf16_r1",
+            "gemv3_bf16_r1",
+            "gemv_silu_mul_bf16_r1",
+            "gemv_bf16_r2",
+            "gemv3_bf16_r2",
+            "gemv_silu_mul_bf16_r2",
+            "gemv_bf16_r4",
+            "gemv3_bf16_r4",
+            "gemv_silu_mul_bf16_r4",
+            "argmax_rows_f32",
         ],
     },
 ];

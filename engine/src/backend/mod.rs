@@ -104,6 +104,21 @@ pub struct WindowedAttn<'a, B: Backend> {
     pub q_sinks: &'a B::Buf,
 }
 
+/// An RMSNorm to apply to a product's input first: its weight and epsilon, and the buffer the
+/// normalised rows go to where the backend does not fuse the norm into the product.
+pub struct RmsNormInto<'a, B: Backend> {
+    /// The norm's weight vector.
+    pub weight: &'a B::Weight,
+    /// Its epsilon.
+    pub eps: f32,
+    /// Where the normalised rows are written when not fused.
+    pub out: &'a mut B::Buf,
+}
+
+fn no_graphs(backend: &str) -> crate::error::EngineError {
+    crate::error::EngineError::Internal(format!("the {backend} backend records no graphs"))
+}
+
 /// The narrow set of ops a model step needs. See the module docs for conventions.
 pub trait Backend: Send + Sync + Sized {
     /// An f32 buffer in the backend's memory.
@@ -114,6 +129,32 @@ pub trait Backend: Send + Sync + Sized {
     type Weight: Send + Sync;
     /// One layer's K (or V) pool.
     type Kv: Send + Sync;
+    /// A recorded sequence of ops replayed with one call (a CUDA graph); `()` where there is none.
+    type Graph: Send;
+
+    /// Whether [`Backend::begin_capture`] records: the backend can, and recording is switched on.
+    fn records_graphs(&self) -> bool {
+        false
+    }
+    /// Starts recording the ops issued from now on instead of running them. Only called when
+    /// [`Backend::records_graphs`] says so; every call is followed by [`Backend::end_capture`].
+    fn begin_capture(&self) -> Result<()> {
+        Err(no_graphs(self.name()))
+    }
+    /// Ends the recording begun by [`Backend::begin_capture`] and returns it, ready to replay.
+    fn end_capture(&self) -> Result<Self::Graph> {
+        Err(no_graphs(self.name()))
+    }
+    /// Runs a recorded graph: the same ops on the current contents of the buffers it was recorded with.
+    fn replay(&self, graph: &Self::Graph) -> Result<()> {
+        let _ = graph;
+        Err(no_graphs(self.name()))
+    }
+    /// Changes whenever the backend replaces an internal buffer a recorded graph may point at (a
+    /// scratch buffer that grew); a graph recorded under another epoch must not be replayed.
+    fn graph_epoch(&self) -> u64 {
+        0
+    }
 
     /// A short name for logs.
     fn name(&self) -> &'static str;
@@ -212,6 +253,107 @@ pub trait Backend: Send + Sync + Sized {
     fn gelu(&self, x: &mut Self::Buf, n: usize) -> Result<()>;
     /// `x += y` over `n` elements.
     fn add(&self, x: &mut Self::Buf, y: &Self::Buf, n: usize) -> Result<()>;
+
+    /// `out[rows, width] += x · Wᵀ`: a projection added onto the residual stream. `scratch` holds the
+    /// product where the backend does not fuse the add.
+    fn matmul_add(
+        &self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        (rows, width): (usize, usize),
+        scratch: &mut Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<()> {
+        self.matmul(x, w, None, rows, scratch)?;
+        self.add(out, scratch, rows * width)
+    }
+
+    /// `out[rows, width] = silu(x' · Gᵀ) ⊙ (x' · Uᵀ)`, the first half of a SwiGLU MLP, where `x'` is `x`
+    /// or, with `norm`, `x` RMS-normalised (written to the norm's buffer where the backend does not
+    /// fuse it). `gate` and `up` hold the two products where the backend does not fuse them.
+    fn gated_matmul(
+        &self,
+        x: &Self::Buf,
+        norm: Option<RmsNormInto<'_, Self>>,
+        (gate_w, up_w): (&Self::Weight, &Self::Weight),
+        (rows, width): (usize, usize),
+        (gate, up): (&mut Self::Buf, &mut Self::Buf),
+        out: &mut Self::Buf,
+    ) -> Result<()> {
+        let x = self.rms_norm_into(x, norm, rows)?;
+        self.matmul(x, gate_w, None, rows, gate)?;
+        self.matmul(x, up_w, None, rows, up)?;
+        self.silu_mul(gate, up, rows * width, out)
+    }
+
+    /// Three projections of one input (attention's q, k and v): `outs[i] = x' · W[i]ᵀ (+ bias[i])`,
+    /// with `x'` as for [`Backend::gated_matmul`].
+    fn matmul3(
+        &self,
+        x: &Self::Buf,
+        norm: Option<RmsNormInto<'_, Self>>,
+        (w, bias): ([&Self::Weight; 3], [Option<&Self::Weight>; 3]),
+        rows: usize,
+        outs: [&mut Self::Buf; 3],
+    ) -> Result<()> {
+        let x = self.rms_norm_into(x, norm, rows)?;
+        for ((w, bias), out) in w.into_iter().zip(bias).zip(outs) {
+            self.matmul(x, w, bias, rows, out)?;
+        }
+        Ok(())
+    }
+
+    /// `x`, or `x` RMS-normalised into the norm's buffer.
+    fn rms_norm_into<'b>(
+        &self,
+        x: &'b Self::Buf,
+        norm: Option<RmsNormInto<'b, Self>>,
+        rows: usize,
+    ) -> Result<&'b Self::Buf> {
+        match norm {
+            None => Ok(x),
+            Some(n) => {
+                self.rms_norm(x, n.weight, n.eps, rows, n.out)?;
+                Ok(n.out)
+            }
+        }
+    }
+
+    /// `ids[r]` = the index of the largest logit of row `r` of `logits [rows, vocab]`, the first of
+    /// equals (greedy decoding without reading the logits back).
+    fn argmax_rows(
+        &self,
+        logits: &Self::Buf,
+        (rows, vocab): (usize, usize),
+        ids: &mut Self::Ids,
+    ) -> Result<()> {
+        let mut host = vec![0.0; rows * vocab];
+        self.read(logits, &mut host)?;
+        let picks: Vec<u32> = host
+            .chunks(vocab.max(1))
+            .map(crate::models::generate::argmax)
+            .collect();
+        self.write_ids(ids, &picks)
+    }
+
+    /// RoPE on `q [rows, heads · head_dim]` and `k [rows, kv_heads · head_dim]` with the rows of
+    /// `table`, then `k` and `v` written to the pool slots: [`Backend::rope`] twice and
+    /// [`Backend::kv_write`], fused where the backend can.
+    fn rope_kv_write(
+        &self,
+        (q, k, v): (&mut Self::Buf, &mut Self::Buf, &Self::Buf),
+        table: &Self::Buf,
+        slot_mapping: &Self::Ids,
+        (rows, heads, kv_heads, head_dim): (usize, usize, usize, usize),
+        (k_cache, v_cache): (&mut Self::Kv, &mut Self::Kv),
+    ) -> Result<()> {
+        self.rope(q, table, rows, heads, head_dim)?;
+        self.rope(k, table, rows, kv_heads, head_dim)?;
+        self.kv_write(k, v, slot_mapping, rows, k_cache, v_cache)
+    }
+
+    /// Copies the front of an index buffer to the host.
+    fn read_ids(&self, src: &Self::Ids, dst: &mut [u32]) -> Result<()>;
     /// Writes `k`, `v` rows (`[rows, num_kv_heads * head_dim]`) to the pool slots `slot_mapping[0..rows]`.
     fn kv_write(
         &self,

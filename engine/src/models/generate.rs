@@ -58,6 +58,11 @@ impl<'m, B: Backend> SingleSequence<'m, B> {
         })
     }
 
+    /// The decode steps this driver's workspace recorded and replayed.
+    pub fn graphs(&self) -> &crate::models::graphs::DecodeGraphs<B::Graph> {
+        &self.ws.graphs
+    }
+
     /// Tokens in the context so far.
     pub fn len(&self) -> usize {
         self.len

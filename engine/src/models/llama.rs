@@ -9,10 +9,11 @@
 
 use std::path::Path;
 
-use crate::backend::{AttnShape, Backend, PagedAttnMeta, WindowedAttn};
+use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, WindowedAttn};
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
-use crate::models::workspace::LlamaWorkspace;
+use crate::models::graphs::GraphKey;
+use crate::models::workspace::{LlamaWorkspace, write_changed};
 use crate::models::{Batch, KvPool, matrix, opt_vector, too_big, vector};
 use crate::weights::Weights;
 
@@ -95,6 +96,9 @@ impl<B: Backend> Llama<B> {
 
     /// Runs one forward pass: writes the new tokens' K/V into `kv` and leaves `rows × vocab` logits in
     /// `ws.logits`, one row per position the batch's [`crate::models::LogitsMode`] selects. Returns `rows`.
+    ///
+    /// On a backend that records graphs, a decode step (one token per sequence, dense attention, fixed
+    /// RoPE) replays a recorded graph when one fits (see [`crate::models::graphs`]).
     pub fn forward(
         &self,
         batch: &Batch,
@@ -108,164 +112,263 @@ impl<B: Backend> Llama<B> {
             self.max_context,
             cfg.vocab_size,
         )?;
-        let n = self.upload_batch(batch, ws)?;
-        let b = &self.backend;
-        b.embedding(&self.embed, &ws.ids, n, &mut ws.x)?;
-        let dynamic_freqs;
-        let freqs = match cfg.rope_scaling {
-            RopeScaling::Dynamic { .. } => {
-                dynamic_freqs = cfg.rope_freqs(batch.max_seq_len());
-                &dynamic_freqs
-            }
-            _ => &self.freqs,
+        check_capacity(batch, ws.size)?;
+        let dynamic_rope = matches!(cfg.rope_scaling, RopeScaling::Dynamic { .. });
+        let replayable =
+            !dynamic_rope && self.backend.records_graphs() && ws.graphs.failed.is_none();
+        if let Some(key) = GraphKey::of(batch, ws.size.max_blocks_per_seq).filter(|_| replayable) {
+            return self.forward_recorded(batch, key, kv, ws);
+        }
+        let rows = self.upload_batch(batch, &batch.block_table, ws)?;
+        let dims = StepDims {
+            tokens: batch.num_tokens(),
+            seqs: batch.num_seqs(),
+            blocks_per_seq: batch.max_blocks_per_seq,
+            max_seq_len: batch.max_seq_len(),
+            windowed: batch.has_windows(),
+            logit_rows: rows,
         };
-        b.rope_table(&ws.positions, freqs, n, &mut ws.rope)?;
-        if batch.has_windows() {
-            b.rope_table(&ws.sink_positions, freqs, n, &mut ws.rope_sinks)?;
-        }
-        for (i, layer) in self.layers.iter().enumerate() {
-            self.attention_block(layer, batch, n, kv, i, ws)?;
-            self.mlp_block(layer, n, ws)?;
-        }
-        self.lm_head(batch, ws)
+        let freqs = match dynamic_rope {
+            true => &cfg.rope_freqs(batch.max_seq_len()),
+            false => &self.freqs,
+        };
+        self.compute(&dims, freqs, kv, ws)?;
+        Ok(rows)
     }
 
-    /// Copies the batch's index arrays to the device; returns the token count.
-    fn upload_batch(&self, batch: &Batch, ws: &mut LlamaWorkspace<B>) -> Result<usize> {
-        let (n, s, cap) = (batch.num_tokens(), batch.num_seqs(), ws.size);
-        if n > cap.max_num_batched_tokens {
-            return Err(too_big("tokens", n, cap.max_num_batched_tokens));
+    /// A decode step at a graph key: uploads the inputs with the block table padded to the key's
+    /// width, then replays the recorded graph, or runs op by op and records it for the next step.
+    fn forward_recorded(
+        &self,
+        batch: &Batch,
+        key: GraphKey,
+        kv: &mut KvPool<B>,
+        ws: &mut LlamaWorkspace<B>,
+    ) -> Result<usize> {
+        let mut table = std::mem::take(&mut ws.host_table);
+        key.pad_block_table(batch, &mut table);
+        let uploaded = self.upload_batch(batch, &table, ws);
+        ws.host_table = table;
+        let rows = uploaded?;
+        let b = &self.backend;
+        if let Some(graph) = ws.graphs.get(key, kv.id, b.graph_epoch()) {
+            b.replay(graph)?;
+            ws.graphs.replays += 1;
+            return Ok(rows);
         }
-        if s > cap.max_num_seqs {
-            return Err(too_big("sequences", s, cap.max_num_seqs));
+        let dims = StepDims {
+            tokens: key.seqs,
+            seqs: key.seqs,
+            blocks_per_seq: key.blocks,
+            max_seq_len: key.blocks * kv.shape.block_size,
+            windowed: false,
+            logit_rows: rows,
+        };
+        self.compute(&dims, &self.freqs, kv, ws)?;
+        self.record(key, &dims, kv, ws);
+        Ok(rows)
+    }
+
+    /// Records the step just run, so the next step with the same key replays it. Recording launches
+    /// nothing; a failure switches recording off for this workspace and says why in `ws.graphs`.
+    fn record(
+        &self,
+        key: GraphKey,
+        dims: &StepDims,
+        kv: &mut KvPool<B>,
+        ws: &mut LlamaWorkspace<B>,
+    ) {
+        let b = &self.backend;
+        let epoch = b.graph_epoch();
+        let recorded = b.begin_capture().and_then(|()| {
+            let ran = self.compute(dims, &self.freqs, kv, ws);
+            let graph = b.end_capture();
+            ran.and(graph)
+        });
+        match recorded {
+            Ok(graph) if b.graph_epoch() == epoch => ws.graphs.insert(key, kv.id, epoch, graph),
+            Ok(_) => {} // a scratch buffer was replaced meanwhile: record at the next step
+            Err(e) => ws.graphs.failed = Some(e.to_string()),
         }
-        if batch.max_blocks_per_seq > cap.max_blocks_per_seq {
-            return Err(too_big(
-                "blocks per sequence",
-                batch.max_blocks_per_seq,
-                cap.max_blocks_per_seq,
-            ));
-        }
+    }
+
+    /// Copies the batch's index arrays (with `block_table` as the table) and the logit rows to the
+    /// device; returns the number of logit rows.
+    fn upload_batch(
+        &self,
+        batch: &Batch,
+        block_table: &[u32],
+        ws: &mut LlamaWorkspace<B>,
+    ) -> Result<usize> {
         let b = &self.backend;
         b.write_ids(&mut ws.ids, &batch.token_ids)?;
         b.write_ids(&mut ws.positions, &batch.positions)?;
-        b.write_ids(&mut ws.query_start_loc, &batch.query_start_loc)?;
+        let [qsl, table, logit_rows] = &mut ws.sent;
+        write_changed(b, &mut ws.query_start_loc, qsl, &batch.query_start_loc)?;
         b.write_ids(&mut ws.seq_lens, &batch.seq_lens)?;
-        b.write_ids(&mut ws.block_table, &batch.block_table)?;
+        write_changed(b, &mut ws.block_table, table, block_table)?;
         b.write_ids(&mut ws.slots, &batch.slot_mapping)?;
         if batch.has_windows() {
             b.write_ids(&mut ws.sink_positions, &batch.sink_positions)?;
             b.write_ids(&mut ws.windows, batch.windows.as_flattened())?;
         }
-        Ok(n)
+        let mut rows = std::mem::take(&mut ws.host_rows);
+        rows.clear();
+        rows.extend(batch.logit_rows());
+        let n = rows.len();
+        let written = match n > ws.size.max_logit_rows {
+            true => Err(too_big("logit rows", n, ws.size.max_logit_rows)),
+            false => write_changed(b, &mut ws.logit_rows, logit_rows, &rows),
+        };
+        ws.host_rows = rows;
+        written.map(|()| n)
+    }
+
+    /// The device work of a pass whose inputs are uploaded: embedding, layers, LM head.
+    fn compute(
+        &self,
+        dims: &StepDims,
+        freqs: &RopeFreqs,
+        kv: &mut KvPool<B>,
+        ws: &mut LlamaWorkspace<B>,
+    ) -> Result<()> {
+        let (b, n) = (&self.backend, dims.tokens);
+        b.embedding(&self.embed, &ws.ids, n, &mut ws.x)?;
+        b.rope_table(&ws.positions, freqs, n, &mut ws.rope)?;
+        if dims.windowed {
+            b.rope_table(&ws.sink_positions, freqs, n, &mut ws.rope_sinks)?;
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            self.attention_block(layer, dims, kv, i, ws)?;
+            self.mlp_block(layer, n, ws)?;
+        }
+        self.lm_head(dims.logit_rows, dims.tokens, ws)
     }
 
     fn attention_block(
         &self,
         l: &Layer<B>,
-        batch: &Batch,
-        n: usize,
+        dims: &StepDims,
         kv: &mut KvPool<B>,
         i: usize,
         ws: &mut LlamaWorkspace<B>,
     ) -> Result<()> {
-        let (b, cfg) = (&self.backend, &self.config);
-        b.rms_norm(&ws.x, &l.input_norm, cfg.rms_norm_eps, n, &mut ws.h)?;
-        b.matmul(&ws.h, &l.q, l.q_bias.as_ref(), n, &mut ws.q)?;
-        b.matmul(&ws.h, &l.k, l.k_bias.as_ref(), n, &mut ws.k)?;
-        b.matmul(&ws.h, &l.v, l.v_bias.as_ref(), n, &mut ws.v)?;
-        let windowed = batch.has_windows();
-        if windowed {
-            let width = n * cfg.num_attention_heads * cfg.head_dim;
-            b.copy(&ws.q, width, &mut ws.q_sinks)?;
-            b.rope(
-                &mut ws.q_sinks,
-                &ws.rope_sinks,
-                n,
-                cfg.num_attention_heads,
-                cfg.head_dim,
-            )?;
-        }
-        b.rope(
-            &mut ws.q,
-            &ws.rope,
+        let (b, cfg, n) = (&self.backend, &self.config, dims.tokens);
+        let norm = RmsNormInto {
+            weight: &l.input_norm,
+            eps: cfg.rms_norm_eps,
+            out: &mut ws.h,
+        };
+        b.matmul3(
+            &ws.x,
+            Some(norm),
+            (
+                [&l.q, &l.k, &l.v],
+                [l.q_bias.as_ref(), l.k_bias.as_ref(), l.v_bias.as_ref()],
+            ),
             n,
-            cfg.num_attention_heads,
-            cfg.head_dim,
+            [&mut ws.q, &mut ws.k, &mut ws.v],
         )?;
-        b.rope(
-            &mut ws.k,
-            &ws.rope,
-            n,
+        let (heads, kv_heads, hd) = (
+            cfg.num_attention_heads,
             cfg.num_key_value_heads,
             cfg.head_dim,
+        );
+        if dims.windowed {
+            b.copy(&ws.q, n * heads * hd, &mut ws.q_sinks)?;
+            b.rope(&mut ws.q_sinks, &ws.rope_sinks, n, heads, hd)?;
+        }
+        b.rope_kv_write(
+            (&mut ws.q, &mut ws.k, &ws.v),
+            &ws.rope,
+            &ws.slots,
+            (n, heads, kv_heads, hd),
+            (&mut kv.k[i], &mut kv.v[i]),
         )?;
-        b.kv_write(&ws.k, &ws.v, &ws.slots, n, &mut kv.k[i], &mut kv.v[i])?;
         let meta = PagedAttnMeta {
             query_start_loc: &ws.query_start_loc,
             seq_lens: &ws.seq_lens,
             block_table: &ws.block_table,
-            max_blocks_per_seq: batch.max_blocks_per_seq,
-            num_seqs: batch.num_seqs(),
+            max_blocks_per_seq: dims.blocks_per_seq,
+            num_seqs: dims.seqs,
             num_tokens: n,
-            max_seq_len: batch.max_seq_len(),
-            windows: windowed.then_some(WindowedAttn {
+            max_seq_len: dims.max_seq_len,
+            windows: dims.windowed.then_some(WindowedAttn {
                 windows: &ws.windows,
                 q_sinks: &ws.q_sinks,
             }),
         };
         let shape = AttnShape {
-            num_heads: cfg.num_attention_heads,
-            num_kv_heads: cfg.num_key_value_heads,
-            head_dim: cfg.head_dim,
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
         };
         b.paged_attention(&ws.q, &kv.k[i], &kv.v[i], &meta, shape, &mut ws.attn)?;
-        b.matmul(&ws.attn, &l.o, None, n, &mut ws.h)?;
-        b.add(&mut ws.x, &ws.h, n * cfg.hidden_size)
+        b.matmul_add(&ws.attn, &l.o, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)
     }
 
     fn mlp_block(&self, l: &Layer<B>, n: usize, ws: &mut LlamaWorkspace<B>) -> Result<()> {
         let (b, cfg) = (&self.backend, &self.config);
-        b.rms_norm(&ws.x, &l.post_norm, cfg.rms_norm_eps, n, &mut ws.h)?;
-        b.matmul(&ws.h, &l.gate, None, n, &mut ws.gate)?;
-        b.matmul(&ws.h, &l.up, None, n, &mut ws.up)?;
-        b.silu_mul(&ws.gate, &ws.up, n * cfg.intermediate_size, &mut ws.act)?;
-        b.matmul(&ws.act, &l.down, None, n, &mut ws.h)?;
-        b.add(&mut ws.x, &ws.h, n * cfg.hidden_size)
+        let norm = RmsNormInto {
+            weight: &l.post_norm,
+            eps: cfg.rms_norm_eps,
+            out: &mut ws.h,
+        };
+        b.gated_matmul(
+            &ws.x,
+            Some(norm),
+            (&l.gate, &l.up),
+            (n, cfg.intermediate_size),
+            (&mut ws.gate, &mut ws.up),
+            &mut ws.act,
+        )?;
+        b.matmul_add(&ws.act, &l.down, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)
     }
 
-    /// Final norm and LM head on the selected rows only.
-    fn lm_head(&self, batch: &Batch, ws: &mut LlamaWorkspace<B>) -> Result<usize> {
+    /// Final norm and LM head on the `rows` uploaded logit rows only (when every token gets logits,
+    /// the rows are all of them in order and need no gathering).
+    fn lm_head(&self, rows: usize, tokens: usize, ws: &mut LlamaWorkspace<B>) -> Result<()> {
         let (b, cfg) = (&self.backend, &self.config);
-        let mut rows = std::mem::take(&mut ws.host_rows);
-        rows.clear();
-        rows.extend(batch.logit_rows());
-        if rows.len() > ws.size.max_logit_rows {
-            return Err(too_big("logit rows", rows.len(), ws.size.max_logit_rows));
-        }
-        b.write_ids(&mut ws.logit_rows, &rows)?;
-        let n = rows.len();
-        ws.host_rows = rows;
-        let rows = &ws.host_rows[..n];
-        b.gather_rows(
-            &ws.x,
-            &ws.logit_rows,
-            rows.len(),
-            cfg.hidden_size,
-            &mut ws.last,
-        )?;
-        b.rms_norm(
-            &ws.last,
-            &self.norm,
-            cfg.rms_norm_eps,
-            rows.len(),
-            &mut ws.last_norm,
-        )?;
+        let last = if rows == tokens {
+            &ws.x
+        } else {
+            b.gather_rows(&ws.x, &ws.logit_rows, rows, cfg.hidden_size, &mut ws.last)?;
+            &ws.last
+        };
+        b.rms_norm(last, &self.norm, cfg.rms_norm_eps, rows, &mut ws.last_norm)?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        b.matmul(&ws.last_norm, head, None, rows.len(), &mut ws.logits)?;
-        Ok(rows.len())
+        b.matmul(&ws.last_norm, head, None, rows, &mut ws.logits)
     }
+}
+
+/// The sizes one pass's kernels are launched with (a recorded step's are its graph key's).
+struct StepDims {
+    tokens: usize,
+    seqs: usize,
+    blocks_per_seq: usize,
+    max_seq_len: usize,
+    windowed: bool,
+    logit_rows: usize,
+}
+
+/// Fails when the batch exceeds the workspace's capacities.
+fn check_capacity(batch: &Batch, cap: WorkspaceSize) -> Result<()> {
+    let (n, s) = (batch.num_tokens(), batch.num_seqs());
+    if n > cap.max_num_batched_tokens {
+        return Err(too_big("tokens", n, cap.max_num_batched_tokens));
+    }
+    if s > cap.max_num_seqs {
+        return Err(too_big("sequences", s, cap.max_num_seqs));
+    }
+    if batch.max_blocks_per_seq > cap.max_blocks_per_seq {
+        return Err(too_big(
+            "blocks per sequence",
+            batch.max_blocks_per_seq,
+            cap.max_blocks_per_seq,
+        ));
+    }
+    Ok(())
 }
 
 fn load_layer<B: Backend>(b: &B, w: &Weights, cfg: &LlamaConfig, i: usize) -> Result<Layer<B>> {

@@ -5,6 +5,7 @@
 pub mod batch;
 pub mod bert;
 pub mod generate;
+pub mod graphs;
 pub mod llama;
 pub mod perplexity;
 pub mod workspace;
@@ -23,6 +24,8 @@ pub struct KvPool<B: Backend> {
     pub v: Vec<B::Kv>,
     /// Shape of every pool.
     pub shape: KvShape,
+    /// Tells this pool's buffers from any other's (recorded graphs hold their addresses).
+    pub(crate) id: u64,
 }
 
 impl<B: Backend> KvPool<B> {
@@ -34,7 +37,12 @@ impl<B: Backend> KvPool<B> {
         let v = (0..layers)
             .map(|_| backend.alloc_kv(shape))
             .collect::<Result<_>>()?;
-        Ok(KvPool { k, v, shape })
+        Ok(KvPool {
+            k,
+            v,
+            shape,
+            id: graphs::next_pool_id(),
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 use crate::backend::Backend;
 use crate::config::LlamaConfig;
 use crate::error::Result;
+use crate::models::graphs::DecodeGraphs;
 
 /// Capacities of a [`LlamaWorkspace`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,31 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) last_norm: B::Buf,
     /// `[rows, vocab]` logits of the last forward pass.
     pub logits: B::Buf,
+    /// Decode steps recorded for replay (see [`crate::models::graphs`]).
+    pub graphs: DecodeGraphs<B::Graph>,
+    /// Host copy of a block table padded for a recorded step (reused).
+    pub(crate) host_table: Vec<u32>,
+    /// What was last written to `query_start_loc`, `block_table` and `logit_rows`: decode steps
+    /// mostly repeat them, and an unchanged array is not copied again.
+    pub(crate) sent: [Vec<u32>; 3],
+}
+
+/// Writes `src` to `dst` unless `sent` says `dst` already holds it; remembers what it wrote.
+pub(crate) fn write_changed<B: Backend>(
+    b: &B,
+    dst: &mut B::Ids,
+    sent: &mut Vec<u32>,
+    src: &[u32],
+) -> Result<()> {
+    if sent.as_slice() == src {
+        return Ok(());
+    }
+    sent.clear();
+    let written = b.write_ids(dst, src);
+    if written.is_ok() {
+        sent.extend_from_slice(src);
+    }
+    written
 }
 
 impl<B: Backend> LlamaWorkspace<B> {
@@ -84,6 +110,9 @@ impl<B: Backend> LlamaWorkspace<B> {
             last: b.alloc(logits_rows * h)?,
             last_norm: b.alloc(logits_rows * h)?,
             logits: b.alloc(logits_rows * cfg.vocab_size)?,
+            graphs: DecodeGraphs::default(),
+            host_table: Vec::new(),
+            sent: Default::default(),
             size: WorkspaceSize {
                 max_logit_rows: logits_rows,
                 ..size

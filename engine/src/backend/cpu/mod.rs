@@ -106,6 +106,7 @@ impl Backend for CpuBackend {
     type Ids = Vec<u32>;
     type Weight = CpuWeight;
     type Kv = CpuKv;
+    type Graph = ();
 
     fn name(&self) -> &'static str {
         "cpu"
@@ -171,6 +172,18 @@ impl Backend for CpuBackend {
 
     fn read(&self, src: &Vec<f32>, dst: &mut [f32]) -> Result<()> {
         dst.copy_from_slice(&src[..dst.len()]);
+        Ok(())
+    }
+
+    fn read_ids(&self, src: &Vec<u32>, dst: &mut [u32]) -> Result<()> {
+        let front = src.get(..dst.len()).ok_or_else(|| {
+            EngineError::InvalidBatch(format!(
+                "read_ids: buffer of {} elements, {} needed",
+                src.len(),
+                dst.len()
+            ))
+        })?;
+        dst.copy_from_slice(front);
         Ok(())
     }
 

@@ -67,6 +67,10 @@ impl Device {
                 return Err(no_device(format!("{count} devices, asked for #{ordinal}")));
             }
             let ctx = CudaContext::new(ordinal).map_err(no_device)?;
+            // SAFETY: every buffer of this context is used on its one stream, whose order already
+            // sequences all reads and writes; per-buffer events would only add a record and a wait
+            // to every launch, and a recorded graph must not wait on events from outside it.
+            unsafe { ctx.disable_event_tracking() };
             let stream = ctx.new_stream().map_err(cuda_err)?;
             let blas = CudaBlas::new(stream.clone()).map_err(cuda_err)?;
             let cc = ctx.compute_capability().map_err(cuda_err)?;

@@ -21,6 +21,9 @@ const MAX_TILE_KEYS: usize = 64;
 const DECODE_STEP: usize = 64;
 /// Shortest key split worth a block of its own.
 const MIN_SPLIT: usize = 256;
+/// Below this many (sequence, KV head) pairs, splits go down to one step of the block's four warps
+/// ([`DECODE_STEP`] keys), so a short context of a small batch is spread over many blocks.
+const FEW_GROUPS: usize = 16;
 /// Blocks the decode launch aims for: many short blocks over the H200's 132 SMs, so the last wave
 /// is a small share of the time.
 const TARGET_BLOCKS: usize = 132 * 16;
@@ -89,17 +92,30 @@ pub(super) fn prefill(
     Ok(())
 }
 
+/// Contexts up to this many keys are read by one block per (KV head, sequence), which writes the
+/// output itself (no reduce launch).
+const ONE_SPLIT_MAX: usize = DECODE_STEP;
+
 /// Number of key splits and keys per split for a decode batch.
 fn splits(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape) -> (usize, usize) {
     let max_len = meta.max_seq_len.max(1);
+    if max_len <= ONE_SPLIT_MAX {
+        return (1, max_len.div_ceil(DECODE_STEP) * DECODE_STEP);
+    }
     let per_split = (meta.num_seqs * shape.num_kv_heads).max(1);
-    let most = max_len.div_ceil(MIN_SPLIT);
+    let min_split = if per_split < FEW_GROUPS {
+        DECODE_STEP
+    } else {
+        MIN_SPLIT
+    };
+    let most = max_len.div_ceil(min_split);
     let n = TARGET_BLOCKS.div_ceil(per_split).clamp(1, most.max(1));
     let len = max_len.div_ceil(n).div_ceil(DECODE_STEP) * DECODE_STEP;
     (max_len.div_ceil(len), len)
 }
 
-/// Split-KV decode (one query row per sequence) over bf16 pools, then the reduce.
+/// Split-KV decode (one query row per sequence) over bf16 pools, then the reduce (none with one
+/// split).
 pub(super) fn decode(
     be: &CudaBackend,
     q: &CudaSlice<f32>,                         // [num_seqs, num_heads, head_dim]
@@ -111,53 +127,113 @@ pub(super) fn decode(
 ) -> Result<()> {
     let (n, len) = splits(meta, shape);
     let rows = meta.num_seqs * n * shape.num_heads;
-    let stream = &be.dev.stream;
-    // SAFETY: every element of both is written by the decode kernel before the reduce reads it.
-    let mut part_o = unsafe { stream.alloc::<f32>(rows * shape.head_dim) }.map_err(cuda_err)?;
-    let mut part_ml = unsafe { stream.alloc::<f32>(rows * 2) }.map_err(cuda_err)?;
-    let name = format!("flash_decode_bf16_hd{}", shape.head_dim);
-    let cfg = LaunchConfig {
-        grid_dim: (n as u32, shape.num_kv_heads as u32, meta.num_seqs as u32),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let ints = [
-        shape.num_heads,
-        shape.num_kv_heads,
+    let mut parts = be.decode_parts.lock().unwrap_or_else(|e| e.into_inner());
+    let (part_o, part_ml) = grown_parts(be, &mut parts, (rows * shape.head_dim, rows * 2))?;
+    let launch = DecodeLaunch {
         block_size,
-        meta.max_blocks_per_seq,
-        len,
-    ]
-    .map(|v| v as i32);
-    let mut b = stream.launch_builder(be.kernels.get(&name)?);
-    b.arg(q).arg(k).arg(v);
-    b.arg(meta.query_start_loc)
-        .arg(meta.seq_lens)
-        .arg(meta.block_table);
-    b.arg(&mut part_o).arg(&mut part_ml);
-    for i in &ints {
-        b.arg(i);
+        splits: n,
+        split_len: len,
+    };
+    if n == 1 {
+        // One split per (KV head, sequence): its normalized output is the answer, and with one query
+        // row per sequence its partial-output row is the output row, so the kernel writes `out`.
+        return launch_decode(be, (q, k, v), meta, shape, launch, (out, part_ml));
     }
-    b.arg(&shape.scale);
-    // SAFETY: arguments match the kernel's signature; the partial buffers hold
-    // num_seqs · splits · num_heads rows; the caller checked the other sizes.
-    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-
+    launch_decode(be, (q, k, v), meta, shape, launch, (part_o, part_ml))?;
     let cfg = LaunchConfig {
         grid_dim: (shape.num_heads as u32, meta.num_seqs as u32, 1),
         block_dim: (shape.head_dim as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     let ints = [n, shape.num_heads, shape.head_dim].map(|v| v as i32);
-    let mut b = stream.launch_builder(be.kernels.get("flash_decode_reduce")?);
-    b.arg(&part_o)
-        .arg(&part_ml)
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("flash_decode_reduce")?);
+    b.arg(&*part_o)
+        .arg(&*part_ml)
         .arg(meta.query_start_loc)
         .arg(out);
     for i in &ints {
         b.arg(i);
     }
     // SAFETY: arguments match the kernel's signature; sizes as above.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// The backend's partial-output and (max, sum) buffers, grown to at least `(o, ml)` elements (a
+/// growth moves the graph epoch: recorded graphs point at the old ones).
+fn grown_parts<'a>(
+    be: &CudaBackend,
+    parts: &'a mut Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    (o, ml): (usize, usize),
+) -> Result<(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>)> {
+    if parts
+        .as_ref()
+        .is_none_or(|(po, pml)| po.len() < o || pml.len() < ml)
+    {
+        let stream = &be.dev.stream;
+        // SAFETY: every element the reduce reads is written by the decode kernel first.
+        let grown = unsafe { (stream.alloc::<f32>(o), stream.alloc::<f32>(ml)) };
+        *parts = Some((grown.0.map_err(cuda_err)?, grown.1.map_err(cuda_err)?));
+        be.bump_graph_epoch();
+    }
+    let Some((po, pml)) = parts.as_mut() else {
+        unreachable!("filled above")
+    };
+    Ok((po, pml))
+}
+
+/// How a decode launch splits the keys.
+#[derive(Clone, Copy)]
+struct DecodeLaunch {
+    block_size: usize,
+    splits: usize,
+    split_len: usize,
+}
+
+/// The decode kernel: each (split, KV head, sequence) block writes its normalized rows of `part_o`
+/// and their (max, sum) pairs.
+fn launch_decode(
+    be: &CudaBackend,
+    (q, k, v): (&CudaSlice<f32>, &CudaSlice<u16>, &CudaSlice<u16>),
+    meta: &PagedAttnMeta<'_, CudaBackend>,
+    shape: AttnShape,
+    launch: DecodeLaunch,
+    (part_o, part_ml): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+) -> Result<()> {
+    let name = format!("flash_decode_bf16_hd{}", shape.head_dim);
+    let cfg = LaunchConfig {
+        grid_dim: (
+            launch.splits as u32,
+            shape.num_kv_heads as u32,
+            meta.num_seqs as u32,
+        ),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let ints = [
+        shape.num_heads,
+        shape.num_kv_heads,
+        launch.block_size,
+        meta.max_blocks_per_seq,
+        launch.split_len,
+    ]
+    .map(|v| v as i32);
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    b.arg(q).arg(k).arg(v);
+    b.arg(meta.query_start_loc)
+        .arg(meta.seq_lens)
+        .arg(meta.block_table);
+    b.arg(part_o).arg(part_ml);
+    for i in &ints {
+        b.arg(i);
+    }
+    b.arg(&shape.scale);
+    // SAFETY: arguments match the kernel's signature; the partial buffers hold
+    // num_seqs · splits · num_heads rows (with one split, `part_o` is the output, which holds
+    // num_seqs · num_heads rows); the caller checked the other sizes.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `out[rows, n] = x[rows, k] · Wᵀ (+ bias)` through cuBLAS.
+//! `out[rows, n] = x[rows, k] · Wᵀ (+ bias)` through cuBLAS (a few rows over bf16 weights go to the
+//! skinny kernels of [`super::gemv`] instead).
 //!
 //! Row-major `out` is column-major `outᵀ [n, rows]`, so the call is `outᵀ = W · xᵀ` with `W` read
 //! transposed: `gemm(T, N, m = n, n = rows, k)`, every leading dimension the row width. bf16 weights:
@@ -25,6 +26,7 @@ fn with_bf16_copy<T>(
     let mut scratch = be.scratch.lock().unwrap_or_else(|e| e.into_inner());
     if scratch.as_ref().is_none_or(|s| s.len() < n) {
         *scratch = Some(be.zeros(n)?);
+        be.bump_graph_epoch();
     }
     let Some(buf) = scratch.as_mut() else {
         unreachable!("filled above")
@@ -48,6 +50,9 @@ pub(super) fn matmul(
     rows: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
+    if super::gemv::bf16_weight(w, rows).is_some() {
+        return super::gemv::gemv(be, (x, w, bias), rows, false, out);
+    }
     let (n, k) = (w.rows, w.cols);
     check_len("matmul x", x.len(), rows * k)?;
     check_len("matmul out", out.len(), rows * n)?;

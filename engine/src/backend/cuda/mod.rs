@@ -13,20 +13,25 @@
 mod attention;
 mod device;
 mod flash;
+mod gemv;
+mod graph;
 mod matmul;
 mod modules;
 mod ops;
+mod rope_kv;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use crate::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
+use crate::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto};
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
 pub use device::driver_present;
 use device::{Device, cuda_err};
+pub use graph::CudaGraphExec;
 use modules::Kernels;
 
 /// A weight in device memory: a matrix `[rows, cols]` or a vector (`rows == 1`).
@@ -71,6 +76,12 @@ pub struct CudaBackend {
     scratch: Mutex<Option<CudaSlice<u16>>>,
     /// The last RoPE inverse frequencies uploaded, and their device copy.
     freqs: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
+    /// Partial outputs and (max, sum) pairs of split-KV decode; only grow.
+    decode_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
+    /// Whether decode steps are recorded into graphs and replayed.
+    graphs: AtomicBool,
+    /// Moves whenever a buffer above is replaced (see [`graph`]).
+    epoch: AtomicU64,
 }
 
 /// Fails unless a buffer of `len` elements holds `need`.
@@ -98,11 +109,15 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<Self> {
         let dev = Device::open(ordinal)?;
         let kernels = Kernels::load(&dev.ctx, dev.cc)?;
+        let graphs = std::env::var("DOCQA_CUDA_GRAPHS").map_or(true, |v| v != "0");
         Ok(CudaBackend {
             dev,
             kernels,
             scratch: Mutex::new(None),
             freqs: Mutex::new(None),
+            decode_parts: Mutex::new(None),
+            graphs: AtomicBool::new(graphs),
+            epoch: AtomicU64::new(0),
         })
     }
 
@@ -164,9 +179,30 @@ impl Backend for CudaBackend {
     type Ids = CudaSlice<u32>;
     type Weight = CudaWeight;
     type Kv = CudaKv;
+    type Graph = CudaGraphExec;
 
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn records_graphs(&self) -> bool {
+        self.graphs_on()
+    }
+
+    fn begin_capture(&self) -> Result<()> {
+        self.capture_begin()
+    }
+
+    fn end_capture(&self) -> Result<CudaGraphExec> {
+        self.capture_end()
+    }
+
+    fn replay(&self, graph: &CudaGraphExec) -> Result<()> {
+        self.graph_launch(graph)
+    }
+
+    fn graph_epoch(&self) -> u64 {
+        self.epoch_now()
     }
 
     fn alloc(&self, len: usize) -> Result<CudaSlice<f32>> {
@@ -356,6 +392,94 @@ impl Backend for CudaBackend {
 
     fn add(&self, x: &mut CudaSlice<f32>, y: &CudaSlice<f32>, n: usize) -> Result<()> {
         ops::add(self, x, y, n)
+    }
+
+    fn matmul_add(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaWeight,
+        (rows, width): (usize, usize),
+        scratch: &mut CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if gemv::bf16_weight(w, rows).is_some() {
+            return gemv::gemv(self, (x, w, None), rows, true, out);
+        }
+        self.matmul(x, w, None, rows, scratch)?;
+        self.add(out, scratch, rows * width)
+    }
+
+    fn gated_matmul(
+        &self,
+        x: &CudaSlice<f32>,
+        norm: Option<RmsNormInto<'_, Self>>,
+        (gate_w, up_w): (&CudaWeight, &CudaWeight),
+        (rows, width): (usize, usize),
+        (gate, up): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let same = (gate_w.rows, gate_w.cols) == (up_w.rows, up_w.cols);
+        let skinny = [gate_w, up_w]
+            .iter()
+            .all(|w| gemv::bf16_weight(w, rows).is_some());
+        if same && skinny {
+            let norm = gemv::fused_norm(norm.as_ref())?;
+            return gemv::silu_mul(self, (x, norm), (gate_w, up_w), rows, out);
+        }
+        let x = self.rms_norm_into(x, norm, rows)?;
+        self.matmul(x, gate_w, None, rows, gate)?;
+        self.matmul(x, up_w, None, rows, up)?;
+        self.silu_mul(gate, up, rows * width, out)
+    }
+
+    fn matmul3(
+        &self,
+        x: &CudaSlice<f32>,
+        norm: Option<RmsNormInto<'_, Self>>,
+        (w, bias): ([&CudaWeight; 3], [Option<&CudaWeight>; 3]),
+        rows: usize,
+        outs: [&mut CudaSlice<f32>; 3],
+    ) -> Result<()> {
+        let fused = w.iter().all(|w| gemv::bf16_weight(w, rows).is_some())
+            && w[0].cols == w[1].cols
+            && (w[1].rows, w[1].cols) == (w[2].rows, w[2].cols);
+        if fused {
+            let norm = gemv::fused_norm(norm.as_ref())?;
+            return gemv::gemv3(self, (x, norm), (w, bias), rows, outs);
+        }
+        let x = self.rms_norm_into(x, norm, rows)?;
+        for ((w, bias), out) in w.into_iter().zip(bias).zip(outs) {
+            self.matmul(x, w, bias, rows, out)?;
+        }
+        Ok(())
+    }
+
+    fn argmax_rows(
+        &self,
+        logits: &CudaSlice<f32>,
+        dims: (usize, usize),
+        ids: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        gemv::argmax_rows(self, logits, dims, ids)
+    }
+
+    fn rope_kv_write(
+        &self,
+        qkv: (&mut CudaSlice<f32>, &mut CudaSlice<f32>, &CudaSlice<f32>),
+        table: &CudaSlice<f32>,
+        slot_mapping: &CudaSlice<u32>,
+        dims: (usize, usize, usize, usize),
+        caches: (&mut CudaKv, &mut CudaKv),
+    ) -> Result<()> {
+        rope_kv::rope_kv_write(self, qkv, (table, slot_mapping), dims, caches)
+    }
+
+    fn read_ids(&self, src: &CudaSlice<u32>, dst: &mut [u32]) -> Result<()> {
+        check_len("read_ids", src.len(), dst.len())?;
+        let s = &self.dev.stream;
+        s.memcpy_dtoh(&src.slice(..dst.len()), dst)
+            .map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)
     }
 
     fn kv_write(

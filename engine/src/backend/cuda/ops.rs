@@ -115,6 +115,7 @@ pub(super) fn rope_table(
         .is_none_or(|(host, _)| *host != freqs.inv_freq)
     {
         *cache = Some((freqs.inv_freq.clone(), be.upload(&freqs.inv_freq)?));
+        be.bump_graph_epoch();
     }
     let Some((_, inv_freq)) = cache.as_ref() else {
         unreachable!("filled above")

@@ -1,6 +1,6 @@
 //! Timings (`--bench`): attention prefill TFLOP/s and decode attention bandwidth of the tensor-core
-//! kernels (bf16 pools), and end-to-end prefill and batch-1 decode on a random model of SmolLM2-135M's
-//! shapes with f32 KV (plain attention kernel) and bf16 KV (tensor-core kernels).
+//! kernels (bf16 pools), and end-to-end prefill and decode at batch 1, 8 and 32 on random models of
+//! SmolLM2-135M's and Llama-3.2-1B's shapes, decode with and without CUDA graphs.
 //!
 //! Kernel times are CUDA events around the launch, median of several after a warm-up; inputs are
 //! random, never zeros. FLOPs of causal attention: `4 · heads · head_dim · N(N+1)/2`; decode bytes:
@@ -13,8 +13,9 @@ use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::{SingleSequence, argmax};
 use docqa_engine::models::llama::Llama;
 
+use crate::decode;
 use crate::inputs::Rng;
-use crate::random_models::{SMOLLM2_VOCAB, write_smollm2};
+use crate::random_models::{LLAMA32_1B, SMOLLM2, write_llama};
 
 const BLOCK: usize = 16;
 
@@ -136,33 +137,43 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     end_to_end(rng)
 }
 
-/// Prefill of 2,048 and 8,191 tokens, then 128 greedy tokens after a 512-token prompt, batch 1,
-/// wall clock; with an f32 KV pool, then a bf16 one.
+/// Prefill and decode of random models at SmolLM2-135M's and Llama-3.2-1B's shapes (bf16 weights,
+/// bf16 KV). With `DOCQA_BENCH_MODEL_DIR` set, the models are written there and kept, so
+/// `bench/hf_generate.py` can time HF transformers on the same weights.
 fn end_to_end(rng: &mut Rng) -> Result<()> {
-    let dir = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
-    write_smollm2(dir.path(), rng)?;
-    let model = Llama::load(CudaBackend::new(0)?, dir.path())?;
-    for dtype in [KvDtype::F32, KvDtype::Bf16] {
+    let temp = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
+    let root = std::env::var_os("DOCQA_BENCH_MODEL_DIR")
+        .map_or_else(|| temp.path().to_path_buf(), std::path::PathBuf::from);
+    for shape in [SMOLLM2, LLAMA32_1B] {
+        let dir = root.join(shape.name);
+        std::fs::create_dir_all(&dir).map_err(|e| docqa_engine::EngineError::io(&dir, e))?;
+        let t = std::time::Instant::now();
+        write_llama(&dir, shape, rng)?;
+        let model = Llama::load(CudaBackend::new(0)?, &dir)?;
         println!(
-            "bench: end to end, random SmolLM2-135M-shaped model, bf16 weights, {dtype:?} KV, batch 1, wall clock"
+            "bench: end to end, random {}-shaped model (written and loaded in {:.1} s), bf16 weights, bf16 KV, wall clock",
+            shape.name,
+            t.elapsed().as_secs_f64()
         );
-        end_to_end_with(&model, rng, dtype)?;
+        prefill(&model, rng)?;
+        for seqs in [1, 8, 32] {
+            for graphs in [false, true] {
+                model.backend.set_graphs(graphs);
+                decode::report(&model, rng, seqs, graphs)?;
+            }
+        }
     }
     Ok(())
 }
 
-fn prompt(n: usize, rng: &mut Rng) -> Vec<u32> {
-    (0..n)
-        .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
-        .collect()
-}
-
-fn end_to_end_with(model: &Llama<CudaBackend>, rng: &mut Rng, dtype: KvDtype) -> Result<()> {
+/// Best of three prefills of 2,048 and 8,191 tokens, batch 1.
+fn prefill(model: &Llama<CudaBackend>, rng: &mut Rng) -> Result<()> {
+    let vocab = model.config.vocab_size;
     for n in [2048, 8192 - 1] {
-        let p = prompt(n, rng);
+        let p = decode::prompt(n, vocab, rng);
         let mut best = f64::INFINITY;
         for _ in 0..3 {
-            let mut seq = SingleSequence::new(model, n + 1, n, dtype)?;
+            let mut seq = SingleSequence::new(model, n + 1, n, KvDtype::Bf16)?;
             let t = std::time::Instant::now();
             argmax(seq.feed(&p, LogitsMode::LastPerSequence)?);
             best = best.min(t.elapsed().as_secs_f64());
@@ -173,19 +184,5 @@ fn end_to_end_with(model: &Llama<CudaBackend>, rng: &mut Rng, dtype: KvDtype) ->
             n as f64 / best
         );
     }
-    let p = prompt(512, rng);
-    let new = 128;
-    let mut seq = SingleSequence::new(model, 512 + new + 1, 512, dtype)?;
-    let mut next = argmax(seq.feed(&p, LogitsMode::LastPerSequence)?);
-    let t = std::time::Instant::now();
-    for _ in 0..new {
-        next = argmax(seq.feed(&[next], LogitsMode::LastPerSequence)?);
-    }
-    let s = t.elapsed().as_secs_f64();
-    println!(
-        "  decode {new} tokens after 512, batch 1  {:>8.2} ms/token  {:>7.0} tok/s",
-        s * 1e3 / new as f64,
-        new as f64 / s
-    );
     Ok(())
 }

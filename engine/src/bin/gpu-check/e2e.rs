@@ -68,6 +68,65 @@ fn decode(
     Ok(out)
 }
 
+/// Tolerance of replayed decode steps against the same steps launched op by op: the same kernels on
+/// the same inputs.
+const TOL_REPLAY: f64 = 1e-6;
+
+/// The logits of each step of feeding `prompt`, then `tokens` one at a time, on the GPU model.
+fn step_logits(
+    gpu: &Llama<CudaBackend>,
+    prompt: &[u32],
+    tokens: &[u32],
+) -> Result<(Vec<Vec<f32>>, u64, Option<String>)> {
+    let ctx = prompt.len() + tokens.len() + 1;
+    let mut seq = SingleSequence::new(gpu, ctx, 512, KvDtype::Bf16)?;
+    let mut out = vec![seq.feed(prompt, LogitsMode::LastPerSequence)?.to_vec()];
+    for &t in tokens {
+        out.push(seq.feed(&[t], LogitsMode::LastPerSequence)?.to_vec());
+    }
+    let graphs = seq.graphs();
+    Ok((out, graphs.replays, graphs.failed.clone()))
+}
+
+/// Decode steps replayed from recorded CUDA graphs against the same steps launched op by op.
+fn check_replay(gpu: &Llama<CudaBackend>, rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let prompt: Vec<u32> = (0..250)
+        .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
+        .collect();
+    let tokens: Vec<u32> = (0..40)
+        .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
+        .collect();
+    gpu.backend.set_graphs(false);
+    let eager = step_logits(gpu, &prompt, &tokens);
+    gpu.backend.set_graphs(true);
+    let (eager, _, _) = eager?;
+    let (replayed, replays, failed) = step_logits(gpu, &prompt, &tokens)?;
+    let err = eager
+        .iter()
+        .zip(&replayed)
+        .map(|(e, g)| rel_err(g, e))
+        .fold(0.0, f64::max);
+    let shape = "prompt 250 + 40 steps, bf16 KV";
+    r.row(
+        "decode replayed from graphs vs op by op",
+        shape,
+        err,
+        TOL_REPLAY,
+    );
+    let what = match failed {
+        Some(why) => format!("recording failed: {why}"),
+        None => format!("{replays} of {} steps replayed", tokens.len()),
+    };
+    // The first step of each bucket runs op by op and records; 250 → 290 tokens spans two buckets.
+    r.note(
+        "decode steps replayed",
+        shape,
+        &what,
+        replays + 2 >= tokens.len() as u64,
+    );
+    Ok(())
+}
+
 /// Runs the Llama end-to-end check and adds its rows to the report.
 pub fn run_llama(rng: &mut Rng, r: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
@@ -110,7 +169,8 @@ pub fn run_llama(rng: &mut Rng, r: &mut Report) -> Result<()> {
         }
         println!("    ({:.1} s)", t.elapsed().as_secs_f64());
     }
-    Ok(())
+    check_replay(&gpu, rng, r)?;
+    crate::batched::check(&cpu, &gpu, rng, r)
 }
 
 /// Encodes a packed batch of random texts with a random MiniLM-shaped BERT on both backends.

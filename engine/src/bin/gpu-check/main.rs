@@ -8,8 +8,11 @@
 //! cubins (default: `cubins/` beside the executable), else the kernels are compiled with NVRTC.
 
 mod attention;
+mod batched;
 mod bench;
+mod decode;
 mod e2e;
+mod fused;
 mod inputs;
 mod ops;
 mod random_models;
@@ -48,6 +51,7 @@ fn run(ops_only: bool, bench: bool) -> Result<bool> {
     let mut report = Report::default();
     report.header();
     ops::run(&pair, &mut rng, &mut report)?;
+    fused::run(&pair, &mut rng, &mut report)?;
     attention::run(&pair, &mut rng, &mut report)?;
     if !ops_only {
         e2e::run_bert(&mut rng, &mut report)?;

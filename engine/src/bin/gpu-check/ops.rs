@@ -24,6 +24,8 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     layer_norm(p, rng, r, 19, 384)?;
     for (rows, n, k, dtype, bias) in [
         (1, 1536, 576, WeightDtype::Bf16, false),
+        (3, 1536, 576, WeightDtype::Bf16, true),
+        (4, 576, 1536, WeightDtype::Bf16, false),
         (37, 576, 1536, WeightDtype::Bf16, false),
         (300, 49152, 576, WeightDtype::Bf16, false),
         (5, 8192, 2048, WeightDtype::Bf16, true),

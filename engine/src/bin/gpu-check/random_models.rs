@@ -54,17 +54,73 @@ fn write_config(dir: &Path, config: serde_json::Value) -> Result<()> {
     std::fs::write(&path, config.to_string()).map_err(|e| EngineError::io(path, e))
 }
 
-/// A random Llama with SmolLM2-135M's shapes (30 layers, hidden 576, FFN 1536, 9 heads, 3 KV heads,
-/// tied embeddings), bf16.
+/// The shapes of a Llama-family checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaShape {
+    /// A name for reports and directories.
+    pub name: &'static str,
+    hidden: usize,
+    ffn: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    rope_theta: f64,
+    max_positions: usize,
+}
+
+/// SmolLM2-135M: 30 layers, hidden 576, FFN 1536, 9 heads, 3 KV heads, tied embeddings.
+pub const SMOLLM2: LlamaShape = LlamaShape {
+    name: "SmolLM2-135M",
+    hidden: 576,
+    ffn: 1536,
+    layers: 30,
+    heads: 9,
+    kv_heads: 3,
+    vocab: SMOLLM2_VOCAB,
+    rope_theta: 100000.0,
+    max_positions: 8192,
+};
+
+/// Llama-3.2-1B: 16 layers, hidden 2048, FFN 8192, 32 heads, 8 KV heads, tied embeddings (its RoPE
+/// frequency scaling is left out: speed does not depend on it).
+pub const LLAMA32_1B: LlamaShape = LlamaShape {
+    name: "Llama-3.2-1B",
+    hidden: 2048,
+    ffn: 8192,
+    layers: 16,
+    heads: 32,
+    kv_heads: 8,
+    vocab: 128256,
+    rope_theta: 500000.0,
+    max_positions: 131072,
+};
+
+/// A random Llama with SmolLM2-135M's shapes, bf16.
 pub fn write_smollm2(dir: &Path, rng: &mut Rng) -> Result<()> {
-    let (hidden, ffn, layers, heads, kv_heads) = (576, 1536, 30, 9, 3);
+    write_llama(dir, SMOLLM2, rng)
+}
+
+/// A random Llama of `shape`, bf16, with tied embeddings.
+pub fn write_llama(dir: &Path, shape: LlamaShape, rng: &mut Rng) -> Result<()> {
+    let LlamaShape {
+        hidden,
+        ffn,
+        layers,
+        heads,
+        kv_heads,
+        vocab,
+        ..
+    } = shape;
     write_config(
         dir,
         serde_json::json!({
-            "architectures": ["LlamaForCausalLM"], "hidden_size": hidden, "intermediate_size": ffn,
-            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-            "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
-            "tie_word_embeddings": true, "vocab_size": SMOLLM2_VOCAB, "eos_token_id": 2, "bos_token_id": 1
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+            "intermediate_size": ffn, "num_hidden_layers": layers, "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-5, "rope_theta": shape.rope_theta,
+            "max_position_embeddings": shape.max_positions, "tie_word_embeddings": true,
+            "vocab_size": vocab, "eos_token_id": 2, "bos_token_id": 1
         }),
     )?;
     let s = 1.0 / (hidden as f32).sqrt();
@@ -72,7 +128,7 @@ pub fn write_smollm2(dir: &Path, rng: &mut Rng) -> Result<()> {
     let mut specs: Vec<Spec> = vec![
         (
             "model.embed_tokens.weight".into(),
-            vec![SMOLLM2_VOCAB, hidden],
+            vec![vocab, hidden],
             1.0,
             0.0,
         ),
@@ -80,56 +136,20 @@ pub fn write_smollm2(dir: &Path, rng: &mut Rng) -> Result<()> {
     ];
     for i in 0..layers {
         let p = format!("model.layers.{i}");
+        let norm = |name: &str| (format!("{p}.{name}.weight"), vec![hidden], 0.1, 1.0);
+        let linear = |name: &str, out: usize, inp: usize, scale: f32| {
+            (format!("{p}.{name}.weight"), vec![out, inp], scale, 0.0)
+        };
         specs.extend([
-            (
-                format!("{p}.input_layernorm.weight"),
-                vec![hidden],
-                0.1,
-                1.0,
-            ),
-            (
-                format!("{p}.post_attention_layernorm.weight"),
-                vec![hidden],
-                0.1,
-                1.0,
-            ),
-            (
-                format!("{p}.self_attn.q_proj.weight"),
-                vec![q, hidden],
-                2.0 * s,
-                0.0,
-            ),
-            (
-                format!("{p}.self_attn.k_proj.weight"),
-                vec![kv, hidden],
-                2.0 * s,
-                0.0,
-            ),
-            (
-                format!("{p}.self_attn.v_proj.weight"),
-                vec![kv, hidden],
-                s,
-                0.0,
-            ),
-            (
-                format!("{p}.self_attn.o_proj.weight"),
-                vec![hidden, q],
-                s,
-                0.0,
-            ),
-            (
-                format!("{p}.mlp.gate_proj.weight"),
-                vec![ffn, hidden],
-                s,
-                0.0,
-            ),
-            (format!("{p}.mlp.up_proj.weight"), vec![ffn, hidden], s, 0.0),
-            (
-                format!("{p}.mlp.down_proj.weight"),
-                vec![hidden, ffn],
-                s,
-                0.0,
-            ),
+            norm("input_layernorm"),
+            norm("post_attention_layernorm"),
+            linear("self_attn.q_proj", q, hidden, 2.0 * s),
+            linear("self_attn.k_proj", kv, hidden, 2.0 * s),
+            linear("self_attn.v_proj", kv, hidden, s),
+            linear("self_attn.o_proj", hidden, q, s),
+            linear("mlp.gate_proj", ffn, hidden, s),
+            linear("mlp.up_proj", ffn, hidden, s),
+            linear("mlp.down_proj", hidden, ffn, s),
         ]);
     }
     write_safetensors(

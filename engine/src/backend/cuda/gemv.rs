@@ -1,0 +1,214 @@
+//! Launches of the skinny decode products (`gemv.cu`): bf16 weights times at most [`MAX_ROWS`]
+//! activation rows in one launch each, with the bias, the residual add, the q/k/v triple or SwiGLU's
+//! silu·mul fused, and the RMSNorm before the q/k/v and gate/up products. Wider products, f32 weights and widths not a multiple of 8 go through cuBLAS.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::ops::vector;
+use super::{CudaBackend, CudaWeight, CudaWeightData, check_len, cuda_err};
+use crate::backend::RmsNormInto;
+use crate::error::Result;
+
+/// Most activation rows the kernels take.
+pub const MAX_ROWS: usize = 4;
+/// Output features per block (the kernels' `GEMV_WARPS`).
+const OUTPUTS_PER_BLOCK: usize = 8;
+
+/// The bf16 elements of `w` when a product of `rows` rows with it goes to the skinny kernels.
+pub(super) fn bf16_weight(w: &CudaWeight, rows: usize) -> Option<&CudaSlice<u16>> {
+    match &w.data {
+        CudaWeightData::Bf16(d) if (1..=MAX_ROWS).contains(&rows) && w.cols.is_multiple_of(8) => {
+            Some(d)
+        }
+        _ => None,
+    }
+}
+
+/// The entry point for `rows` rows: `<name>_r1`, `_r2` or `_r4`.
+fn entry(name: &str, rows: usize) -> String {
+    format!("{name}_r{}", rows.next_power_of_two())
+}
+
+fn launch_config(outputs: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (outputs.div_ceil(OUTPUTS_PER_BLOCK) as u32, 1, 1),
+        block_dim: ((OUTPUTS_PER_BLOCK * 32) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// An optional bias as a kernel argument: its device vector, or a null pointer.
+enum BiasArg<'a> {
+    Some(&'a CudaSlice<f32>),
+    Null(u64),
+}
+
+fn bias_arg(bias: Option<&CudaWeight>, width: usize) -> Result<BiasArg<'_>> {
+    match bias {
+        Some(b) => {
+            check_len("gemv bias", b.cols, width)?;
+            Ok(BiasArg::Some(vector(b)?))
+        }
+        None => Ok(BiasArg::Null(0)),
+    }
+}
+
+/// `y[rows, w.rows] = (accumulate ? y : 0) + x · Wᵀ (+ bias)`.
+pub(super) fn gemv(
+    be: &CudaBackend,
+    (x, w, bias): (&CudaSlice<f32>, &CudaWeight, Option<&CudaWeight>),
+    rows: usize,
+    accumulate: bool,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let Some(wd) = bf16_weight(w, rows) else {
+        unreachable!("callers check bf16_weight first")
+    };
+    let (out, inp) = (w.rows, w.cols);
+    check_len("gemv x", x.len(), rows * inp)?;
+    check_len("gemv y", y.len(), rows * out)?;
+    let bias = bias_arg(bias, out)?;
+    let ints = [rows, inp, out, accumulate as usize].map(|v| v as i32);
+    let f = be.kernels.get(&entry("gemv_bf16", rows))?;
+    let mut b = be.dev.stream.launch_builder(f);
+    b.arg(wd).arg(x);
+    match &bias {
+        BiasArg::Some(v) => b.arg(*v),
+        BiasArg::Null(p) => b.arg(p),
+    };
+    b.arg(y);
+    for i in &ints {
+        b.arg(i);
+    }
+    // SAFETY: arguments match the kernel's signature; sizes checked above; `in` is a multiple of 8
+    // (bf16_weight), so every 16-byte load is aligned and in bounds.
+    unsafe { b.launch(launch_config(out)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// A norm fused into a skinny product: its weight vector and epsilon.
+pub(super) type FusedNorm<'a> = Option<(&'a CudaSlice<f32>, f32)>;
+
+/// The weight vector and epsilon of an RMSNorm to fuse.
+pub(super) fn fused_norm<'a>(
+    norm: Option<&'a RmsNormInto<'_, CudaBackend>>,
+) -> Result<FusedNorm<'a>> {
+    norm.map(|n| Ok((vector(n.weight)?, n.eps))).transpose()
+}
+
+/// Pushes a fused norm's arguments: its weight (or a null pointer) and epsilon.
+fn push_norm<'a>(
+    b: &mut cudarc::driver::LaunchArgs<'a>,
+    norm: &'a FusedNorm<'a>,
+    null: &'a u64,
+    eps: &'a f32,
+) {
+    match norm {
+        Some((w, _)) => b.arg(*w),
+        None => b.arg(null),
+    };
+    b.arg(eps);
+}
+
+/// `ys[i] = x' · W[i]ᵀ (+ bias[i])` for q, k and v (`W[1]` and `W[2]` of one shape) in one launch,
+/// `x'` being `x` RMS-normalised when a norm is given.
+pub(super) fn gemv3(
+    be: &CudaBackend,
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+    (w, bias): ([&CudaWeight; 3], [Option<&CudaWeight>; 3]),
+    rows: usize,
+    [y0, y1, y2]: [&mut CudaSlice<f32>; 3],
+) -> Result<()> {
+    let weights = w.map(|w| bf16_weight(w, rows));
+    let [Some(w0), Some(w1), Some(w2)] = weights else {
+        unreachable!("callers check bf16_weight first")
+    };
+    let (out0, out12, inp) = (w[0].rows, w[1].rows, w[0].cols);
+    check_len("gemv3 x", x.len(), rows * inp)?;
+    check_len("gemv3 y0", y0.len(), rows * out0)?;
+    check_len("gemv3 y1", y1.len(), rows * out12)?;
+    check_len("gemv3 y2", y2.len(), rows * out12)?;
+    let biases = [
+        bias_arg(bias[0], out0)?,
+        bias_arg(bias[1], out12)?,
+        bias_arg(bias[2], out12)?,
+    ];
+    let ints = [rows, inp, out0, out12].map(|v| v as i32);
+    let f = be.kernels.get(&entry("gemv3_bf16", rows))?;
+    let mut b = be.dev.stream.launch_builder(f);
+    b.arg(w0).arg(w1).arg(w2);
+    for bias in &biases {
+        match bias {
+            BiasArg::Some(v) => b.arg(*v),
+            BiasArg::Null(p) => b.arg(p),
+        };
+    }
+    b.arg(y0).arg(y1).arg(y2).arg(x);
+    let (null, eps) = (0u64, norm.map_or(0.0, |n| n.1));
+    push_norm(&mut b, &norm, &null, &eps);
+    for i in &ints {
+        b.arg(i);
+    }
+    // SAFETY: arguments match the kernel's signature; sizes checked above; the three weights share
+    // `in`, a multiple of 8, and k and v share their output width (checked by the caller).
+    unsafe { b.launch(launch_config(out0 + 2 * out12)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// `y[rows, width] = silu(x' · Gᵀ) ⊙ (x' · Uᵀ)` in one launch, `x'` as for [`gemv3`].
+pub(super) fn silu_mul(
+    be: &CudaBackend,
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+    (gate, up): (&CudaWeight, &CudaWeight),
+    rows: usize,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (Some(g), Some(u)) = (bf16_weight(gate, rows), bf16_weight(up, rows)) else {
+        unreachable!("callers check bf16_weight first")
+    };
+    let (out, inp) = (gate.rows, gate.cols);
+    check_len("gemv_silu_mul x", x.len(), rows * inp)?;
+    check_len("gemv_silu_mul y", y.len(), rows * out)?;
+    let ints = [rows, inp, out].map(|v| v as i32);
+    let f = be.kernels.get(&entry("gemv_silu_mul_bf16", rows))?;
+    let mut b = be.dev.stream.launch_builder(f);
+    b.arg(g).arg(u).arg(x);
+    let (null, eps) = (0u64, norm.map_or(0.0, |n| n.1));
+    push_norm(&mut b, &norm, &null, &eps);
+    b.arg(y);
+    for i in &ints {
+        b.arg(i);
+    }
+    // SAFETY: arguments match the kernel's signature; sizes checked above; gate and up share their
+    // shape (checked by the caller).
+    unsafe { b.launch(launch_config(out)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// `ids[r]` = arg-max of row `r` of `logits [rows, vocab]`, one block per row.
+pub(super) fn argmax_rows(
+    be: &CudaBackend,
+    logits: &CudaSlice<f32>,
+    (rows, vocab): (usize, usize),
+    ids: &mut CudaSlice<u32>,
+) -> Result<()> {
+    check_len("argmax_rows logits", logits.len(), rows * vocab)?;
+    check_len("argmax_rows ids", ids.len(), rows)?;
+    if rows == 0 || vocab == 0 {
+        return Ok(());
+    }
+    let v = vocab as i32;
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("argmax_rows_f32")?);
+    b.arg(logits).arg(ids).arg(&v);
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (1024, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}

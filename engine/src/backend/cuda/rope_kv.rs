@@ -1,0 +1,55 @@
+//! The fused RoPE + KV write of a layer (`rope_kv_write_*` in `kv.cu`): q and k rotated in place, k
+//! and v scattered to their pool slots, in one launch instead of three.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err, grid};
+use crate::error::{EngineError, Result};
+
+pub(super) fn rope_kv_write(
+    be: &CudaBackend,
+    (q, k, v): (&mut CudaSlice<f32>, &mut CudaSlice<f32>, &CudaSlice<f32>),
+    (table, slots): (&CudaSlice<f32>, &CudaSlice<u32>),
+    (rows, heads, kv_heads, head_dim): (usize, usize, usize, usize),
+    (kc, vc): (&mut CudaKv, &mut CudaKv),
+) -> Result<()> {
+    let width = kv_heads * head_dim;
+    if (kc.shape.num_kv_heads * kc.shape.head_dim) != width || !head_dim.is_multiple_of(2) {
+        return Err(EngineError::InvalidConfig(format!(
+            "rope_kv_write: {kv_heads} KV heads of {head_dim} do not match the pool"
+        )));
+    }
+    check_len("rope_kv_write q", q.len(), rows * heads * head_dim)?;
+    check_len("rope_kv_write k", k.len(), rows * width)?;
+    check_len("rope_kv_write v", v.len(), rows * width)?;
+    check_len("rope_kv_write table", table.len(), rows * head_dim)?;
+    check_len("rope_kv_write slot_mapping", slots.len(), rows)?;
+    let ints = [rows, heads, kv_heads, head_dim].map(|x| x as i32);
+    let stream = &be.dev.stream;
+    let mut b = match (&mut kc.store, &mut vc.store) {
+        (CudaKvStore::F32(kd), CudaKvStore::F32(vd)) => {
+            let mut b = stream.launch_builder(be.kernels.get("rope_kv_write_f32")?);
+            b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
+            b.arg(kd).arg(vd);
+            b
+        }
+        (CudaKvStore::Bf16(kd), CudaKvStore::Bf16(vd)) => {
+            let mut b = stream.launch_builder(be.kernels.get("rope_kv_write_bf16")?);
+            b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
+            b.arg(kd).arg(vd);
+            b
+        }
+        _ => {
+            return Err(EngineError::Internal(
+                "K and V pools of one layer must share a dtype".into(),
+            ));
+        }
+    };
+    for i in &ints {
+        b.arg(i);
+    }
+    // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
+    // (from the block allocator), as for kv_write.
+    unsafe { b.launch(grid(rows * (heads + kv_heads) * head_dim / 2)) }.map_err(cuda_err)?;
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! End-to-end decode throughput of a batch of sequences: each sequence's 512-token prompt is
+//! prefilled on its own, then every step brings one greedy token per sequence, picked on the device
+//! (`argmax_rows`) and read back as token ids. Wall clock over 128 steps after two warm-up steps (the
+//! first step of a graph key runs op by op and records the graph).
+
+use docqa_engine::Result;
+use docqa_engine::backend::cuda::CudaBackend;
+use docqa_engine::backend::{Backend, KvDtype, KvShape};
+use docqa_engine::models::generate::argmax;
+use docqa_engine::models::llama::{Llama, WorkspaceSize};
+use docqa_engine::models::{Batch, KvPool, LogitsMode, SeqInput};
+
+use crate::inputs::Rng;
+
+const BLOCK: usize = 16;
+const PROMPT: usize = 512;
+const STEPS: usize = 128;
+const WARM_UP: usize = 2;
+
+/// `n` random token ids below `vocab`, avoiding the special ids 0..3.
+pub fn prompt(n: usize, vocab: usize, rng: &mut Rng) -> Vec<u32> {
+    (0..n).map(|_| 3 + rng.below(vocab - 3) as u32).collect()
+}
+
+/// Times decode at `seqs` sequences and prints one line.
+pub fn report(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize, graphs: bool) -> Result<()> {
+    let (secs, replays) = time_decode(model, rng, seqs)?;
+    let step_ms = secs * 1e3 / STEPS as f64;
+    println!(
+        "  decode batch {seqs:>2}, {STEPS} steps after {PROMPT}, graphs {:<3}  {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
+        if graphs { "on" } else { "off" },
+        (seqs * STEPS) as f64 / secs,
+    );
+    Ok(())
+}
+
+/// Seconds for [`STEPS`] decode steps of `seqs` sequences, and how many steps replayed a graph.
+fn time_decode(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize) -> Result<(f64, u64)> {
+    let cfg = &model.config;
+    let per = (PROMPT + WARM_UP + STEPS + 1).div_ceil(BLOCK);
+    let shape = KvShape {
+        num_blocks: seqs * per,
+        block_size: BLOCK,
+        num_kv_heads: cfg.num_key_value_heads,
+        head_dim: cfg.head_dim,
+        dtype: KvDtype::Bf16,
+    };
+    let mut kv = KvPool::new(&model.backend, cfg.num_hidden_layers, shape)?;
+    let mut ws = model.workspace(WorkspaceSize {
+        max_num_batched_tokens: PROMPT.max(seqs),
+        max_num_seqs: seqs,
+        max_blocks_per_seq: per,
+        max_logit_rows: seqs,
+    })?;
+    let blocks: Vec<Vec<u32>> = (0..seqs)
+        .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
+        .collect();
+    let vocab = cfg.vocab_size;
+    let mut logits = vec![0f32; vocab];
+    let mut next = vec![0u32; seqs];
+    let mut ids = model.backend.alloc_ids(seqs)?;
+    for (s, row) in blocks.iter().enumerate() {
+        let p = prompt(PROMPT, vocab, rng);
+        let input = SeqInput {
+            tokens: &p,
+            num_computed_tokens: 0,
+            blocks: row,
+            sink_window: None,
+        };
+        let batch = Batch::build(&[input], BLOCK, LogitsMode::LastPerSequence)?;
+        model.forward(&batch, &mut kv, &mut ws)?;
+        model.backend.read(&ws.logits, &mut logits[..vocab])?;
+        next[s] = argmax(&logits[..vocab]);
+    }
+    // With DOCQA_PROFILE_DECODE set, one step at batch 1 runs between cuProfilerStart and Stop, for
+    // `ncu --profile-from-start off` to time each of its kernels.
+    let profile = std::env::var_os("DOCQA_PROFILE_DECODE").is_some() && seqs == 1;
+    let mut start = std::time::Instant::now();
+    for step in 0..WARM_UP + STEPS {
+        if step == WARM_UP {
+            start = std::time::Instant::now();
+        }
+        let profiled = profile && step == WARM_UP + 4;
+        if profiled {
+            // SAFETY: takes no arguments; only marks where a profiler attached to this process starts.
+            unsafe { cudarc::driver::sys::cuProfilerStart() };
+        }
+        let tokens: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+        let inputs: Vec<SeqInput<'_>> = tokens
+            .iter()
+            .zip(&blocks)
+            .map(|(t, row)| SeqInput {
+                tokens: t,
+                num_computed_tokens: PROMPT + step,
+                blocks: row,
+                sink_window: None,
+            })
+            .collect();
+        let batch = Batch::build(&inputs, BLOCK, LogitsMode::LastPerSequence)?;
+        model.forward(&batch, &mut kv, &mut ws)?;
+        model
+            .backend
+            .argmax_rows(&ws.logits, (seqs, vocab), &mut ids)?;
+        model.backend.read_ids(&ids, &mut next)?;
+        if profiled {
+            // SAFETY: as for cuProfilerStart.
+            unsafe { cudarc::driver::sys::cuProfilerStop() };
+        }
+    }
+    if let Some(why) = &ws.graphs.failed {
+        println!("  (graph recording failed: {why})");
+    }
+    Ok((start.elapsed().as_secs_f64(), ws.graphs.replays))
+}

@@ -1,0 +1,276 @@
+//! Parity of the fused decode products against the CPU backend's unfused sequence (the trait's
+//! default: RMSNorm, separate products, then the add or silu·mul): the residual add, SwiGLU's gate and
+//! up, the q/k/v triple, with and without the norm, each at 1 and 3 rows (the skinny kernels) and 24
+//! rows (cuBLAS, then the separate op); RoPE with the KV write; and the arg-max of logit rows.
+
+use docqa_engine::Result;
+use docqa_engine::backend::{Backend, KvDtype, KvShape, RmsNormInto};
+use docqa_engine::config::RopeFreqs;
+use docqa_engine::models::generate::argmax;
+use docqa_engine::weights::WeightDtype;
+
+use crate::inputs::{Pair, Rng};
+use crate::ops::{TOL_BF16, TOL_F32};
+use crate::report::Report;
+
+/// RMSNorm epsilon of the checks (SmolLM2's).
+const EPS: f32 = 1e-5;
+
+/// Runs the fused-product and arg-max checks at SmolLM2-135M's shapes (hidden 576, FFN 1536, q 576,
+/// k/v 192) and at Llama-3.2-1B's widest (hidden 2048, FFN 8192).
+pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
+    for rows in [1, 3, 24] {
+        residual(p, rng, r, rows, (576, 1536))?;
+        for normed in [false, true] {
+            gated(p, rng, r, (rows, normed), (1536, 576))?;
+            qkv(p, rng, r, (rows, normed), (576, 192, 576))?;
+        }
+    }
+    residual(p, rng, r, 3, (2048, 8192))?;
+    gated(p, rng, r, (4, true), (8192, 2048))?;
+    for dtype in [KvDtype::F32, KvDtype::Bf16] {
+        rope_kv_write(p, rng, r, dtype)?;
+    }
+    argmax_rows(p, rng, r)
+}
+
+/// RoPE on q and k, then the KV write, fused, against the three separate ops on the CPU: q, k and both
+/// pools must match.
+fn rope_kv_write(p: &Pair, rng: &mut Rng, r: &mut Report, dtype: KvDtype) -> Result<()> {
+    let shape = KvShape {
+        num_blocks: 64,
+        block_size: 16,
+        num_kv_heads: 3,
+        head_dim: 64,
+        dtype,
+    };
+    let (rows, heads, hd) = (5, 9, 64);
+    let width = shape.num_kv_heads * hd;
+    let slots: Vec<u32> = rng.permutation(shape.num_blocks * shape.block_size)[..rows].to_vec();
+    let (cs, gs) = p.ids(&slots)?;
+    let positions: Vec<u32> = (0..rows).map(|_| rng.below(8000) as u32).collect();
+    let (cp, gp) = p.ids(&positions)?;
+    let freqs = RopeFreqs {
+        inv_freq: (0..hd / 2)
+            .map(|i| 100_000f32.powf(-2.0 * i as f32 / hd as f32))
+            .collect(),
+        mscale: 1.0,
+    };
+    let (mut ct, mut gt) = p.poisoned(rows * hd)?;
+    p.cpu.rope_table(&cp, &freqs, rows, &mut ct)?;
+    p.gpu.rope_table(&gp, &freqs, rows, &mut gt)?;
+    let (mut cq, mut gq) = p.buf(&rng.vec(rows * heads * hd, 3.0))?;
+    let (mut ck, mut gk) = p.buf(&rng.vec(rows * width, 3.0))?;
+    let (cv, gv) = p.buf(&rng.vec(rows * width, 3.0))?;
+    let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
+    let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
+    let dims = (rows, heads, shape.num_kv_heads, hd);
+    p.cpu.rope_kv_write(
+        (&mut cq, &mut ck, &cv),
+        &ct,
+        &cs,
+        dims,
+        (&mut ckc, &mut cvc),
+    )?;
+    p.gpu.rope_kv_write(
+        (&mut gq, &mut gk, &gv),
+        &gt,
+        &gs,
+        dims,
+        (&mut gkc, &mut gvc),
+    )?;
+    let mut gpu = p.read(&gq, rows * heads * hd)?;
+    gpu.extend(p.read(&gk, rows * width)?);
+    gpu.extend(p.gpu.read_kv(&gkc)?);
+    gpu.extend(p.gpu.read_kv(&gvc)?);
+    let cpu = [cq, ck, crate::cpu_kv_f32(&ckc), crate::cpu_kv_f32(&cvc)].concat();
+    let name = format!("rope_kv_write ({dtype:?} pool)");
+    let tol = if dtype == KvDtype::Bf16 {
+        TOL_BF16
+    } else {
+        TOL_F32
+    };
+    r.check(&name, "5 rows, 9/3 heads x 64", &gpu, &cpu, tol);
+    Ok(())
+}
+
+fn weight(
+    p: &Pair,
+    rng: &mut Rng,
+    [n, k]: [usize; 2],
+) -> Result<(
+    docqa_engine::backend::cpu::CpuWeight,
+    docqa_engine::backend::cuda::CudaWeight,
+)> {
+    p.matrix(
+        &rng.vec(n * k, 2.0 / (k as f32).sqrt()),
+        [n, k],
+        WeightDtype::Bf16,
+    )
+}
+
+/// `out += x · Wᵀ` onto a random residual.
+fn residual(
+    p: &Pair,
+    rng: &mut Rng,
+    r: &mut Report,
+    rows: usize,
+    (n, k): (usize, usize),
+) -> Result<()> {
+    let (cx, gx) = p.buf(&rng.vec(rows * k, 2.0))?;
+    let (cw, gw) = weight(p, rng, [n, k])?;
+    let (mut co, mut go) = p.buf(&rng.vec(rows * n, 1.0))?;
+    let (mut cs, mut gs) = p.poisoned(rows * n)?;
+    p.cpu.matmul_add(&cx, &cw, (rows, n), &mut cs, &mut co)?;
+    p.gpu.matmul_add(&gx, &gw, (rows, n), &mut gs, &mut go)?;
+    let shape = format!("[{rows}, {k}] x [{n}, {k}]T");
+    r.check(
+        "matmul_add (residual)",
+        &shape,
+        &p.read(&go, rows * n)?,
+        &co,
+        TOL_BF16,
+    );
+    Ok(())
+}
+
+/// A random RMSNorm weight of `width` on both backends, and a NaN-poisoned buffer for its output.
+type NormPair = (
+    (
+        docqa_engine::backend::cpu::CpuWeight,
+        docqa_engine::backend::cuda::CudaWeight,
+    ),
+    (Vec<f32>, cudarc::driver::CudaSlice<f32>),
+);
+
+fn norm_pair(p: &Pair, rng: &mut Rng, rows: usize, width: usize) -> Result<NormPair> {
+    let w: Vec<f32> = rng.vec(width, 0.5).iter().map(|v| v + 1.0).collect();
+    Ok((p.vector(&w)?, p.poisoned(rows * width)?))
+}
+
+/// `out = silu(x' · Gᵀ) ⊙ (x' · Uᵀ)`, `x'` RMS-normalised when `normed`.
+fn gated(
+    p: &Pair,
+    rng: &mut Rng,
+    r: &mut Report,
+    (rows, normed): (usize, bool),
+    (n, k): (usize, usize),
+) -> Result<()> {
+    let (cx, gx) = p.buf(&rng.vec(rows * k, 2.0))?;
+    let (cg, gg) = weight(p, rng, [n, k])?;
+    let (cu, gu) = weight(p, rng, [n, k])?;
+    let ((cn, gn), (mut ch, mut gh)) = norm_pair(p, rng, rows, k)?;
+    let (mut co, mut go) = p.poisoned(rows * n)?;
+    let (mut c1, mut g1) = p.poisoned(rows * n)?;
+    let (mut c2, mut g2) = p.poisoned(rows * n)?;
+    let cnorm = normed.then_some(RmsNormInto {
+        weight: &cn,
+        eps: EPS,
+        out: &mut ch,
+    });
+    let gnorm = normed.then_some(RmsNormInto {
+        weight: &gn,
+        eps: EPS,
+        out: &mut gh,
+    });
+    p.cpu.gated_matmul(
+        &cx,
+        cnorm,
+        (&cg, &cu),
+        (rows, n),
+        (&mut c1, &mut c2),
+        &mut co,
+    )?;
+    p.gpu.gated_matmul(
+        &gx,
+        gnorm,
+        (&gg, &gu),
+        (rows, n),
+        (&mut g1, &mut g2),
+        &mut go,
+    )?;
+    let shape = format!("[{rows}, {k}] x 2 x [{n}, {k}]T");
+    let name = format!(
+        "gated_matmul (SwiGLU{})",
+        if normed { ", RMSNorm" } else { "" }
+    );
+    r.check(&name, &shape, &p.read(&go, rows * n)?, &co, TOL_BF16);
+    Ok(())
+}
+
+/// q, k and v of one input, RMS-normalised when `normed`, k and v with a bias (as Qwen2 has).
+fn qkv(
+    p: &Pair,
+    rng: &mut Rng,
+    r: &mut Report,
+    (rows, normed): (usize, bool),
+    (nq, nkv, k): (usize, usize, usize),
+) -> Result<()> {
+    let (cx, gx) = p.buf(&rng.vec(rows * k, 2.0))?;
+    let (cq, gq) = weight(p, rng, [nq, k])?;
+    let (ck, gk) = weight(p, rng, [nkv, k])?;
+    let (cv, gv) = weight(p, rng, [nkv, k])?;
+    let (bk, bv) = (p.vector(&rng.vec(nkv, 0.5))?, p.vector(&rng.vec(nkv, 0.5))?);
+    let ((cn, gn), (mut ch, mut gh)) = norm_pair(p, rng, rows, k)?;
+    let (mut c0, mut g0) = p.poisoned(rows * nq)?;
+    let (mut c1, mut g1) = p.poisoned(rows * nkv)?;
+    let (mut c2, mut g2) = p.poisoned(rows * nkv)?;
+    let cnorm = normed.then_some(RmsNormInto {
+        weight: &cn,
+        eps: EPS,
+        out: &mut ch,
+    });
+    let gnorm = normed.then_some(RmsNormInto {
+        weight: &gn,
+        eps: EPS,
+        out: &mut gh,
+    });
+    p.cpu.matmul3(
+        &cx,
+        cnorm,
+        ([&cq, &ck, &cv], [None, Some(&bk.0), Some(&bv.0)]),
+        rows,
+        [&mut c0, &mut c1, &mut c2],
+    )?;
+    p.gpu.matmul3(
+        &gx,
+        gnorm,
+        ([&gq, &gk, &gv], [None, Some(&bk.1), Some(&bv.1)]),
+        rows,
+        [&mut g0, &mut g1, &mut g2],
+    )?;
+    let mut gpu = p.read(&g0, rows * nq)?;
+    gpu.extend(p.read(&g1, rows * nkv)?);
+    gpu.extend(p.read(&g2, rows * nkv)?);
+    let cpu: Vec<f32> = [c0, c1, c2].concat();
+    let shape = format!("[{rows}, {k}] x [{nq}|{nkv}|{nkv}, {k}]T");
+    let name = format!("matmul3 (q, k, v{})", if normed { ", RMSNorm" } else { "" });
+    r.check(&name, &shape, &gpu, &cpu, TOL_BF16);
+    Ok(())
+}
+
+/// Arg-max of 5 rows of 49,152 logits, with a tie planted in one row (the first index must win) and
+/// a row of equal values.
+fn argmax_rows(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let (rows, vocab) = (5, 49152);
+    let mut logits = rng.vec(rows * vocab, 8.0);
+    logits[vocab + 40_000] = 100.0;
+    logits[vocab + 7] = 100.0;
+    logits[4 * vocab..].fill(-3.0);
+    let (_, gl) = p.buf(&logits)?;
+    let mut ids = p.gpu.alloc_ids(rows)?;
+    p.gpu.write_ids(&mut ids, &[u32::MAX; 5])?;
+    p.gpu.argmax_rows(&gl, (rows, vocab), &mut ids)?;
+    let mut got = [0u32; 5];
+    p.gpu.read_ids(&ids, &mut got)?;
+    let want: Vec<u32> = logits.chunks(vocab).map(argmax).collect();
+    let same = got.iter().zip(&want).filter(|(g, w)| g == w).count();
+    let what = format!("{same}/{rows} rows equal");
+    r.note(
+        "argmax_rows",
+        "5 x 49152, a tie, a flat row",
+        &what,
+        same == rows,
+    );
+    Ok(())
+}
