@@ -81,10 +81,11 @@ pub struct ServeConfig {
     /// Memory for the generator's KV cache, in MiB.
     #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
     pub kv_cache_mib: usize,
-    /// Abstention threshold: an answer whose tokens' geometric-mean probability is below it counts as
-    /// unsupported, so the answer becomes "Not found in the document." and, under Self-Route, the
-    /// whole document is read instead (0: never; the default is calibrated on SQuAD 2.0, see EVAL.md).
-    #[arg(long, env = "DOCQA_ABSTENTION_THRESHOLD", default_value_t = 0.0,
+    /// Abstention threshold: an answer whose first token the model gave a probability below it counts
+    /// as unsupported: it becomes "Not found in the document." and, under Self-Route, the whole
+    /// document is read instead (0: never). The default is calibrated on SQuAD 2.0 with SmolLM2-135M
+    /// (EVAL.md, "Abstention"); recalibrate it for another model.
+    #[arg(long, env = "DOCQA_ABSTENTION_THRESHOLD", default_value_t = 0.492,
         value_parser = probability)]
     pub abstention_threshold: f64,
     /// Generation requests allowed to wait for the engine before new ones get 429.
