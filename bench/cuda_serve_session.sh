@@ -2,8 +2,9 @@
 # `docqa serve --device cuda` end to end, as a user drives it: start the service with the generator on GPU 0,
 # upload a document over HTTP, wait for its ingestion, then ask a question on the RAG path and twice on the
 # long path (the second time from the document's cached KV, with NEXT_QUESTION when it is set), and print each
-# answer with its route, reasons, citations, time to first token and token counts. Exits non-zero when a step
-# fails or an answer is empty.
+# answer with its route, reasons, citations, time to first token and token counts, then the engine's decode
+# steps replayed from CUDA graphs and tokens computed (from /metrics). Exits non-zero when a step fails or an
+# answer is empty.
 #
 #   bench/cuda_serve_session.sh DOCQA MODELS_DIR DOCUMENT QUESTION [OUT_DIR]
 #
@@ -61,3 +62,4 @@ PY
 ask rag rag
 ask long long-cold
 ask long long-cached "${NEXT_QUESTION:-$question}"
+echo "engine: $(curl -sf "$base/metrics" | grep -E '^docqa_engine_(graph_replays|computed_tokens) ' | tr '\n' ' ')"

@@ -24,6 +24,7 @@ pub struct Metrics {
     prefix_hit_rate: Gauge,
     prefix_hit_tokens: IntGauge,
     computed_tokens: IntGauge,
+    graph_replays: IntGauge,
 }
 
 fn registered<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
@@ -107,6 +108,10 @@ impl Metrics {
             "docqa_engine_computed_tokens",
             "Tokens run through the model since start",
         );
+        let graph_replays = gauge(
+            "docqa_engine_graph_replays",
+            "Decode steps replayed from recorded CUDA graphs since start",
+        );
         let prefix_hit_rate = registered(
             &r,
             Gauge::new(
@@ -129,6 +134,7 @@ impl Metrics {
             prefix_hit_rate,
             prefix_hit_tokens,
             computed_tokens,
+            graph_replays,
         }
     }
 
@@ -162,6 +168,7 @@ impl Metrics {
         self.prefix_hit_rate.set(engine.prefix_hit_rate());
         self.prefix_hit_tokens.set(engine.prefix_hit_tokens as i64);
         self.computed_tokens.set(engine.computed_tokens as i64);
+        self.graph_replays.set(engine.graph_replays as i64);
         for (status, n) in [
             ("queued", jobs.queued),
             ("running", jobs.running),

@@ -193,9 +193,13 @@ impl<B: Backend> EngineCore<B> {
             return Ok(Vec::new());
         }
         let batch = self.build_batch(&plan.seqs)?;
+        let recording = self.ws.graphs.failed.is_none();
         let rows = self
             .model
             .forward(&batch, &mut self.kv_pool, &mut self.ws)?;
+        if let (true, Some(why)) = (recording, &self.ws.graphs.failed) {
+            tracing::warn!(%why, "recording decode steps into graphs failed; they run op by op");
+        }
         let vocab = self.model.config.vocab_size;
         self.model
             .backend
@@ -359,6 +363,7 @@ impl<B: Backend> EngineCore<B> {
             waiting: self.scheduler.num_waiting(),
             prefix_queried_tokens: prefix.queried_tokens,
             prefix_hit_tokens: prefix.hit_tokens,
+            graph_replays: self.ws.graphs.replays,
             ..self.stats
         }
     }

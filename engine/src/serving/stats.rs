@@ -27,6 +27,8 @@ pub struct EngineStats {
     pub preemptions: u64,
     /// Requests finished, cancelled included.
     pub finished_requests: u64,
+    /// Decode steps replayed from recorded graphs (CUDA graphs; 0 on the CPU).
+    pub graph_replays: u64,
 }
 
 impl EngineStats {
