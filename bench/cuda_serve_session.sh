@@ -28,17 +28,19 @@ echo $! >"$work/pid"
 for _ in $(seq 1 240); do grep -q "listening on" "$work/stdout" 2>/dev/null && break; sleep 0.5; done
 base=$(sed -n 's/^docqa listening on //p' "$work/stdout" | head -1)
 [ -n "$base" ] || { echo "the server did not start:"; cat "$out/serve.log"; exit 1; }
-grep -i "generator on\|models loaded" "$out/serve.log" || true
+grep -i "generator on\|embedder on\|models loaded" "$out/serve.log" || true
 
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+uploaded=$(date +%s.%N)
 id=$(curl -sf -F "file=@$document" "$base/v1/documents" | field "['document_id']")
-for _ in $(seq 1 600); do
+for _ in $(seq 1 3000); do
     status=$(curl -sf "$base/v1/documents/$id" | field "['status']")
     [ "$status" = ready ] && break
     [ "$status" = failed ] && { echo "ingestion failed"; exit 1; }
-    sleep 0.5
+    sleep 0.1
 done
-echo "document $id: $(curl -sf "$base/v1/documents/$id" | field "['token_count']") tokens, $status"
+took=$(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$uploaded")
+echo "document $id: $(curl -sf "$base/v1/documents/$id" | field "['token_count']") tokens, $status after ${took} s"
 
 ask() {
     local route=$1 name=$2 question=${3:-$question}

@@ -1,12 +1,16 @@
-//! Where the generator runs (`--device cpu|cuda`): the choice on the command line, the backend it
-//! opens, and the KV cache element type that suits that backend. The embedder stays on the CPU
-//! backend either way.
+//! Where the models run (`--device cpu|cuda`): the choice on the command line, the generator's backend
+//! it opens, the embedder it loads on the same device, and the KV cache element type that suits that
+//! backend.
 
+use std::path::Path;
+
+use anyhow::Context;
 use clap::ValueEnum;
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 use docqa_engine::backend::cuda::CudaBackend;
+use docqa_engine::models::bert::BertEmbedder;
 
 /// The device the generator runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -46,7 +50,7 @@ pub enum GeneratorBackend {
     Cpu(CpuBackend),
     /// The CUDA backend on GPU 0.
     #[cfg(feature = "cuda")]
-    Cuda(CudaBackend),
+    Cuda(Box<CudaBackend>),
 }
 
 impl Device {
@@ -65,13 +69,34 @@ impl Device {
             Device::Cuda => open_cuda(),
         }
     }
+
+    /// Loads the embedder in `dir` on this device (its own backend, beside the generator's).
+    pub fn load_embedder(self, dir: &Path) -> anyhow::Result<BertEmbedder> {
+        let loaded = match self {
+            Device::Cpu => BertEmbedder::load(dir).map_err(anyhow::Error::from),
+            Device::Cuda => load_embedder_cuda(dir),
+        };
+        loaded.with_context(|| format!("loading {}", dir.display()))
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn load_embedder_cuda(dir: &Path) -> anyhow::Result<BertEmbedder> {
+    let backend = CudaBackend::new(0)?;
+    eprintln!("docqa: embedder on {}", backend.describe());
+    Ok(BertEmbedder::load_cuda(dir, backend)?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn load_embedder_cuda(_dir: &Path) -> anyhow::Result<BertEmbedder> {
+    anyhow::bail!("this docqa was built without CUDA support: rebuild with `--features cuda`")
 }
 
 #[cfg(feature = "cuda")]
 fn open_cuda() -> anyhow::Result<GeneratorBackend> {
     let backend = CudaBackend::new(0)?;
     eprintln!("docqa: generator on {}", backend.describe());
-    Ok(GeneratorBackend::Cuda(backend))
+    Ok(GeneratorBackend::Cuda(Box::new(backend)))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -12,7 +12,6 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use docqa_engine::backend::Backend;
 use docqa_engine::config::RopeScaling;
-use docqa_engine::models::bert::BertEmbedder;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle};
 use docqa_engine::text::TextTokenizer;
@@ -66,8 +65,7 @@ pub async fn run_with(
         trained_context,
     } = start_engine(&config, &models.generator, backend)?;
     let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
-    let bert = BertEmbedder::load(&models.embedder)
-        .with_context(|| format!("loading {}", models.embedder.display()))?;
+    let bert = config.device.load_embedder(&models.embedder)?;
     eprintln!(
         "docqa: models loaded in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -176,7 +174,7 @@ fn start_engine(
     match backend {
         GeneratorBackend::Cpu(cpu) => spawn_engine(cpu, config, generator),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => spawn_engine(cuda, config, generator),
+        GeneratorBackend::Cuda(cuda) => spawn_engine(*cuda, config, generator),
     }
 }
 

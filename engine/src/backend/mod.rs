@@ -377,7 +377,8 @@ pub trait Backend: Send + Sync + Sized {
         out: &mut Self::Buf,
     ) -> Result<()>;
     /// Bidirectional attention within each sequence of a packed varlen batch (encoders): sequence `s` is
-    /// rows `query_start_loc[s]..query_start_loc[s + 1]` of `q`, `k` and `v`.
+    /// rows `query_start_loc[s]..query_start_loc[s + 1]` of `q`, `k` and `v`; `seqs_tokens` is the
+    /// number of sequences and of rows (`query_start_loc[num_seqs]`, known to the caller).
     #[allow(clippy::too_many_arguments)]
     fn varlen_attention(
         &self,
@@ -385,7 +386,7 @@ pub trait Backend: Send + Sync + Sized {
         k: &Self::Buf,
         v: &Self::Buf,
         query_start_loc: &Self::Ids,
-        num_seqs: usize,
+        seqs_tokens: (usize, usize),
         shape: AttnShape,
         out: &mut Self::Buf,
     ) -> Result<()>;

@@ -140,7 +140,7 @@ impl<B: Backend> Bert<B> {
             b.matmul(&x, &l.q.w, Some(&l.q.b), n, &mut q)?;
             b.matmul(&x, &l.k.w, Some(&l.k.b), n, &mut k)?;
             b.matmul(&x, &l.v.w, Some(&l.v.b), n, &mut v)?;
-            b.varlen_attention(&q, &k, &v, &idx, starts.len() - 1, shape, &mut t)?;
+            b.varlen_attention(&q, &k, &v, &idx, (starts.len() - 1, n), shape, &mut t)?;
             b.matmul(&t, &l.o.w, Some(&l.o.b), n, &mut t2)?;
             b.add(&mut t2, &x, n * h)?;
             b.layer_norm(&t2, &l.attn_norm.w, &l.attn_norm.b, eps, n, &mut x)?;
@@ -184,21 +184,56 @@ fn norm<B: Backend>(b: &B, w: &Weights, p: &str, h: usize) -> Result<Norm<B>> {
     })
 }
 
-/// Sentence embeddings on the CPU: tokenizer + BERT + mean pooling + L2 normalisation.
+/// Sentence embeddings: tokenizer + BERT + mean pooling + L2 normalisation, on the CPU or a GPU.
 pub struct BertEmbedder {
-    model: Bert<CpuBackend>,
+    model: EmbedModel,
     tokenizer: Tokenizer,
 }
 
+/// The BERT of an embedder, on the backend it was loaded on.
+enum EmbedModel {
+    Cpu(Box<Bert<CpuBackend>>),
+    #[cfg(feature = "cuda")]
+    Cuda(Box<Bert<crate::backend::cuda::CudaBackend>>),
+}
+
+impl EmbedModel {
+    fn config(&self) -> &BertConfig {
+        match self {
+            EmbedModel::Cpu(m) => &m.config,
+            #[cfg(feature = "cuda")]
+            EmbedModel::Cuda(m) => &m.config,
+        }
+    }
+
+    fn encode(&self, ids: &[u32], starts: &[u32]) -> Result<Vec<f32>> {
+        match self {
+            EmbedModel::Cpu(m) => m.encode(ids, starts),
+            #[cfg(feature = "cuda")]
+            EmbedModel::Cuda(m) => m.encode(ids, starts),
+        }
+    }
+}
+
 impl BertEmbedder {
-    /// Loads the model directory (`config.json`, `model.safetensors`, `tokenizer.json`). The tokenizer's
-    /// own padding is switched off and truncation set to [`MAX_TOKENS`].
+    /// Loads the model directory (`config.json`, `model.safetensors`, `tokenizer.json`) on the CPU. The
+    /// tokenizer's own padding is switched off and truncation set to [`MAX_TOKENS`].
     pub fn load(dir: &Path) -> Result<Self> {
         let model = Bert::load(CpuBackend::new(), dir)?;
+        Self::with_model(EmbedModel::Cpu(Box::new(model)), dir)
+    }
+
+    /// [`BertEmbedder::load`] with the model on a CUDA backend.
+    #[cfg(feature = "cuda")]
+    pub fn load_cuda(dir: &Path, backend: crate::backend::cuda::CudaBackend) -> Result<Self> {
+        Self::with_model(EmbedModel::Cuda(Box::new(Bert::load(backend, dir)?)), dir)
+    }
+
+    fn with_model(model: EmbedModel, dir: &Path) -> Result<Self> {
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
         tokenizer.with_padding(None);
-        let max_length = MAX_TOKENS.min(model.config.max_position_embeddings);
+        let max_length = MAX_TOKENS.min(model.config().max_position_embeddings);
         tokenizer
             .with_truncation(Some(TruncationParams {
                 max_length,
@@ -210,7 +245,7 @@ impl BertEmbedder {
 
     /// Width of the embeddings.
     pub fn dim(&self) -> usize {
-        self.model.config.hidden_size
+        self.model.config().hidden_size
     }
 
     /// One unit-length embedding per text.

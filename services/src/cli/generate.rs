@@ -59,7 +59,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     match backend {
         GeneratorBackend::Cpu(cpu) => generate_on(cpu, &dir, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => generate_on(cuda, &dir, &args),
+        GeneratorBackend::Cuda(cuda) => generate_on(*cuda, &dir, &args),
     }
 }
 

@@ -73,7 +73,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     match backend {
         GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => run_on(cuda, &dir, &args),
+        GeneratorBackend::Cuda(cuda) => run_on(*cuda, &dir, &args),
     }
 }
 

@@ -369,12 +369,17 @@ impl Backend for CpuBackend {
         k: &Vec<f32>,
         v: &Vec<f32>,
         query_start_loc: &Vec<u32>,
-        num_seqs: usize,
+        (num_seqs, num_tokens): (usize, usize),
         shape: AttnShape,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let qsl = &query_start_loc[..num_seqs + 1];
         let rows = qsl[num_seqs] as usize;
+        if rows != num_tokens {
+            return Err(EngineError::InvalidBatch(format!(
+                "varlen_attention: query_start_loc ends at {rows}, {num_tokens} tokens given"
+            )));
+        }
         let (hd, row_stride) = (shape.head_dim, shape.num_kv_heads * shape.head_dim);
         let ctx = |s: usize| (qsl[s + 1] - qsl[s]) as usize;
         let kv_for = |s: usize, g: usize| Dense {

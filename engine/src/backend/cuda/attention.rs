@@ -173,18 +173,12 @@ pub(super) fn varlen(
     q: &CudaSlice<f32>,
     (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
     query_start_loc: &CudaSlice<u32>,
-    num_seqs: usize,
+    (num_seqs, rows): (usize, usize),
     shape: AttnShape,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     check_len("query_start_loc", query_start_loc.len(), num_seqs + 1)?;
-    // The row count lives on the device; read the last offset (one small copy).
-    let mut last = [0u32];
     let s = &be.dev.stream;
-    s.memcpy_dtoh(&query_start_loc.slice(num_seqs..num_seqs + 1), &mut last)
-        .map_err(cuda_err)?;
-    s.synchronize().map_err(cuda_err)?;
-    let rows = last[0] as usize;
     let kv_width = rows * shape.num_kv_heads * shape.head_dim;
     check_len(
         "varlen_attention q",

@@ -512,11 +512,11 @@ impl Backend for CudaBackend {
         k: &CudaSlice<f32>,
         v: &CudaSlice<f32>,
         query_start_loc: &CudaSlice<u32>,
-        num_seqs: usize,
+        seqs_tokens: (usize, usize),
         shape: AttnShape,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        attention::varlen(self, q, (k, v), query_start_loc, num_seqs, shape, out)
+        attention::varlen(self, q, (k, v), query_start_loc, seqs_tokens, shape, out)
     }
 }
 

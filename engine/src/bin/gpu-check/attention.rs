@@ -340,9 +340,9 @@ fn varlen(
         scale: 1.0 / (hd as f32).sqrt(),
     };
     p.cpu
-        .varlen_attention(&cq, &ck, &cv, &cqsl, lens.len(), attn, &mut co)?;
+        .varlen_attention(&cq, &ck, &cv, &cqsl, (lens.len(), rows), attn, &mut co)?;
     p.gpu
-        .varlen_attention(&gq, &gk, &gv, &gqsl, lens.len(), attn, &mut go)?;
+        .varlen_attention(&gq, &gk, &gv, &gqsl, (lens.len(), rows), attn, &mut go)?;
     let lens: Vec<String> = lens.iter().map(usize::to_string).collect();
     let desc = format!("lens {} h{h}/{g} d{hd}", lens.join(","));
     r.check(
