@@ -13,6 +13,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod unfused;
 
 use crate::config::RopeFreqs;
 use crate::error::Result;
@@ -264,8 +265,7 @@ pub trait Backend: Send + Sync + Sized {
         scratch: &mut Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<()> {
-        self.matmul(x, w, None, rows, scratch)?;
-        self.add(out, scratch, rows * width)
+        unfused::matmul_add(self, (x, w), (rows, width), scratch, out)
     }
 
     /// `out[rows, width] = silu(x' · Gᵀ) ⊙ (x' · Uᵀ)`, the first half of a SwiGLU MLP, where `x'` is `x`
@@ -280,10 +280,8 @@ pub trait Backend: Send + Sync + Sized {
         (gate, up): (&mut Self::Buf, &mut Self::Buf),
         out: &mut Self::Buf,
     ) -> Result<()> {
-        let x = self.rms_norm_into(x, norm, rows)?;
-        self.matmul(x, gate_w, None, rows, gate)?;
-        self.matmul(x, up_w, None, rows, up)?;
-        self.silu_mul(gate, up, rows * width, out)
+        let (ws, dims) = ((gate_w, up_w), (rows, width));
+        unfused::gated_matmul(self, (x, norm), ws, dims, (gate, up), out)
     }
 
     /// Three projections of one input (attention's q, k and v): `outs[i] = x' · W[i]ᵀ (+ bias[i])`,
@@ -296,27 +294,7 @@ pub trait Backend: Send + Sync + Sized {
         rows: usize,
         outs: [&mut Self::Buf; 3],
     ) -> Result<()> {
-        let x = self.rms_norm_into(x, norm, rows)?;
-        for ((w, bias), out) in w.into_iter().zip(bias).zip(outs) {
-            self.matmul(x, w, bias, rows, out)?;
-        }
-        Ok(())
-    }
-
-    /// `x`, or `x` RMS-normalised into the norm's buffer.
-    fn rms_norm_into<'b>(
-        &self,
-        x: &'b Self::Buf,
-        norm: Option<RmsNormInto<'b, Self>>,
-        rows: usize,
-    ) -> Result<&'b Self::Buf> {
-        match norm {
-            None => Ok(x),
-            Some(n) => {
-                self.rms_norm(x, n.weight, n.eps, rows, n.out)?;
-                Ok(n.out)
-            }
-        }
+        unfused::matmul3(self, (x, norm), (w, bias), rows, outs)
     }
 
     /// `ids[r]` = the index of the largest logit of row `r` of `logits [rows, vocab]`, the first of

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use crate::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto};
+use crate::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, unfused};
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
@@ -405,8 +405,7 @@ impl Backend for CudaBackend {
         if gemv::bf16_weight(w, rows).is_some() {
             return gemv::gemv(self, (x, w, None), rows, true, out);
         }
-        self.matmul(x, w, None, rows, scratch)?;
-        self.add(out, scratch, rows * width)
+        unfused::matmul_add(self, (x, w), (rows, width), scratch, out)
     }
 
     fn gated_matmul(
@@ -426,10 +425,8 @@ impl Backend for CudaBackend {
             let norm = gemv::fused_norm(norm.as_ref())?;
             return gemv::silu_mul(self, (x, norm), (gate_w, up_w), rows, out);
         }
-        let x = self.rms_norm_into(x, norm, rows)?;
-        self.matmul(x, gate_w, None, rows, gate)?;
-        self.matmul(x, up_w, None, rows, up)?;
-        self.silu_mul(gate, up, rows * width, out)
+        let (ws, dims) = ((gate_w, up_w), (rows, width));
+        unfused::gated_matmul(self, (x, norm), ws, dims, (gate, up), out)
     }
 
     fn matmul3(
@@ -447,11 +444,7 @@ impl Backend for CudaBackend {
             let norm = gemv::fused_norm(norm.as_ref())?;
             return gemv::gemv3(self, (x, norm), (w, bias), rows, outs);
         }
-        let x = self.rms_norm_into(x, norm, rows)?;
-        for ((w, bias), out) in w.into_iter().zip(bias).zip(outs) {
-            self.matmul(x, w, bias, rows, out)?;
-        }
-        Ok(())
+        unfused::matmul3(self, (x, norm), (w, bias), rows, outs)
     }
 
     fn argmax_rows(

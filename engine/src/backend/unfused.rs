@@ -1,0 +1,63 @@
+//! The fused products' op-by-op sequences, in terms of the basic ops: what the [`Backend`] trait's
+//! defaults run, and what a backend that fuses some shapes runs for the others.
+
+use super::{Backend, RmsNormInto};
+use crate::error::Result;
+
+/// `x`, or `x` RMS-normalised into the norm's buffer.
+pub fn rms_norm_into<'b, B: Backend>(
+    b: &B,
+    x: &'b B::Buf,
+    norm: Option<RmsNormInto<'b, B>>,
+    rows: usize,
+) -> Result<&'b B::Buf> {
+    match norm {
+        None => Ok(x),
+        Some(n) => {
+            b.rms_norm(x, n.weight, n.eps, rows, n.out)?;
+            Ok(n.out)
+        }
+    }
+}
+
+/// [`Backend::matmul_add`] as a product into `scratch`, then the add.
+pub fn matmul_add<B: Backend>(
+    b: &B,
+    (x, w): (&B::Buf, &B::Weight),
+    (rows, width): (usize, usize),
+    scratch: &mut B::Buf,
+    out: &mut B::Buf,
+) -> Result<()> {
+    b.matmul(x, w, None, rows, scratch)?;
+    b.add(out, scratch, rows * width)
+}
+
+/// [`Backend::gated_matmul`] as the norm, two products and silu·mul.
+pub fn gated_matmul<B: Backend>(
+    b: &B,
+    (x, norm): (&B::Buf, Option<RmsNormInto<'_, B>>),
+    (gate_w, up_w): (&B::Weight, &B::Weight),
+    (rows, width): (usize, usize),
+    (gate, up): (&mut B::Buf, &mut B::Buf),
+    out: &mut B::Buf,
+) -> Result<()> {
+    let x = rms_norm_into(b, x, norm, rows)?;
+    b.matmul(x, gate_w, None, rows, gate)?;
+    b.matmul(x, up_w, None, rows, up)?;
+    b.silu_mul(gate, up, rows * width, out)
+}
+
+/// [`Backend::matmul3`] as the norm and three products.
+pub fn matmul3<B: Backend>(
+    b: &B,
+    (x, norm): (&B::Buf, Option<RmsNormInto<'_, B>>),
+    (w, bias): ([&B::Weight; 3], [Option<&B::Weight>; 3]),
+    rows: usize,
+    outs: [&mut B::Buf; 3],
+) -> Result<()> {
+    let x = rms_norm_into(b, x, norm, rows)?;
+    for ((w, bias), out) in w.into_iter().zip(bias).zip(outs) {
+        b.matmul(x, w, bias, rows, out)?;
+    }
+    Ok(())
+}
