@@ -6,6 +6,7 @@ mod support;
 #[path = "../../../indexer/tests/parse_support/mod.rs"]
 mod parse_support;
 
+mod abstention;
 mod api_crash;
 mod api_errors;
 mod api_lifecycle;

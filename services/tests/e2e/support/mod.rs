@@ -415,6 +415,22 @@ pub fn squad_article(index: usize) -> (String, String, Vec<(String, Vec<String>)
     )
 }
 
+/// The unanswerable questions of SQuAD 2.0 dev article `index` (those without answers), in file order.
+pub fn squad_unanswerable(index: usize) -> Vec<String> {
+    let path = data_dir().join("qa/squad2_articles_dev.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (the shared datasets are needed)", path.display()));
+    let line = text.lines().nth(index).expect("article exists");
+    let v: Value = serde_json::from_str(line).expect("json line");
+    v["questions"]
+        .as_array()
+        .expect("questions")
+        .iter()
+        .filter(|q| q["kind"] == "unanswerable")
+        .filter_map(|q| q["question"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// Reads server-sent events from a streaming response: (event name, data) pairs.
 pub fn read_events(res: Response) -> Vec<(String, String)> {
     let mut events = Vec::new();
