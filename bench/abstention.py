@@ -2,7 +2,8 @@
 """Calibrate docqa's abstention threshold on one evaluation run and test it on another.
 
 Both runs are ``docqa eval`` output directories (or their ``results.jsonl``) over SQuAD 2.0 style data, asked
-with ``--abstention-threshold 0`` so that no answer was changed. Each result keeps the abstention check of its
+with ``--abstention-threshold 1e-9`` (``0`` before answers were measured only under a threshold) so that no
+answer was changed. Each result keeps the abstention check of its
 first generation (``abstention[0].measures``: the measures docqa computes from the engine's top-20
 log-probabilities). For each route this prints:
 

@@ -130,7 +130,11 @@ async fn admit(
 ) -> Result<TokenStream, ApiError> {
     let mut request = GenerateRequest::new(prepared.prompt.clone(), params.clone())
         .in_cache_namespace(cache_namespace(tenant_id));
-    request.top_logprobs = abstention::TOP_LOGPROBS;
+    // The measures need the top log-probabilities of each step, a pass over the vocabulary on the
+    // host; an answer is measured only when a threshold is set.
+    if state.config.abstention_threshold > 0.0 {
+        request.top_logprobs = abstention::TOP_LOGPROBS;
+    }
     if let Some(w) = prepared.sink_window {
         request = request.with_sink_window(w);
     }
