@@ -259,11 +259,7 @@ impl Backend for CudaBackend {
     }
 
     fn read(&self, src: &CudaSlice<f32>, dst: &mut [f32]) -> Result<()> {
-        check_len("read", src.len(), dst.len())?;
-        let s = &self.dev.stream;
-        s.memcpy_dtoh(&src.slice(..dst.len()), dst)
-            .map_err(cuda_err)?;
-        s.synchronize().map_err(cuda_err)
+        ops::read(&self.dev.stream, "read", src, dst)
     }
 
     fn copy(&self, src: &CudaSlice<f32>, n: usize, dst: &mut CudaSlice<f32>) -> Result<()> {
@@ -468,11 +464,7 @@ impl Backend for CudaBackend {
     }
 
     fn read_ids(&self, src: &CudaSlice<u32>, dst: &mut [u32]) -> Result<()> {
-        check_len("read_ids", src.len(), dst.len())?;
-        let s = &self.dev.stream;
-        s.memcpy_dtoh(&src.slice(..dst.len()), dst)
-            .map_err(cuda_err)?;
-        s.synchronize().map_err(cuda_err)
+        ops::read(&self.dev.stream, "read_ids", src, dst)
     }
 
     fn kv_write(

@@ -32,6 +32,20 @@ pub(super) fn vector(w: &CudaWeight) -> Result<&CudaSlice<f32>> {
     }
 }
 
+/// Copies the front of a device buffer to the host and waits for it (`what` names the op in errors).
+pub(super) fn read<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    what: &str,
+    src: &CudaSlice<T>,
+    dst: &mut [T],
+) -> Result<()> {
+    check_len(what, src.len(), dst.len())?;
+    stream
+        .memcpy_dtoh(&src.slice(..dst.len()), dst)
+        .map_err(cuda_err)?;
+    stream.synchronize().map_err(cuda_err)
+}
+
 /// Copies host values into the front of a device buffer.
 pub(super) fn write<T: DeviceRepr>(
     stream: &Arc<CudaStream>,

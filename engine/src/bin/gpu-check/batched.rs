@@ -10,16 +10,16 @@
 
 use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::backend::cuda::CudaBackend;
-use docqa_engine::backend::{Backend, KvDtype, KvShape};
+use docqa_engine::backend::{Backend, KvDtype};
 use docqa_engine::models::generate::{SingleSequence, argmax};
-use docqa_engine::models::llama::{Llama, WorkspaceSize};
-use docqa_engine::models::{Batch, KvPool, LogitsMode, SeqInput};
+use docqa_engine::models::llama::Llama;
+use docqa_engine::models::{Batch, LogitsMode, SeqInput};
 use docqa_engine::{EngineError, Result};
 
 use crate::inputs::Rng;
 use crate::report::{Report, rel_err};
 
-const BLOCK: usize = 16;
+use crate::decode::BLOCK;
 /// Prompt length and decode steps of each sequence.
 const SEQS: [(usize, usize); 8] = [
     (5, 20),
@@ -107,24 +107,7 @@ pub fn check(
         .map(|(l, s)| (l + s + 1).div_ceil(BLOCK))
         .max()
         .unwrap_or(1);
-    let cfg = &gpu.config;
-    let shape = KvShape {
-        num_blocks: SEQS.len() * per,
-        block_size: BLOCK,
-        num_kv_heads: cfg.num_key_value_heads,
-        head_dim: cfg.head_dim,
-        dtype: KvDtype::Bf16,
-    };
-    let mut kv = KvPool::new(&gpu.backend, cfg.num_hidden_layers, shape)?;
-    let mut ws = gpu.workspace(WorkspaceSize {
-        max_num_batched_tokens: 1024,
-        max_num_seqs: SEQS.len(),
-        max_blocks_per_seq: per,
-        max_logit_rows: SEQS.len(),
-    })?;
-    let blocks: Vec<Vec<u32>> = (0..SEQS.len())
-        .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
-        .collect();
+    let (mut kv, mut ws, blocks) = crate::decode::sequences(gpu, (SEQS.len(), per), 1024)?;
     let mut tally = Tally::default();
     let mut logits = vec![0f32; SEQS.len() * vocab];
     let mut ids = gpu.backend.alloc_ids(SEQS.len())?;

@@ -8,11 +8,13 @@ use docqa_engine::backend::cuda::CudaBackend;
 use docqa_engine::backend::{Backend, KvDtype, KvShape};
 use docqa_engine::models::generate::argmax;
 use docqa_engine::models::llama::{Llama, WorkspaceSize};
+use docqa_engine::models::workspace::LlamaWorkspace;
 use docqa_engine::models::{Batch, KvPool, LogitsMode, SeqInput};
 
 use crate::inputs::Rng;
 
-const BLOCK: usize = 16;
+/// Tokens per KV block.
+pub const BLOCK: usize = 16;
 const PROMPT: usize = 512;
 const STEPS: usize = 128;
 const WARM_UP: usize = 2;
@@ -20,6 +22,41 @@ const WARM_UP: usize = 2;
 /// `n` random token ids below `vocab`, avoiding the special ids 0..3.
 pub fn prompt(n: usize, vocab: usize, rng: &mut Rng) -> Vec<u32> {
     (0..n).map(|_| 3 + rng.below(vocab - 3) as u32).collect()
+}
+
+/// A KV pool, a workspace, and each sequence's blocks.
+type Sequences = (
+    KvPool<CudaBackend>,
+    LlamaWorkspace<CudaBackend>,
+    Vec<Vec<u32>>,
+);
+
+/// A bf16 KV pool of `per` blocks for each of `seqs` sequences, a workspace for them (at most
+/// `max_tokens` tokens a pass), and each sequence's blocks (contiguous ids).
+pub fn sequences(
+    model: &Llama<CudaBackend>,
+    (seqs, per): (usize, usize),
+    max_tokens: usize,
+) -> Result<Sequences> {
+    let cfg = &model.config;
+    let shape = KvShape {
+        num_blocks: seqs * per,
+        block_size: BLOCK,
+        num_kv_heads: cfg.num_key_value_heads,
+        head_dim: cfg.head_dim,
+        dtype: KvDtype::Bf16,
+    };
+    let kv = KvPool::new(&model.backend, cfg.num_hidden_layers, shape)?;
+    let ws = model.workspace(WorkspaceSize {
+        max_num_batched_tokens: max_tokens,
+        max_num_seqs: seqs,
+        max_blocks_per_seq: per,
+        max_logit_rows: seqs,
+    })?;
+    let blocks = (0..seqs)
+        .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
+        .collect();
+    Ok((kv, ws, blocks))
 }
 
 /// Times decode at `seqs` sequences and prints one line.
@@ -36,26 +73,9 @@ pub fn report(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize, graphs: bo
 
 /// Seconds for [`STEPS`] decode steps of `seqs` sequences, and how many steps replayed a graph.
 fn time_decode(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize) -> Result<(f64, u64)> {
-    let cfg = &model.config;
     let per = (PROMPT + WARM_UP + STEPS + 1).div_ceil(BLOCK);
-    let shape = KvShape {
-        num_blocks: seqs * per,
-        block_size: BLOCK,
-        num_kv_heads: cfg.num_key_value_heads,
-        head_dim: cfg.head_dim,
-        dtype: KvDtype::Bf16,
-    };
-    let mut kv = KvPool::new(&model.backend, cfg.num_hidden_layers, shape)?;
-    let mut ws = model.workspace(WorkspaceSize {
-        max_num_batched_tokens: PROMPT.max(seqs),
-        max_num_seqs: seqs,
-        max_blocks_per_seq: per,
-        max_logit_rows: seqs,
-    })?;
-    let blocks: Vec<Vec<u32>> = (0..seqs)
-        .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
-        .collect();
-    let vocab = cfg.vocab_size;
+    let (mut kv, mut ws, blocks) = sequences(model, (seqs, per), PROMPT.max(seqs))?;
+    let vocab = model.config.vocab_size;
     let mut logits = vec![0f32; vocab];
     let mut next = vec![0u32; seqs];
     let mut ids = model.backend.alloc_ids(seqs)?;
