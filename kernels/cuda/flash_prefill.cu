@@ -30,6 +30,8 @@
 #endif
 #define BN_OF(HD) ((HD) == 128 ? BN_HD128 : 64)
 #define PAD 8                    // bf16 padding per shared row: conflict-free ldmatrix
+// KV block sizes the kernel takes are multiples of this (the host checks).
+#define PREFILL_BLOCK_MULTIPLE 8
 
 // The block's work: which sequence, which of its query tiles; false when the block has none.
 __device__ __forceinline__ bool find_tile(
@@ -59,7 +61,10 @@ __device__ __forceinline__ long long slot_of(
 
 // Issues the async copies of keys [j0, j0 + BN_OF(HD)) of one KV head into shared K and V tiles;
 // rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
-// BN_OF(HD)·HD/8/THREADS rows and looks each row up once for both K and V.
+// BN_OF(HD)·HD/8/THREADS consecutive rows (4 at head_dim 64, 8 at 128), which share one KV block
+// since the block size is a multiple of PREFILL_BLOCK_MULTIPLE: one block-table lookup per tile, then
+// a fixed stride (the lookups, each a dependent global load, were a third of the kernel's stall
+// samples when made per row).
 template <int HD>
 __device__ __forceinline__ void load_tiles(
     bf16_t (*k_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
@@ -69,22 +74,25 @@ __device__ __forceinline__ void load_tiles(
     const unsigned* blocks,     // [max_blocks_per_seq]
     int block_size, int shift, int row_stride, int j0, int end) {
     constexpr int CHUNKS = HD / 8;              // 16-byte pieces per row
-    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
-    static_assert(THREADS % CHUNKS == 0 && BN_OF(HD) % ROWS_PER_PASS == 0, "threads must tile the rows");
-    const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
+    constexpr int ROWS = BN_OF(HD) * CHUNKS / THREADS;  // rows per thread
+    static_assert(BN_OF(HD) * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
+                      PREFILL_BLOCK_MULTIPLE % ROWS == 0,
+                  "threads must tile the rows, each thread's rows within one KV block");
+    const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS * ROWS;
     const unsigned k_base = smem_addr(&k_dst[r0][col]), v_base = smem_addr(&v_dst[r0][col]);
+    constexpr unsigned STEP = (HD + PAD) * 2;  // bytes between shared rows
+    const int first = j0 + r0;
+    long long off = col;
+    if (first < end) {
+        off += slot_of(blocks, block_size, shift, first) * row_stride;
+    }
 // Unrolled at head_dim 128, the copies' addresses cost the registers its 64-key tiles need.
 #pragma unroll(HD == 128 ? 1 : 8)
-    for (int i = 0; i < BN_OF(HD) / ROWS_PER_PASS; ++i) {
-        const int r = r0 + i * ROWS_PER_PASS, j = j0 + r;
-        long long off = col;
-        if (j < end) {
-            off += slot_of(blocks, block_size, shift, j) * row_stride;
-        }
-        const int bytes = j < end ? 16 : 0;
-        const unsigned step = i * ROWS_PER_PASS * (HD + PAD) * 2;
-        cp_async_16(k_base + step, k_pool + off, bytes);
-        cp_async_16(v_base + step, v_pool + off, bytes);
+    for (int i = 0; i < ROWS; ++i) {
+        const int bytes = first + i < end ? 16 : 0;
+        cp_async_16(k_base + i * STEP, k_pool + off, bytes);
+        cp_async_16(v_base + i * STEP, v_pool + off, bytes);
+        off += first + i + 1 < end ? row_stride : 0;
     }
 }
 

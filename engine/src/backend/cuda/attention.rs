@@ -82,10 +82,12 @@ pub(super) fn paged(
         && flash::supports(shape)
     {
         let bs = kc.shape.block_size;
-        return match flash::is_decode(meta, shape) {
-            true => flash::decode(be, q, (k, v), meta, shape, bs, out),
-            false => flash::prefill(be, q, (k, v), meta, shape, bs, out),
-        };
+        if flash::is_decode(meta, shape) {
+            return flash::decode(be, q, (k, v), meta, shape, bs, out);
+        }
+        if flash::prefill_takes_block_size(bs) {
+            return flash::prefill(be, q, (k, v), meta, shape, bs, out);
+        }
     }
     let ints = paged_ints(meta, shape, kc.shape.block_size);
     let stream = &be.dev.stream;

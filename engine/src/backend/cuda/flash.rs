@@ -35,6 +35,15 @@ pub(super) fn supports(shape: AttnShape) -> bool {
     matches!(shape.head_dim, 64 | 128)
 }
 
+/// KV block sizes the prefill kernel takes are multiples of this (its `PREFILL_BLOCK_MULTIPLE`:
+/// each thread copies that many consecutive keys from one block); others go to the plain kernel.
+const PREFILL_BLOCK_MULTIPLE: usize = 8;
+
+/// Whether the prefill kernel takes pools of this block size.
+pub(super) fn prefill_takes_block_size(block_size: usize) -> bool {
+    block_size.is_multiple_of(PREFILL_BLOCK_MULTIPLE)
+}
+
 /// Whether a batch is pure decode the decode kernel handles: one query row per sequence (every
 /// scheduled sequence has at least one row, so `num_tokens == num_seqs` means exactly one each).
 pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape) -> bool {
