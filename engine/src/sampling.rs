@@ -113,51 +113,120 @@ impl Sampler {
     /// penalty; `history` holds the tokens seen so far (prompt and generated).
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
         apply_repetition_penalty(logits, history, self.params.repetition_penalty);
-        if self.params.temperature <= 0.0 || self.params.top_k == 1 {
-            return argmax(logits);
-        }
-        let draw = self.rng.random::<f32>();
-        let probs = self.filtered_probabilities(logits);
-        let total: f32 = probs.iter().map(|&(_, p)| p).sum();
-        let mut u = draw * total;
-        for &(id, p) in probs {
-            if u < p {
-                return id;
-            }
-            u -= p;
-        }
-        probs.last().map_or_else(|| argmax(logits), |&(id, _)| id)
+        let pick = self.next_pick();
+        pick_token(logits, &pick, &mut self.candidates)
     }
 
-    /// Temperature, top-k, softmax and top-p: the kept `(id, probability)` pairs, most likely first
-    /// (not renormalised).
-    fn filtered_probabilities(&mut self, logits: &[f32]) -> &[(u32, f32)] {
-        let inv_t = 1.0 / self.params.temperature;
-        self.candidates.clear();
-        self.candidates
-            .extend(logits.iter().enumerate().map(|(i, &l)| {
-                (
-                    i as u32,
-                    if l.is_nan() {
-                        f32::NEG_INFINITY
-                    } else {
-                        l * inv_t
-                    },
-                )
-            }));
-        let by_logit_desc =
-            |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let k = self.params.top_k;
-        if k > 0 && k < self.candidates.len() {
-            self.candidates.select_nth_unstable_by(k - 1, by_logit_desc);
-            self.candidates.truncate(k);
-        }
-        self.candidates.sort_unstable_by(by_logit_desc);
-        softmax_in_place(&mut self.candidates);
-        let keep = nucleus_len(&self.candidates, self.params.top_p);
-        self.candidates.truncate(keep);
-        &self.candidates
+    /// Whether the next pick can be made from the raw logits alone (no repetition penalty), so a
+    /// backend can make it where the logits are ([`crate::backend::Backend::sample_rows`]).
+    pub fn picks_from_raw_logits(&self) -> bool {
+        self.params.repetition_penalty == 1.0
     }
+
+    /// The next pick's parameters, drawing from the generator when the pick is random (as
+    /// [`Self::sample`] does): [`pick_token`] with them gives the token `sample` would.
+    pub fn next_pick(&mut self) -> Pick {
+        let greedy = self.params.temperature <= 0.0 || self.params.top_k == 1;
+        Pick {
+            temperature: if greedy { 0.0 } else { self.params.temperature },
+            top_k: self.params.top_k,
+            top_p: self.params.top_p,
+            draw: if greedy {
+                0.0
+            } else {
+                self.rng.random::<f32>()
+            },
+        }
+    }
+}
+
+/// One pick's parameters: temperature (0: arg-max), top-k (0: off), top-p (1: off) and the uniform
+/// draw in [0, 1) that chooses within the kept tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pick {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub draw: f32,
+}
+
+impl Pick {
+    /// The arg-max.
+    pub const GREEDY: Pick = Pick {
+        temperature: 0.0,
+        top_k: 0,
+        top_p: 1.0,
+        draw: 0.0,
+    };
+
+    /// The pick as the four floats a device kernel reads: temperature, top-k, top-p, draw.
+    pub fn to_row(&self) -> [f32; 4] {
+        [self.temperature, self.top_k as f32, self.top_p, self.draw]
+    }
+
+    /// The pick from a row of [`Self::to_row`].
+    pub fn from_row(row: &[f32]) -> Self {
+        Self {
+            temperature: row[0],
+            top_k: row[1] as usize,
+            top_p: row[2],
+            draw: row[3],
+        }
+    }
+}
+
+/// The token `pick` chooses from `logits`: the arg-max when the temperature is 0 or top-k is 1;
+/// otherwise temperature, top-k, softmax and top-p keep the most likely tokens (ordered by logit,
+/// then by id), and the draw times their total probability falls in one token's share of the
+/// cumulative sum. `candidates` is scratch space.
+pub fn pick_token(logits: &[f32], pick: &Pick, candidates: &mut Vec<(u32, f32)>) -> u32 {
+    if pick.temperature <= 0.0 || pick.top_k == 1 {
+        return argmax(logits);
+    }
+    let probs = filtered_probabilities(logits, pick, candidates);
+    // Sums in f64: over a long flat tail, f32 running sums drift by many tokens' shares.
+    let total: f64 = probs.iter().map(|&(_, p)| f64::from(p)).sum();
+    let mut u = f64::from(pick.draw) * total;
+    for &(id, p) in probs.iter() {
+        let p = f64::from(p);
+        if u < p {
+            return id;
+        }
+        u -= p;
+    }
+    probs.last().map_or_else(|| argmax(logits), |&(id, _)| id)
+}
+
+/// Temperature, top-k, softmax and top-p: the kept `(id, probability)` pairs, most likely first
+/// (not renormalised).
+fn filtered_probabilities<'a>(
+    logits: &[f32],
+    pick: &Pick,
+    candidates: &'a mut Vec<(u32, f32)>,
+) -> &'a [(u32, f32)] {
+    let inv_t = 1.0 / pick.temperature;
+    candidates.clear();
+    candidates.extend(logits.iter().enumerate().map(|(i, &l)| {
+        (
+            i as u32,
+            if l.is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                l * inv_t
+            },
+        )
+    }));
+    let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let k = pick.top_k;
+    if k > 0 && k < candidates.len() {
+        candidates.select_nth_unstable_by(k - 1, by_logit_desc);
+        candidates.truncate(k);
+    }
+    candidates.sort_unstable_by(by_logit_desc);
+    softmax_in_place(candidates);
+    let keep = nucleus_len(candidates, pick.top_p);
+    candidates.truncate(keep);
+    candidates
 }
 
 /// HF repetition penalty: for each distinct token in `history`, divide its logit by `penalty` when
@@ -211,10 +280,10 @@ fn nucleus_len(sorted: &[(u32, f32)], top_p: f32) -> usize {
     if top_p >= 1.0 {
         return sorted.len();
     }
-    let mut cumulative = 0.0f32;
+    let mut cumulative = 0.0f64;
     for (i, &(_, p)) in sorted.iter().enumerate() {
-        cumulative += p;
-        if cumulative >= top_p {
+        cumulative += f64::from(p);
+        if cumulative >= f64::from(top_p) {
             return i + 1;
         }
     }

@@ -184,3 +184,46 @@ fn out_of_range_parameters_are_refused_and_defaults_are_accepted() {
         );
     }
 }
+
+#[test]
+fn picks_made_by_a_backend_from_drawn_parameters_repeat_the_samplers_choices() {
+    use docqa_engine::backend::Backend;
+    use docqa_engine::backend::cpu::CpuBackend;
+    let logits: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 / 17.0).collect();
+    let backend = CpuBackend::new();
+    for (temperature, top_k, top_p) in [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.3, 20, 0.9), (0.5, 3, 0.4)]
+    {
+        let p = params(temperature, top_k, top_p, 42);
+        let (mut direct, mut drawn) = (Sampler::new(&p), Sampler::new(&p));
+        let buf = logits.repeat(2);
+        let mut ids = vec![0u32; 2];
+        for _ in 0..50 {
+            let want = [
+                direct.sample(&mut logits.clone(), &[]),
+                direct.sample(&mut logits.clone(), &[]),
+            ];
+            let picks: Vec<f32> = [drawn.next_pick(), drawn.next_pick()]
+                .iter()
+                .flat_map(|p| p.to_row())
+                .collect();
+            backend
+                .sample_rows(&buf, &picks, (2, logits.len()), &mut ids)
+                .unwrap();
+            assert_eq!(
+                ids, want,
+                "temperature {temperature}, top-k {top_k}, top-p {top_p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_repetition_penalty_keeps_picks_on_the_host() {
+    let plain = Sampler::new(&params(0.7, 0, 1.0, 1));
+    let penalised = Sampler::new(&SamplingParams {
+        repetition_penalty: 1.2,
+        ..params(0.7, 0, 1.0, 1)
+    });
+    assert!(plain.picks_from_raw_logits());
+    assert!(!penalised.picks_from_raw_logits());
+}

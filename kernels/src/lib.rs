@@ -110,8 +110,12 @@ pub const SOURCES: &[KernelSource] = &[
             "gemv_bf16_r4",
             "gemv3_bf16_r4",
             "gemv_silu_mul_bf16_r4",
-            "argmax_rows_f32",
         ],
+    },
+    KernelSource {
+        name: "sample",
+        source: include_str!("../cuda/sample.cu"),
+        functions: &["argmax_rows_f32", "sample_rows_f32"],
     },
 ];
 

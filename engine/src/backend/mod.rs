@@ -314,6 +314,33 @@ pub trait Backend: Send + Sync + Sized {
         self.write_ids(ids, &picks)
     }
 
+    /// `ids[r]` = the token [`crate::sampling::pick_token`] picks from row `r` of `logits [rows, vocab]`
+    /// with row `r` of `picks [rows, 4]` ([`crate::sampling::Pick::to_row`]: temperature, top-k,
+    /// top-p, draw), so a sampled decode step reads back token ids, not logits. A backend picking on
+    /// the device may differ from the host only where the draw or the top-p cut falls within
+    /// rounding of a boundary between two tokens' shares.
+    fn sample_rows(
+        &self,
+        logits: &Self::Buf,
+        picks: &Self::Buf,
+        (rows, vocab): (usize, usize),
+        ids: &mut Self::Ids,
+    ) -> Result<()> {
+        let mut host = vec![0.0; rows * vocab];
+        let mut params = vec![0.0; rows * 4];
+        self.read(logits, &mut host)?;
+        self.read(picks, &mut params)?;
+        let mut scratch = Vec::new();
+        let tokens: Vec<u32> = host
+            .chunks(vocab.max(1))
+            .zip(params.chunks(4))
+            .map(|(row, p)| {
+                crate::sampling::pick_token(row, &crate::sampling::Pick::from_row(p), &mut scratch)
+            })
+            .collect();
+        self.write_ids(ids, &tokens)
+    }
+
     /// RoPE on `q [rows, heads · head_dim]` and `k [rows, kv_heads · head_dim]` with the rows of
     /// `table`, then `k` and `v` written to the pool slots: [`Backend::rope`] twice and
     /// [`Backend::kv_write`], fused where the backend can.

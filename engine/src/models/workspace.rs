@@ -51,6 +51,10 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) last_norm: B::Buf,
     /// `[rows, vocab]` logits of the last forward pass.
     pub logits: B::Buf,
+    /// `[rows, 4]` pick parameters per logits row, and the ids picked on the device
+    /// ([`Backend::sample_rows`]).
+    pub(crate) picks: B::Buf,
+    pub(crate) picked: B::Ids,
     /// Decode steps recorded for replay (see [`crate::models::graphs`]).
     pub graphs: DecodeGraphs<B::Graph>,
     /// Host copy of a block table padded for a recorded step (reused).
@@ -110,6 +114,8 @@ impl<B: Backend> LlamaWorkspace<B> {
             last: b.alloc(logits_rows * h)?,
             last_norm: b.alloc(logits_rows * h)?,
             logits: b.alloc(logits_rows * cfg.vocab_size)?,
+            picks: b.alloc(logits_rows * 4)?,
+            picked: b.alloc_ids(logits_rows)?,
             graphs: DecodeGraphs::default(),
             host_table: Vec::new(),
             sent: Default::default(),

@@ -19,7 +19,7 @@ use crate::kv::manager::{
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::workspace::LlamaWorkspace;
 use crate::models::{Batch, FREED_BLOCK, KvPool, LogitsMode, SeqInput};
-use crate::sampling::{Sampler, StopStringMatcher};
+use crate::sampling::{Pick, Sampler, StopStringMatcher};
 use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, SeqState};
 use crate::text::{IncrementalDecoder, TextTokenizer};
 
@@ -200,20 +200,63 @@ impl<B: Backend> EngineCore<B> {
         if let (true, Some(why)) = (recording, &self.ws.graphs.failed) {
             tracing::warn!(%why, "recording decode steps into graphs failed; they run op by op");
         }
-        let vocab = self.model.config.vocab_size;
-        self.model
-            .backend
-            .read(&self.ws.logits, &mut self.logits[..rows * vocab])?;
+        let picked = self.pick_where_logits_are(&plan.seqs, rows)?;
+        if picked.is_none() {
+            let vocab = self.model.config.vocab_size;
+            self.model
+                .backend
+                .read(&self.ws.logits, &mut self.logits[..rows * vocab])?;
+        }
         self.scheduler.complete_step(&plan, &mut self.kv)?;
         self.stats.steps += 1;
         self.stats.computed_tokens += batch.num_tokens() as u64;
         let mut events = Vec::new();
         for (row, planned) in plan.seqs.iter().enumerate() {
             if planned.samples {
-                self.sample_one(planned.id, row, &mut events)?;
+                let token = picked.as_ref().map(|ids| ids[row]);
+                self.sample_one(planned.id, row, token, &mut events)?;
             }
         }
         Ok(events)
+    }
+
+    /// When no sampling row needs its logits on the host (no repetition penalty, no top
+    /// log-probabilities), picks every row's token where the logits are
+    /// ([`Backend::sample_rows`]) and returns the ids; otherwise `None`, and nothing is drawn.
+    fn pick_where_logits_are(
+        &mut self,
+        seqs: &[ScheduledSeq],
+        rows: usize,
+    ) -> Result<Option<Vec<u32>>> {
+        let sampling = seqs.iter().filter(|s| s.samples);
+        let on_device = sampling.clone().all(|s| {
+            self.active
+                .get(&s.id)
+                .is_some_and(|a| a.top_logprobs == 0 && a.sampler.picks_from_raw_logits())
+        });
+        if !on_device || rows != seqs.len() {
+            return Ok(None);
+        }
+        let mut params = Vec::with_capacity(rows * 4);
+        for s in seqs {
+            let pick = match self.active.get_mut(&s.id) {
+                Some(a) if s.samples => a.sampler.next_pick(),
+                _ => Pick::GREEDY,
+            };
+            params.extend_from_slice(&pick.to_row());
+        }
+        let backend = &self.model.backend;
+        backend.write(&mut self.ws.picks, &params)?;
+        let vocab = self.model.config.vocab_size;
+        backend.sample_rows(
+            &self.ws.logits,
+            &self.ws.picks,
+            (rows, vocab),
+            &mut self.ws.picked,
+        )?;
+        let mut ids = vec![0; rows];
+        backend.read_ids(&self.ws.picked, &mut ids)?;
+        Ok(Some(ids))
     }
 
     fn build_batch(&self, seqs: &[ScheduledSeq]) -> Result<Batch> {
@@ -254,6 +297,7 @@ impl<B: Backend> EngineCore<B> {
         &mut self,
         id: RequestId,
         row: usize,
+        picked: Option<u32>,
         events: &mut Vec<(RequestId, GenerationEvent)>,
     ) -> Result<()> {
         let vocab = self.model.config.vocab_size;
@@ -271,9 +315,14 @@ impl<B: Backend> EngineCore<B> {
             .active
             .get_mut(&id)
             .ok_or(EngineError::UnknownRequest(id))?;
-        let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
-        let top_logprobs = top_log_probabilities(logits, active.top_logprobs);
-        let token = active.sampler.sample(logits, &seq.tokens);
+        let (token, top_logprobs) = match picked {
+            Some(token) => (token, Vec::new()),
+            None => {
+                let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
+                let top = top_log_probabilities(logits, active.top_logprobs);
+                (active.sampler.sample(logits, &seq.tokens), top)
+            }
+        };
         active.first_token.get_or_insert_with(Instant::now);
         if active.eos.contains(&token) {
             let ev = self.finish(id, FinishReason::Stop)?;

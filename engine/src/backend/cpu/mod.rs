@@ -187,6 +187,28 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn sample_rows(
+        &self,
+        logits: &Vec<f32>,
+        picks: &Vec<f32>,
+        (rows, vocab): (usize, usize),
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        let too_small = logits.len() < rows * vocab || picks.len() < rows * 4 || ids.len() < rows;
+        if too_small {
+            return Err(EngineError::InvalidBatch(format!(
+                "sample_rows: {rows} rows of {vocab} logits need larger buffers"
+            )));
+        }
+        let mut scratch = Vec::new();
+        for (r, id) in ids[..rows].iter_mut().enumerate() {
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            let pick = crate::sampling::Pick::from_row(&picks[r * 4..r * 4 + 4]);
+            *id = crate::sampling::pick_token(row, &pick, &mut scratch);
+        }
+        Ok(())
+    }
+
     fn copy(&self, src: &Vec<f32>, n: usize, dst: &mut Vec<f32>) -> Result<()> {
         dst[..n].copy_from_slice(&src[..n]);
         Ok(())

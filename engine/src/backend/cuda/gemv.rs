@@ -184,31 +184,3 @@ pub(super) fn silu_mul(
     unsafe { b.launch(launch_config(out)) }.map_err(cuda_err)?;
     Ok(())
 }
-
-/// `ids[r]` = arg-max of row `r` of `logits [rows, vocab]`, one block per row.
-pub(super) fn argmax_rows(
-    be: &CudaBackend,
-    logits: &CudaSlice<f32>,
-    (rows, vocab): (usize, usize),
-    ids: &mut CudaSlice<u32>,
-) -> Result<()> {
-    check_len("argmax_rows logits", logits.len(), rows * vocab)?;
-    check_len("argmax_rows ids", ids.len(), rows)?;
-    if rows == 0 || vocab == 0 {
-        return Ok(());
-    }
-    let v = vocab as i32;
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("argmax_rows_f32")?);
-    b.arg(logits).arg(ids).arg(&v);
-    let cfg = LaunchConfig {
-        grid_dim: (rows as u32, 1, 1),
-        block_dim: (1024, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: arguments match the kernel's signature; sizes checked above.
-    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-    Ok(())
-}

@@ -19,6 +19,7 @@ mod matmul;
 mod modules;
 mod ops;
 mod rope_kv;
+mod sample;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -449,7 +450,17 @@ impl Backend for CudaBackend {
         dims: (usize, usize),
         ids: &mut CudaSlice<u32>,
     ) -> Result<()> {
-        gemv::argmax_rows(self, logits, dims, ids)
+        sample::argmax_rows(self, logits, dims, ids)
+    }
+
+    fn sample_rows(
+        &self,
+        logits: &CudaSlice<f32>,
+        picks: &CudaSlice<f32>,
+        dims: (usize, usize),
+        ids: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        sample::sample_rows(self, logits, picks, dims, ids)
     }
 
     fn rope_kv_write(

@@ -107,8 +107,8 @@ fn paged_ms(
     })
 }
 
-/// Prints the attention and end-to-end timings.
-pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+/// Prints the kernel timings, then (with `end_to_end_too`) the end-to-end ones.
+pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()> {
     println!(
         "bench: paged_attention prefill, one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
     );
@@ -134,7 +134,46 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
             bytes / ms * 1e-9
         );
     }
-    end_to_end(rng)
+    pick_timings(gpu, rng)?;
+    match end_to_end_too {
+        true => end_to_end(rng),
+        false => Ok(()),
+    }
+}
+
+/// The prefill kernel once at head_dim 128 and 16,384 tokens (`DOCQA_PROFILE_PREFILL`), for a
+/// profiler attached to the process (`ncu -k regex:flash_prefill`).
+pub fn profile_prefill(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    let ms = paged_ms(gpu, rng, (1, 16384, 16384), (32, 8, 128), 1)?;
+    println!("profile: flash prefill head_dim 128, N 16384: {ms:.3} ms");
+    Ok(())
+}
+
+/// Token picks over SmolLM2-135M's vocabulary: the arg-max against a temperature / top-p draw
+/// (`sample_rows`), at 1 and 32 rows.
+fn pick_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    const VOCAB: usize = 49152;
+    println!("bench: token picks on the device, vocabulary {VOCAB}");
+    for rows in [1, 32] {
+        let mut logits = gpu.alloc(rows * VOCAB)?;
+        gpu.write(&mut logits, &rng.vec(rows * VOCAB, 8.0))?;
+        let mut picks = gpu.alloc(rows * 4)?;
+        let row = [0.8, 0.0, 0.9, 0.5];
+        gpu.write(&mut picks, &row.repeat(rows))?;
+        let mut ids = gpu.alloc_ids(rows)?;
+        let argmax_ms = median_ms(gpu, 21, || {
+            gpu.argmax_rows(&logits, (rows, VOCAB), &mut ids)
+        })?;
+        let sample_ms = median_ms(gpu, 21, || {
+            gpu.sample_rows(&logits, &picks, (rows, VOCAB), &mut ids)
+        })?;
+        println!(
+            "  rows {rows:>2}  argmax {:>7.1} us  temperature 0.8, top-p 0.9 {:>7.1} us",
+            argmax_ms * 1e3,
+            sample_ms * 1e3
+        );
+    }
+    Ok(())
 }
 
 /// Prefill and decode of random models at SmolLM2-135M's and Llama-3.2-1B's shapes (bf16 weights,

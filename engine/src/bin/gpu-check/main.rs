@@ -3,7 +3,9 @@
 //! then end-to-end parity on random models: a BERT with MiniLM's shapes, and greedy decoding with a
 //! Llama of SmolLM2-135M's shapes.
 //!
-//! Usage: `gpu-check [--ops-only] [--bench]`; `--bench` adds baseline timings after the checks. Exit status 0 when every check passes, 1 when one fails, 2 when
+//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only]`; `--bench` adds timings after the
+//! checks, `--kernels-only` keeps them to the kernels (no end-to-end models). Exit status 0 when every
+//! check passes, 1 when one fails, 2 when
 //! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
 //! cubins (default: `cubins/` beside the executable), else the kernels are compiled with NVRTC.
 
@@ -17,6 +19,7 @@ mod inputs;
 mod ops;
 mod random_models;
 mod report;
+mod sample;
 
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};
 use docqa_engine::backend::cuda::CudaBackend;
@@ -35,7 +38,7 @@ pub fn cpu_kv_f32(kv: &CpuKv) -> Vec<f32> {
     (0..len).map(|i| kv.value_at(i)).collect()
 }
 
-fn run(ops_only: bool, bench: bool) -> Result<bool> {
+fn run(ops_only: bool, bench: bool, kernels_only: bool) -> Result<bool> {
     let t = std::time::Instant::now();
     let gpu = CudaBackend::new(0)?;
     println!(
@@ -48,10 +51,15 @@ fn run(ops_only: bool, bench: bool) -> Result<bool> {
         gpu,
     };
     let mut rng = Rng::fresh("gpu-check seed");
+    if std::env::var_os("DOCQA_PROFILE_PREFILL").is_some() {
+        bench::profile_prefill(&pair.gpu, &mut rng)?;
+        return Ok(true);
+    }
     let mut report = Report::default();
     report.header();
     ops::run(&pair, &mut rng, &mut report)?;
     fused::run(&pair, &mut rng, &mut report)?;
+    sample::run(&pair, &mut rng, &mut report)?;
     attention::run(&pair, &mut rng, &mut report)?;
     if !ops_only {
         e2e::run_bert(&mut rng, &mut report)?;
@@ -59,14 +67,14 @@ fn run(ops_only: bool, bench: bool) -> Result<bool> {
     }
     let passed = report.summary();
     if bench {
-        bench::run(&pair.gpu, &mut rng)?;
+        bench::run(&pair.gpu, &mut rng, !kernels_only)?;
     }
     Ok(passed)
 }
 
 fn main() {
     let flag = |f: &str| std::env::args().any(|a| a == f);
-    match run(flag("--ops-only"), flag("--bench")) {
+    match run(flag("--ops-only"), flag("--bench"), flag("--kernels-only")) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e @ EngineError::NoCudaDevice(_)) => {
