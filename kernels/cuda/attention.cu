@@ -16,11 +16,15 @@
 
 // A sequence's keys in the paged pool [num_blocks, block_size, num_kv_heads, head_dim]. Logical block b
 // is row entry b below sink_blocks and b - block_offset from there on (a window's row skips the blocks
-// it dropped); both are 0 for dense attention.
+// it dropped); both are 0 for dense attention. int8 pools carry one scale per (slot, head); the
+// others none (null).
 template <typename T>
 struct PagedKeys {
     const T* k;              // [num_blocks, block_size, num_kv_heads, head_dim]
     const T* v;              // [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* k_scales;   // [num_blocks, block_size, num_kv_heads], or null
+    const float* v_scales;   // [num_blocks, block_size, num_kv_heads], or null
+    int head_dim;
     const unsigned* blocks;  // [max_blocks_per_seq]: this sequence's row of the block table
     int block_size;
     int row_stride;  // num_kv_heads * head_dim
@@ -33,6 +37,9 @@ struct PagedKeys {
         const long long slot = (long long)blocks[entry] * block_size + j % block_size;
         return slot * row_stride + head_off;
     }
+    // Scales of the key and value at element offset o (a row's first element).
+    __device__ float k_scale(long long o) const { return k_scales ? k_scales[o / head_dim] : 1.0f; }
+    __device__ float v_scale(long long o) const { return v_scales ? v_scales[o / head_dim] : 1.0f; }
 };
 
 // A sequence's keys in dense rows [tokens, num_kv_heads, head_dim] starting at row `start`.
@@ -43,6 +50,8 @@ struct DenseKeys {
     int row_stride;
     int head_off;
     __device__ long long offset(int j) const { return (start + j) * row_stride + head_off; }
+    __device__ float k_scale(long long) const { return 1.0f; }
+    __device__ float v_scale(long long) const { return 1.0f; }
 };
 
 // Running online-softmax state of one output element.
@@ -77,7 +86,7 @@ __device__ void absorb(
             }
             s = warp_sum(s);
             if (lane == 0) {
-                s_s[jj] = s * scale;
+                s_s[jj] = s * kv.k_scale(o) * scale;
             }
         }
         __syncthreads();
@@ -91,7 +100,8 @@ __device__ void absorb(
         for (int jj = 0; jj < n; ++jj) {
             const float p = expf(s_s[jj] - tile_max);
             st.l += p;
-            st.acc += p * load_f32(kv.v + kv.offset(j0 + jj) + d);
+            const long long o = kv.offset(j0 + jj);
+            st.acc += p * load_f32(kv.v + o + d) * kv.v_scale(o);
         }
         st.m = tile_max;
         __syncthreads();
@@ -135,6 +145,8 @@ __device__ void paged(
     const float* q,                   // [num_tokens, num_heads, head_dim]
     const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
     const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools, else null
+    const float* v_scales,            // likewise
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
@@ -150,6 +162,9 @@ __device__ void paged(
     PagedKeys<T> kv;
     kv.k = k_cache;
     kv.v = v_cache;
+    kv.k_scales = k_scales;
+    kv.v_scales = v_scales;
+    kv.head_dim = head_dim;
     kv.blocks = block_table + (long long)s * max_blocks_per_seq;
     kv.block_size = block_size;
     kv.row_stride = num_kv_heads * head_dim;
@@ -167,6 +182,8 @@ __device__ void paged_windowed(
     const float* q_sinks,             // [num_tokens, num_heads, head_dim]: rotated to in-cache positions
     const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
     const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools, else null
+    const float* v_scales,            // likewise
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
@@ -182,6 +199,9 @@ __device__ void paged_windowed(
     PagedKeys<T> kv;
     kv.k = k_cache;
     kv.v = v_cache;
+    kv.k_scales = k_scales;
+    kv.v_scales = v_scales;
+    kv.head_dim = head_dim;
     kv.blocks = block_table + (long long)s * max_blocks_per_seq;
     kv.block_size = block_size;
     kv.row_stride = num_kv_heads * head_dim;
@@ -206,9 +226,9 @@ extern "C" __global__ void paged_attention_windowed_f32(
     const unsigned* query_start_loc, const unsigned* seq_lens, const unsigned* block_table,
     const unsigned* windows, float* out, int num_seqs, int num_heads, int num_kv_heads,
     int head_dim, int block_size, int max_blocks_per_seq, float scale) {
-    paged_windowed(q, q_sinks, k_cache, v_cache, query_start_loc, seq_lens, block_table, windows,
-                   out, num_seqs, num_heads, num_kv_heads, head_dim, block_size,
-                   max_blocks_per_seq, scale);
+    paged_windowed(q, q_sinks, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens,
+                   block_table, windows, out, num_seqs, num_heads, num_kv_heads, head_dim,
+                   block_size, max_blocks_per_seq, scale);
 }
 
 // Causal attention with sink windows over a bf16 paged pool. Grid (num_tokens, num_heads), block
@@ -218,9 +238,9 @@ extern "C" __global__ void paged_attention_windowed_bf16(
     const unsigned* query_start_loc, const unsigned* seq_lens, const unsigned* block_table,
     const unsigned* windows, float* out, int num_seqs, int num_heads, int num_kv_heads,
     int head_dim, int block_size, int max_blocks_per_seq, float scale) {
-    paged_windowed(q, q_sinks, k_cache, v_cache, query_start_loc, seq_lens, block_table, windows,
-                   out, num_seqs, num_heads, num_kv_heads, head_dim, block_size,
-                   max_blocks_per_seq, scale);
+    paged_windowed(q, q_sinks, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens,
+                   block_table, windows, out, num_seqs, num_heads, num_kv_heads, head_dim,
+                   block_size, max_blocks_per_seq, scale);
 }
 
 // Causal attention over an f32 paged pool. Grid (num_tokens, num_heads), block head_dim threads.
@@ -234,8 +254,8 @@ extern "C" __global__ void paged_attention_f32(
     float* out,                       // [num_tokens, num_heads, head_dim]
     int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
     int max_blocks_per_seq, float scale) {
-    paged(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs, num_heads,
-          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
+    paged(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, out,
+          num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
 }
 
 // Causal attention over a bf16 paged pool. Grid (num_tokens, num_heads), block head_dim threads.
@@ -249,8 +269,39 @@ extern "C" __global__ void paged_attention_bf16(
     float* out,                       // [num_tokens, num_heads, head_dim]
     int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
     int max_blocks_per_seq, float scale) {
-    paged(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs, num_heads,
-          num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
+    paged(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, out,
+          num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
+}
+
+// Causal attention over an int8 paged pool (one scale per slot and head). Grid (num_tokens,
+// num_heads), block head_dim threads.
+extern "C" __global__ void paged_attention_int8(
+    const float* q,                   // [num_tokens, num_heads, head_dim]
+    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, head_dim]
+    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, head_dim]
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+    int max_blocks_per_seq, float scale) {
+    paged(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, out,
+          num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq, scale);
+}
+
+// Causal attention with sink windows over an int8 paged pool. Grid (num_tokens, num_heads), block
+// head_dim threads.
+extern "C" __global__ void paged_attention_windowed_int8(
+    const float* q, const float* q_sinks, const signed char* k_cache, const signed char* v_cache,
+    const float* k_scales, const float* v_scales, const unsigned* query_start_loc,
+    const unsigned* seq_lens, const unsigned* block_table, const unsigned* windows, float* out,
+    int num_seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+    int max_blocks_per_seq, float scale) {
+    paged_windowed(q, q_sinks, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens,
+                   block_table, windows, out, num_seqs, num_heads, num_kv_heads, head_dim,
+                   block_size, max_blocks_per_seq, scale);
 }
 
 // Bidirectional attention within each sequence of a packed batch. Grid (num_tokens, num_heads), block

@@ -27,6 +27,7 @@ __device__ __forceinline__ bf16_t f32_to_bf16(float f) {
 
 __device__ __forceinline__ float load_f32(const float* p) { return *p; }
 __device__ __forceinline__ float load_f32(const bf16_t* p) { return bf16_to_f32(*p); }
+__device__ __forceinline__ float load_f32(const signed char* p) { return (float)*p; }
 __device__ __forceinline__ void store_from_f32(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_from_f32(bf16_t* p, float v) { *p = f32_to_bf16(v); }
 
@@ -112,6 +113,30 @@ __device__ __forceinline__ unsigned movmatrix_trans(unsigned a) {
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                  "r"(src_bytes));
+}
+
+// 4-byte asynchronous copy (through L1); src_bytes 0 zero-fills.
+__device__ __forceinline__ void cp_async_4(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+
+// Whether T is the int8 element type (templates choose their int8 paths with it).
+template <typename T>
+struct IsInt8 {
+    static constexpr bool value = false;
+};
+template <>
+struct IsInt8<signed char> {
+    static constexpr bool value = true;
+};
+
+// Eight int8 values (little-endian in `raw`) times `scale`, rounded to four bf16 pairs.
+__device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
+    const int a = (int)raw.x, b = (int)raw.y;
+    const auto at = [&](int w, int i) { return (float)((w << (24 - 8 * i)) >> 24) * scale; };
+    return make_uint4(pack_bf16x2(at(a, 0), at(a, 1)), pack_bf16x2(at(a, 2), at(a, 3)),
+                      pack_bf16x2(at(b, 0), at(b, 1)), pack_bf16x2(at(b, 2), at(b, 3)));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }

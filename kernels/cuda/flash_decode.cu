@@ -1,5 +1,6 @@
-// Decode attention (one new query row per sequence) over a bf16 paged KV pool, split-KV
-// (flash-decoding) and GQA-aware.
+// Decode attention (one new query row per sequence) over a bf16 or int8 paged KV pool, split-KV
+// (flash-decoding) and GQA-aware. int8 keys and values are widened to bf16 (exactly) as they are
+// loaded; their per-row scales multiply the scores and the probabilities in f32.
 //
 // flash_decode: one block of 4 warps per (key split, KV head, sequence). The group's query heads
 // (up to 16) are the rows of one mma.sync m16n8k16 tile, so every K and V element of the split is
@@ -43,7 +44,9 @@ __device__ __forceinline__ void load_q_permuted(
 template <int HD>
 __device__ __forceinline__ void load_rows(
     uint4 (*dst)[HD / 32],   // [2][HD / 32]
+    float*,                  // no row scales: bf16 pools
     const bf16_t* pool,      // [num_blocks, block_size, num_kv_heads, HD]
+    const float*,            // no scales: bf16 pools
     const unsigned* blocks,  // [max_blocks_per_seq]
     int block_size, int row_stride, int head_off, int j, int end) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
@@ -62,13 +65,61 @@ __device__ __forceinline__ void load_rows(
     }
 }
 
-// One chunk of 16 keys for the warp: scores, online softmax, P·V.
+// The same pieces from an int8 pool, widened to bf16 (exact: |q| ≤ 127), and the two rows' scales
+// (0 past `end`), which the chunk applies to the scores and probabilities in f32.
 template <int HD>
+__device__ __forceinline__ void load_rows(
+    uint4 (*dst)[HD / 32],     // [2][HD / 32]
+    float* row_scale,          // [2]
+    const signed char* pool,   // [num_blocks, block_size, num_kv_heads, HD]
+    const float* scales,       // [num_blocks, block_size, num_kv_heads]
+    const unsigned* blocks,    // [max_blocks_per_seq]
+    int block_size, int row_stride, int head_off, int j, int end) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = j + 8 * r + g;
+        row_scale[r] = 0.0f;
+        if (key >= end) {
+#pragma unroll
+            for (int s = 0; s < HD / 32; ++s) {
+                dst[r][s] = make_uint4(0u, 0u, 0u, 0u);
+            }
+            continue;
+        }
+        const long long row = paged_slot(blocks, block_size, key) * row_stride + head_off;
+        const signed char* p = pool + row + 8 * t;
+        row_scale[r] = scales[row / HD];
+#pragma unroll
+        for (int s = 0; s < HD / 32; ++s) {
+            dst[r][s] = dequant8(*reinterpret_cast<const uint2*>(p + 32 * s), 1.0f);
+        }
+    }
+}
+
+// Multiplies each score column (key j + 8n + 2t + (i & 1)) by its key's row scale, which the lanes
+// with lane / 4 = that key's offset loaded (load_rows).
+__device__ __forceinline__ void scale_columns(float (*sc)[4], const float* row_scale) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sc[n][i] *= __shfl_sync(0xffffffffu, row_scale[n], (2 * t + (i & 1)) * 4);
+        }
+    }
+}
+
+// One chunk of 16 keys for the warp: scores, online softmax, P·V. With int8 pools the keys' and
+// values' scales (ks, vs: the rows this lane loaded) scale the scores, and the probabilities
+// before P·V (the running sums stay unscaled).
+template <int HD, bool INT8>
 __device__ __forceinline__ void chunk(
     float (*o)[4], float* m, float* l,  // [HD / 8][4], [2], [2]: the warp's running state
     unsigned (*qa)[4],                  // [HD / 16][4]: permuted Q fragments
     uint4 (*kr)[HD / 32],               // [2][HD / 32]: the chunk's keys (load_rows)
     uint4 (*vr)[HD / 32],               // [2][HD / 32]: the chunk's values (load_rows)
+    const float* ks, const float* vs,   // [2], [2]: int8 row scales
     float scale_log2, int j, int end) {
     const int t = threadIdx.x & 3;
     float sc[2][4];
@@ -80,6 +131,12 @@ __device__ __forceinline__ void chunk(
             mma_bf16_16816(sc[n], qa[2 * s], kr[n][s].x, kr[n][s].y);
             mma_bf16_16816(sc[n], qa[2 * s + 1], kr[n][s].z, kr[n][s].w);
         }
+    }
+    if constexpr (INT8) {
+        scale_columns(sc, ks);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const bool out = j + 8 * n + 2 * t + (i & 1) >= end;
@@ -87,6 +144,9 @@ __device__ __forceinline__ void chunk(
         }
     }
     online_softmax<2, HD / 8>(sc, m, l, o, scale_log2);
+    if constexpr (INT8) {
+        scale_columns(sc, vs);
+    }
     const unsigned pa[4] = {
         pack_bf16x2(sc[0][0], sc[0][1]),
         pack_bf16x2(sc[0][2], sc[0][3]),
@@ -131,11 +191,13 @@ __device__ __forceinline__ void stash(
     }
 }
 
-template <int HD>
+template <int HD, typename T>
 __device__ void decode(
     const float* q,                   // [num_tokens, num_heads, HD]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
+    const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools, else null
+    const float* v_scales,            // likewise
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
@@ -162,9 +224,10 @@ __device__ void decode(
     const float scale_log2 = scale * 1.4426950408889634f;
     for (int j = begin + warp * CHUNK; j < end; j += WARPS * CHUNK) {
         uint4 kr[2][HD / 32], vr[2][HD / 32];
-        load_rows<HD>(kr, k_cache, blocks, block_size, row_stride, head_off, j, end);
-        load_rows<HD>(vr, v_cache, blocks, block_size, row_stride, head_off, j, end);
-        chunk<HD>(o, m, l, qa, kr, vr, scale_log2, j, end);
+        float ks[2], vs[2];
+        load_rows<HD>(kr, ks, k_cache, k_scales, blocks, block_size, row_stride, head_off, j, end);
+        load_rows<HD>(vr, vs, v_cache, v_scales, blocks, block_size, row_stride, head_off, j, end);
+        chunk<HD, IsInt8<T>::value>(o, m, l, qa, kr, vr, ks, vs, scale_log2, j, end);
     }
     stash<HD>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
     __syncthreads();
@@ -203,8 +266,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, part_o, part_ml,
-                 num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale);
+    decode<64>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
+                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
+                scale);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd128(
@@ -218,8 +282,47 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, part_o, part_ml,
-                 num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale);
+    decode<128>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
+                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
+                scale);
+}
+
+// The same over int8 pools (one scale per slot and head). At head_dim 128 the dequantisation's
+// registers do not fit the 3-blocks-per-SM budget without spilling: 2 there.
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_int8_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
+    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 64]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* part_o,                    // [num_seqs, splits, num_heads, 64]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale) {
+    decode<64>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
+                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
+                scale);
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_int8_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
+    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 128]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* part_o,                    // [num_seqs, splits, num_heads, 128]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale) {
+    decode<128>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
+                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
+                scale);
 }
 
 // Merges the splits of one (head, sequence): softmax-weighted sum of their normalized outputs.

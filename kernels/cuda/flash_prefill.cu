@@ -1,6 +1,8 @@
-// Prefill attention, FlashAttention-2 style, over a bf16 paged KV pool: causal, GQA, varlen batches
-// (query_start_loc / seq_lens), chunks after a cached prefix (a sequence's queries are the last rows of
-// its context).
+// Prefill attention, FlashAttention-2 style, over a bf16 or int8 paged KV pool: causal, GQA, varlen
+// batches (query_start_loc / seq_lens), chunks after a cached prefix (a sequence's queries are the last
+// rows of its context). int8 tiles are staged raw (with their scales) and widened to bf16 in shared
+// memory (exactly) before the mma code reads them; the scales multiply the scores, and the
+// probabilities before P·V, in f32.
 //
 // One block of PREFILL_WARPS warps per (tile of 32 · PREFILL_WARPS query rows of one sequence, query
 // head); each warp owns 32 rows (two mma row tiles, so every K and V fragment read from shared memory
@@ -24,7 +26,8 @@
 #define MT 2                          // mma row tiles (16 rows) per warp
 #define THREADS (PREFILL_WARPS * 32)
 #define BM (PREFILL_WARPS * 16 * MT)  // query rows per block
-// Keys per tile (64; 32 at head_dim 128 is a kernel-lab variant); the host sizes shared memory for 64.
+// Keys per tile of bf16 pools (64; 32 at head_dim 128 is a kernel-lab variant); the host sizes their
+// shared memory for 64.
 #ifndef BN_HD128
 #define BN_HD128 64
 #endif
@@ -59,23 +62,23 @@ __device__ __forceinline__ long long slot_of(
     return paged_slot(blocks, block_size, j);
 }
 
-// Issues the async copies of keys [j0, j0 + BN_OF(HD)) of one KV head into shared K and V tiles;
+// Issues the async copies of keys [j0, j0 + BN) of one KV head into shared K and V tiles;
 // rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
-// BN_OF(HD)·HD/8/THREADS consecutive rows (4 at head_dim 64, 8 at 128), which share one KV block
+// BN·HD/8/THREADS consecutive rows (4 at head_dim 64, 8 at 128), which share one KV block
 // since the block size is a multiple of PREFILL_BLOCK_MULTIPLE: one block-table lookup per tile, then
 // a fixed stride (the lookups, each a dependent global load, were a third of the kernel's stall
 // samples when made per row).
-template <int HD>
+template <int HD, int BN>
 __device__ __forceinline__ void load_tiles(
-    bf16_t (*k_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
-    bf16_t (*v_dst)[HD + PAD],  // [BN_OF(HD)][HD + PAD], shared
+    bf16_t (*k_dst)[HD + PAD],  // [BN][HD + PAD], shared
+    bf16_t (*v_dst)[HD + PAD],  // [BN][HD + PAD], shared
     const bf16_t* k_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const bf16_t* v_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const unsigned* blocks,     // [max_blocks_per_seq]
     int block_size, int shift, int row_stride, int j0, int end) {
     constexpr int CHUNKS = HD / 8;              // 16-byte pieces per row
-    constexpr int ROWS = BN_OF(HD) * CHUNKS / THREADS;  // rows per thread
-    static_assert(BN_OF(HD) * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
+    constexpr int ROWS = BN * CHUNKS / THREADS;  // rows per thread
+    static_assert(BN * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
                       PREFILL_BLOCK_MULTIPLE % ROWS == 0,
                   "threads must tile the rows, each thread's rows within one KV block");
     const int col = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS * ROWS;
@@ -96,6 +99,83 @@ __device__ __forceinline__ void load_tiles(
     }
 }
 
+// int8 pools: the raw bytes of keys [j0, j0 + BN) of one KV head and their scales, copied
+// asynchronously into one staging slot (rows at or past `end` zero-filled). Each thread copies one
+// 16-byte piece of BN·HD/16/THREADS consecutive rows of one KV block, and the thread with the
+// first piece of a row copies its scales.
+template <int HD, int BN>
+__device__ __forceinline__ void load_raw(
+    signed char (*k_dst)[HD],     // [BN][HD], shared
+    signed char (*v_dst)[HD],     // [BN][HD], shared
+    float* ks_dst, float* vs_dst,  // [BN], shared
+    const signed char* k_pool,    // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const signed char* v_pool,    // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const float* k_scales,        // [num_blocks, block_size, num_kv_heads]: at the KV head
+    const float* v_scales,        // [num_blocks, block_size, num_kv_heads]: at the KV head
+    const unsigned* blocks,       // [max_blocks_per_seq]
+    int block_size, int shift, int num_kv_heads, int j0, int end) {
+    constexpr int CHUNKS = HD / 16;
+    constexpr int ROWS = BN * CHUNKS / THREADS;
+    static_assert(BN * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
+                      PREFILL_BLOCK_MULTIPLE % ROWS == 0,
+                  "threads must tile the rows, each thread's rows within one KV block");
+    const int col = (threadIdx.x % CHUNKS) * 16, r0 = threadIdx.x / CHUNKS * ROWS;
+    const int first = j0 + r0;
+    long long slot = 0;
+    if (first < end) {
+        slot = slot_of(blocks, block_size, shift, first);
+    }
+    const int row_stride = num_kv_heads * HD;
+// Rolled at head_dim 128, as in load_tiles: the 64-key tiles' accumulators hold the registers.
+#pragma unroll(HD == 128 ? 1 : 4)
+    for (int i = 0; i < ROWS; ++i) {
+        const bool in = first + i < end;
+        const long long at = in ? slot + i : 0;
+        cp_async_16(smem_addr(&k_dst[r0 + i][col]), k_pool + at * row_stride + col, in ? 16 : 0);
+        cp_async_16(smem_addr(&v_dst[r0 + i][col]), v_pool + at * row_stride + col, in ? 16 : 0);
+        if (col == 0) {
+            cp_async_4(smem_addr(&ks_dst[r0 + i]), k_scales + at * num_kv_heads, in ? 4 : 0);
+            cp_async_4(smem_addr(&vs_dst[r0 + i]), v_scales + at * num_kv_heads, in ? 4 : 0);
+        }
+    }
+}
+
+// The staged int8 tile widened into the bf16 K and V tiles the mma code reads (exact: |q| ≤ 127);
+// the rows' scales are applied to the scores and probabilities (scale_columns).
+template <int HD, int BN>
+__device__ __forceinline__ void widen_tiles(
+    bf16_t (*k_dst)[HD + PAD], bf16_t (*v_dst)[HD + PAD],           // [BN][HD + PAD], shared
+    const signed char (*k_src)[HD], const signed char (*v_src)[HD]) {  // [BN][HD], shared
+    constexpr int PIECES = BN * HD / 8;  // 8 values each
+#pragma unroll(HD == 128 ? 1 : 4)
+    for (int i = threadIdx.x; i < PIECES; i += THREADS) {
+        const int row = i / (HD / 8), col = (i % (HD / 8)) * 8;
+        const uint2 kr = *reinterpret_cast<const uint2*>(&k_src[row][col]);
+        const uint2 vr = *reinterpret_cast<const uint2*>(&v_src[row][col]);
+        *reinterpret_cast<uint4*>(&k_dst[row][col]) = dequant8(kr, 1.0f);
+        *reinterpret_cast<uint4*>(&v_dst[row][col]) = dequant8(vr, 1.0f);
+    }
+}
+
+// Multiplies each score (or probability) column of the warp's rows by its key's scale.
+template <int BN>
+__device__ __forceinline__ void scale_columns(
+    float (*sc)[BN / 8][4],  // [MT][BN / 8][4]
+    const float* scales) {   // [BN], shared
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+        const float a = scales[nt * 8 + 2 * t], b = scales[nt * 8 + 2 * t + 1];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            sc[mt][nt][0] *= a;
+            sc[mt][nt][1] *= b;
+            sc[mt][nt][2] *= a;
+            sc[mt][nt][3] *= b;
+        }
+    }
+}
+
 // The block's query rows, rounded to bf16, into shared memory; rows past `rows` are zero.
 template <int HD>
 __device__ __forceinline__ void store_q(
@@ -113,17 +193,17 @@ __device__ __forceinline__ void store_q(
     }
 }
 
-// S = Q·Kᵀ for the warp's 32 rows and the tile's BN_OF(HD) keys.
-template <int HD>
+// S = Q·Kᵀ for the warp's 32 rows and the tile's BN keys.
+template <int HD, int BN>
 __device__ __forceinline__ void scores(
-    float (*sc)[BN_OF(HD) / 8][4],   // [MT][BN_OF(HD) / 8][4]
+    float (*sc)[BN / 8][4],   // [MT][BN / 8][4]
     bf16_t (*q_s)[HD + PAD],  // [32][HD + PAD], shared: the warp's rows
-    bf16_t (*k_s)[HD + PAD]) {  // [BN_OF(HD)][HD + PAD], shared
+    bf16_t (*k_s)[HD + PAD]) {  // [BN][HD + PAD], shared
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
+        for (int nt = 0; nt < BN / 8; ++nt) {
             sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
         }
     }
@@ -136,7 +216,7 @@ __device__ __forceinline__ void scores(
                         smem_addr(&q_s[mt * 16 + (mi & 1) * 8 + r][kk * 16 + (mi >> 1) * 8]));
         }
 #pragma unroll
-        for (int np = 0; np < BN_OF(HD) / 16; ++np) {
+        for (int np = 0; np < BN / 16; ++np) {
             unsigned b[4];
             ldmatrix_x4(b, smem_addr(&k_s[np * 16 + (mi >> 1) * 8 + r][kk * 16 + (mi & 1) * 8]));
 #pragma unroll
@@ -149,14 +229,14 @@ __device__ __forceinline__ void scores(
 }
 
 // O += P·V for the warp's 32 rows; P (probabilities, f32 fragments) is rounded to bf16 here.
-template <int HD>
+template <int HD, int BN>
 __device__ __forceinline__ void accumulate(
     float (*o)[HD / 8][4],      // [MT][HD / 8][4]
-    float (*sc)[BN_OF(HD) / 8][4],     // [MT][BN_OF(HD) / 8][4]
-    bf16_t (*v_s)[HD + PAD]) {  // [BN_OF(HD)][HD + PAD], shared
+    float (*sc)[BN / 8][4],     // [MT][BN / 8][4]
+    bf16_t (*v_s)[HD + PAD]) {  // [BN][HD + PAD], shared
     const int lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int ks = 0; ks < BN_OF(HD) / 16; ++ks) {
+    for (int ks = 0; ks < BN / 16; ++ks) {
         unsigned pa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -180,13 +260,13 @@ __device__ __forceinline__ void accumulate(
 }
 
 // Masks keys past each row's last visible key (tiles crossing the diagonal or the context's end).
-template <int HD>
+template <int HD, int BN>
 __device__ __forceinline__ void mask_scores(
-    float (*sc)[4],  // [BN_OF(HD) / 8][4]
+    float (*sc)[4],  // [BN / 8][4]
     int j0, int last0) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int nt = 0; nt < BN_OF(HD) / 8; ++nt) {
+    for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
@@ -195,25 +275,42 @@ __device__ __forceinline__ void mask_scores(
     }
 }
 
-template <int HD>
+// Keys per tile: int8 pools at head_dim 128 take 32, since their staging and dequantisation do not fit
+// beside 64-key tiles' registers without spilling.
+template <int HD, typename T>
+__host__ __device__ constexpr int tile_keys() {
+    return IsInt8<T>::value && HD == 128 ? 32 : BN_OF(HD);
+}
+
+template <int HD, typename T>
 __device__ void prefill(
     const float* q,                   // [num_tokens, num_heads, HD]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
+    const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools, else null
+    const float* v_scales,            // likewise
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     float* out,                       // [num_tokens, num_heads, HD]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    // Q [BM][HD + PAD], then two stages of K and V tiles [stage][BN_OF(HD)][HD + PAD], in dynamic shared
-    // memory.
+    constexpr bool INT8 = IsInt8<T>::value;
+    constexpr int BN = tile_keys<HD, T>();
+    constexpr int STAGES = INT8 ? 1 : 2;  // bf16 tile stages
+    // Dynamic shared memory: Q [BM][HD + PAD]; K and V tiles [STAGES][BN][HD + PAD]; for int8 pools
+    // then the raw K and V tiles [2][BN][HD] and their scales [2][BN], staged in two slots.
     extern __shared__ __align__(16) unsigned char smem[];
     typedef bf16_t Row[HD + PAD];
-    typedef Row Tile[BN_OF(HD)];
+    typedef Row Tile[BN];
+    typedef signed char RawTile[BN][HD];
     Row* q_s = reinterpret_cast<Row*>(smem);
     Tile* k_s = reinterpret_cast<Tile*>(q_s + BM);
-    Tile* v_s = k_s + 2;
+    Tile* v_s = k_s + STAGES;
+    RawTile* k_raw = reinterpret_cast<RawTile*>(v_s + STAGES);  // [2], int8 pools only
+    RawTile* v_raw = k_raw + 2;
+    float* k_sc = reinterpret_cast<float*>(v_raw + 2);  // [2][BN], int8 pools only
+    float* v_sc = k_sc + 2 * BN;
     int s, tile;
     // Reversed order: the longest (last) query tiles start first.
     if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
@@ -224,7 +321,8 @@ __device__ void prefill(
     const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
     const int m0 = tile * BM, wrow = m0 + warp * 16 * MT;
     const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
-    const int row_stride = num_kv_heads * HD, head_off = h / (num_heads / num_kv_heads) * HD;
+    const int kv_head = h / (num_heads / num_kv_heads);
+    const int row_stride = num_kv_heads * HD, head_off = kv_head * HD;
     const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
     const int q_stride = num_heads * HD;
 
@@ -240,33 +338,55 @@ __device__ void prefill(
         }
     }
     const float scale_log2 = scale * 1.4426950408889634f;
-    const int tiles = (end + BN_OF(HD) - 1) / BN_OF(HD);
-    const bf16_t* k_head = k_cache + head_off;
-    const bf16_t* v_head = v_cache + head_off;
+    const int tiles = (end + BN - 1) / BN;
+    const T* k_head = k_cache + head_off;
+    const T* v_head = v_cache + head_off;
     const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
-    load_tiles<HD>(k_s[0], v_s[0], k_head, v_head, blocks, block_size, shift, row_stride, 0, end);
+    // Starts the copies of tile `jt` into staging slot `slot`.
+    const auto issue = [&](int jt, int slot) {
+        if constexpr (INT8) {
+            load_raw<HD, BN>(k_raw[slot], v_raw[slot], k_sc + slot * BN, v_sc + slot * BN, k_head,
+                             v_head, k_scales + kv_head, v_scales + kv_head, blocks, block_size,
+                             shift, num_kv_heads, jt * BN, end);
+        } else {
+            load_tiles<HD, BN>(k_s[slot], v_s[slot], k_head, v_head, blocks, block_size, shift,
+                               row_stride, jt * BN, end);
+        }
+    };
+    issue(0, 0);
     cp_async_commit();
     for (int jt = 0; jt < tiles; ++jt) {
-        const int j0 = jt * BN_OF(HD), cur = jt & 1;
+        const int j0 = jt * BN, cur = jt & 1;
         cp_async_wait_all();
         __syncthreads();  // tile jt (and Q) in; every warp done with tile jt - 1, refilled next
+        int ready = cur;  // the bf16 stage holding tile jt
+        if constexpr (INT8) {
+            widen_tiles<HD, BN>(k_s[0], v_s[0], k_raw[cur], v_raw[cur]);
+            __syncthreads();
+            ready = 0;
+        }
         if (jt + 1 < tiles) {
-            load_tiles<HD>(k_s[cur ^ 1], v_s[cur ^ 1], k_head, v_head, blocks, block_size, shift,
-                           row_stride, j0 + BN_OF(HD), end);
+            issue(jt + 1, cur ^ 1);
         }
         cp_async_commit();
-        float sc[MT][BN_OF(HD) / 8][4];
-        scores<HD>(sc, q_s + warp * 16 * MT, k_s[cur]);
+        float sc[MT][BN / 8][4];
+        scores<HD, BN>(sc, q_s + warp * 16 * MT, k_s[ready]);
+        if constexpr (INT8) {
+            scale_columns<BN>(sc, k_sc + cur * BN);
+        }
         // Rows past the sequence's queries see up to `end` only, through the same test.
-        const bool mask = j0 + BN_OF(HD) > prefix + m0 || j0 + BN_OF(HD) > end;
+        const bool mask = j0 + BN > prefix + m0 || j0 + BN > end;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             if (mask) {
-                mask_scores<HD>(sc[mt], j0, prefix + wrow + mt * 16);
+                mask_scores<HD, BN>(sc[mt], j0, prefix + wrow + mt * 16);
             }
-            online_softmax<BN_OF(HD) / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
+            online_softmax<BN / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
         }
-        accumulate<HD>(o, sc, v_s[cur]);
+        if constexpr (INT8) {
+            scale_columns<BN>(sc, v_sc + cur * BN);  // P·V with V's scales folded into P
+        }
+        accumulate<HD, BN>(o, sc, v_s[ready]);
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -291,8 +411,9 @@ __device__ void prefill(
 }
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
-// dynamic shared memory at least (BM + 4 · BN_OF(HD)) · (HD + 8) · 2 bytes; surplus blocks return at
-// once.
+// dynamic shared memory at least (bf16) (BM + 4 · BN) · (HD + 8) · 2 or (int8)
+// (BM + 2 · BN) · (HD + 8) · 2 + 4 · BN · (HD + 4) bytes, BN = tile_keys; surplus blocks return at
+// once. KV block sizes are multiples of PREFILL_BLOCK_MULTIPLE.
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
@@ -303,8 +424,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
-                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
+                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd128(
@@ -317,6 +438,38 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
-                  num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
+                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_int8_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 64]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<64>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
+                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_int8_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 128]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<128>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
+                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }

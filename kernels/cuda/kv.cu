@@ -1,4 +1,5 @@
-// KV-cache writes: new K and V rows scattered into the paged pools at their slots.
+// KV-cache writes: new K and V rows scattered into the paged pools at their slots (f32, bf16, or int8
+// with one scale per slot and head).
 #include "common.cuh"
 
 // kc[slots[t]] = k[t], vc[slots[t]] = v[t], rounded to T, for the entry points below.
@@ -43,6 +44,57 @@ extern "C" __global__ void kv_write_bf16(
     int rows,
     int width) {
     scatter(k, v, slot_mapping, k_cache, v_cache, rows, width);
+}
+
+// One head of one row quantised into an int8 pool, as the CPU backend does: scale = max |x| / 127,
+// each element x / scale rounded half away from zero and clamped to ±127 (all zeros: scale 0). One
+// warp per head.
+__device__ void quantize_head(
+    const float* x,   // [head_dim]
+    signed char* q,   // [head_dim]: the slot's head in the pool
+    float* scale,     // the slot's head's scale
+    int head_dim) {
+    const int lane = threadIdx.x & 31;
+    float amax = 0.0f;
+    for (int e = lane; e < head_dim; e += 32) {
+        amax = fmaxf(amax, fabsf(x[e]));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    }
+    const float s = amax / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int e = lane; e < head_dim; e += 32) {
+        const float r = roundf(__fmul_rn(x[e], inv));
+        q[e] = (signed char)(isnan(r) ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f));
+    }
+    if (lane == 0) {
+        *scale = s;
+    }
+}
+
+// int8 pools: k_cache[slot_mapping[t]] = k[t] quantised per head, likewise v. One warp per (row,
+// KV head); 1-D grid of any block size that is a multiple of 32.
+extern "C" __global__ void kv_write_int8(
+    const float* k,                // [rows, num_kv_heads, head_dim]
+    const float* v,                // [rows, num_kv_heads, head_dim]
+    const unsigned* slot_mapping,  // [rows]
+    signed char* k_cache,          // [num_blocks, block_size, num_kv_heads, head_dim]
+    signed char* v_cache,          // [num_blocks, block_size, num_kv_heads, head_dim]
+    float* k_scales,               // [num_blocks, block_size, num_kv_heads]
+    float* v_scales,               // [num_blocks, block_size, num_kv_heads]
+    int rows,
+    int num_kv_heads,
+    int head_dim) {
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (warp >= (long long)rows * num_kv_heads) {
+        return;
+    }
+    const long long r = warp / num_kv_heads, h = warp % num_kv_heads;
+    const long long src = warp * head_dim;
+    const long long dst = (long long)slot_mapping[r] * num_kv_heads + h;
+    quantize_head(k + src, k_cache + dst * head_dim, k_scales + dst, head_dim);
+    quantize_head(v + src, v_cache + dst * head_dim, v_scales + dst, head_dim);
 }
 
 // RoPE on q and k (HF half-split, the row's cos/sin from `table`), then k and v written to the pool

@@ -68,6 +68,7 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &[
             "kv_write_f32",
             "kv_write_bf16",
+            "kv_write_int8",
             "rope_kv_write_f32",
             "rope_kv_write_bf16",
         ],
@@ -80,13 +81,20 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_bf16",
             "paged_attention_windowed_f32",
             "paged_attention_windowed_bf16",
+            "paged_attention_int8",
+            "paged_attention_windowed_int8",
             "varlen_attention_f32",
         ],
     },
     KernelSource {
         name: "flash_prefill",
         source: include_str!("../cuda/flash_prefill.cu"),
-        functions: &["flash_prefill_bf16_hd64", "flash_prefill_bf16_hd128"],
+        functions: &[
+            "flash_prefill_bf16_hd64",
+            "flash_prefill_bf16_hd128",
+            "flash_prefill_int8_hd64",
+            "flash_prefill_int8_hd128",
+        ],
     },
     KernelSource {
         name: "flash_decode",
@@ -94,6 +102,8 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &[
             "flash_decode_bf16_hd64",
             "flash_decode_bf16_hd128",
+            "flash_decode_int8_hd64",
+            "flash_decode_int8_hd128",
             "flash_decode_reduce",
         ],
     },

@@ -352,9 +352,13 @@ pub trait Backend: Send + Sync + Sized {
         (rows, heads, kv_heads, head_dim): (usize, usize, usize, usize),
         (k_cache, v_cache): (&mut Self::Kv, &mut Self::Kv),
     ) -> Result<()> {
-        self.rope(q, table, rows, heads, head_dim)?;
-        self.rope(k, table, rows, kv_heads, head_dim)?;
-        self.kv_write(k, v, slot_mapping, rows, k_cache, v_cache)
+        unfused::rope_kv_write(
+            self,
+            (q, k, v),
+            (table, slot_mapping),
+            (rows, heads, kv_heads, head_dim),
+            (k_cache, v_cache),
+        )
     }
 
     /// Copies the front of an index buffer to the host.

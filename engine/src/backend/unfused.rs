@@ -61,3 +61,16 @@ pub fn matmul3<B: Backend>(
     }
     Ok(())
 }
+
+/// [`Backend::rope_kv_write`] as RoPE on `q`, RoPE on `k`, then the KV write.
+pub fn rope_kv_write<B: Backend>(
+    b: &B,
+    (q, k, v): (&mut B::Buf, &mut B::Buf, &B::Buf),
+    (table, slot_mapping): (&B::Buf, &B::Ids),
+    (rows, heads, kv_heads, head_dim): (usize, usize, usize, usize),
+    (k_cache, v_cache): (&mut B::Kv, &mut B::Kv),
+) -> Result<()> {
+    b.rope(q, table, rows, heads, head_dim)?;
+    b.rope(k, table, rows, kv_heads, head_dim)?;
+    b.kv_write(k, v, slot_mapping, rows, k_cache, v_cache)
+}

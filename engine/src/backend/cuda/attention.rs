@@ -1,13 +1,14 @@
 //! Launches of the attention kernels: causal over the paged KV pool, bidirectional varlen.
 //!
-//! Paged attention over bf16 pools at head_dim 64 and 128 goes to the tensor-core kernels in
-//! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise).
-//! Everything else (f32 pools, other widths, sink windows, varlen) runs the plain kernels: one block per
+//! Paged attention over bf16 and int8 pools at head_dim 64 and 128 goes to the tensor-core kernels in
+//! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise, for
+//! block sizes that are multiples of 8). Everything else (f32 pools, other widths and block sizes,
+//! sink windows, varlen) runs the plain kernels: one block per
 //! (query row, head) with `head_dim` threads, so `head_dim` must be a multiple of 32 and at most 256.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err, flash};
+use super::{CudaBackend, CudaKv, check_len, cuda_err, flash, pools};
 use crate::backend::{AttnShape, PagedAttnMeta, WindowedAttn};
 use crate::error::{EngineError, Result};
 
@@ -78,36 +79,21 @@ pub(super) fn paged(
     if let Some(w) = &meta.windows {
         return paged_windowed(be, (q, w), (kc, vc), meta, shape, cfg, out);
     }
-    if let (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) = (&kc.store, &vc.store)
-        && flash::supports(shape)
-    {
+    let dtype = pools::shared_dtype(kc, vc)?;
+    if dtype != "f32" && flash::supports(shape) {
         let bs = kc.shape.block_size;
         if flash::is_decode(meta, shape) {
-            return flash::decode(be, q, (k, v), meta, shape, bs, out);
+            return flash::decode(be, q, (kc, vc), meta, shape, out);
         }
         if flash::prefill_takes_block_size(bs) {
-            return flash::prefill(be, q, (k, v), meta, shape, bs, out);
+            return flash::prefill(be, q, (kc, vc), meta, shape, out);
         }
     }
     let ints = paged_ints(meta, shape, kc.shape.block_size);
-    let stream = &be.dev.stream;
-    let mut b = match (&kc.store, &vc.store) {
-        (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
-            let mut b = stream.launch_builder(be.kernels.get("paged_attention_f32")?);
-            b.arg(q).arg(k).arg(v);
-            b
-        }
-        (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
-            let mut b = stream.launch_builder(be.kernels.get("paged_attention_bf16")?);
-            b.arg(q).arg(k).arg(v);
-            b
-        }
-        _ => {
-            return Err(EngineError::Internal(
-                "K and V pools of one layer must share a dtype".into(),
-            ));
-        }
-    };
+    let name = format!("paged_attention_{dtype}");
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    b.arg(q);
+    pools::push(&mut b, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);
@@ -136,24 +122,10 @@ fn paged_windowed(
     let width = meta.num_tokens * shape.num_heads * shape.head_dim;
     check_len("paged_attention q_sinks", windowed.q_sinks.len(), width)?;
     check_len("windows", windowed.windows.len(), 3 * meta.num_seqs)?;
-    let stream = &be.dev.stream;
-    let mut b = match (&kc.store, &vc.store) {
-        (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
-            let mut b = stream.launch_builder(be.kernels.get("paged_attention_windowed_f32")?);
-            b.arg(q).arg(windowed.q_sinks).arg(k).arg(v);
-            b
-        }
-        (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
-            let mut b = stream.launch_builder(be.kernels.get("paged_attention_windowed_bf16")?);
-            b.arg(q).arg(windowed.q_sinks).arg(k).arg(v);
-            b
-        }
-        _ => {
-            return Err(EngineError::Internal(
-                "K and V pools of one layer must share a dtype".into(),
-            ));
-        }
-    };
+    let name = format!("paged_attention_windowed_{}", pools::shared_dtype(kc, vc)?);
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    b.arg(q).arg(windowed.q_sinks);
+    pools::push(&mut b, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table)

@@ -1,5 +1,6 @@
-//! Launches of the tensor-core attention kernels over bf16 paged KV pools (`flash_prefill.cu`,
-//! `flash_decode.cu`): FlashAttention-2-style prefill, and split-KV decode with its reduce.
+//! Launches of the tensor-core attention kernels over bf16 and int8 paged KV pools
+//! (`flash_prefill.cu`, `flash_decode.cu`): FlashAttention-2-style prefill, and split-KV decode with
+//! its reduce. int8 keys and values are dequantised to bf16 as the kernels load them.
 //!
 //! They apply to head_dim 64 and 128; decode also needs at most 16 query heads per KV head and one
 //! query row per sequence. Q and the output stay f32 (`[rows, heads · head_dim]`); the kernels round
@@ -11,7 +12,7 @@ use cudarc::driver::sys::CUfunction_attribute::{
 };
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::{CudaBackend, cuda_err};
+use super::{CudaBackend, CudaKv, cuda_err, pools};
 use crate::backend::{AttnShape, PagedAttnMeta};
 use crate::error::Result;
 
@@ -50,25 +51,38 @@ pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape)
     meta.num_tokens == meta.num_seqs && shape.num_heads / shape.num_kv_heads <= MAX_GROUP
 }
 
-/// Causal prefill (any batch shape) over bf16 pools.
+/// Shared memory of a prefill block of `rows` query rows: Q rows, then two stages of bf16 K and V
+/// tiles (bf16 pools), or one stage and two staging slots of raw tiles and their scales (int8 pools,
+/// 32-key tiles at head_dim 128, the kernel's `tile_keys`); rows padded by 8 elements.
+fn prefill_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
+    let padded = (head_dim + 8) * 2;
+    match int8 {
+        false => (rows + 4 * MAX_TILE_KEYS) * padded,
+        true => {
+            let keys = if head_dim == 128 { 32 } else { MAX_TILE_KEYS };
+            (rows + 2 * keys) * padded + 4 * keys * (head_dim + 4)
+        }
+    }
+}
+
+/// Causal prefill (any batch shape) over bf16 or int8 pools.
 pub(super) fn prefill(
     be: &CudaBackend,
-    q: &CudaSlice<f32>, // [num_tokens, num_heads, head_dim]
-    (k, v): (&CudaSlice<u16>, &CudaSlice<u16>), // [num_blocks, block_size, num_kv_heads, head_dim]
+    q: &CudaSlice<f32>,           // [num_tokens, num_heads, head_dim]
+    (kc, vc): (&CudaKv, &CudaKv), // [num_blocks, block_size, num_kv_heads, head_dim]
     meta: &PagedAttnMeta<'_, CudaBackend>,
     shape: AttnShape,
-    block_size: usize,
     out: &mut CudaSlice<f32>, // [num_tokens, num_heads, head_dim]
 ) -> Result<()> {
+    let dtype = pools::shared_dtype(kc, vc)?;
     let func = be
         .kernels
-        .get(&format!("flash_prefill_bf16_hd{}", shape.head_dim))?;
+        .get(&format!("flash_prefill_{dtype}_hd{}", shape.head_dim))?;
     // The kernel's launch bound is its block size (PREFILL_WARPS · 32), 32 query rows per warp.
     let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
     let rows = threads;
-    // Q rows, then two stages of K and V tiles, each row padded by 8 elements: above the 48 KiB
-    // default.
-    let smem = (rows + 4 * MAX_TILE_KEYS) * (shape.head_dim + 8) * 2;
+    // Above the 48 KiB default.
+    let smem = prefill_smem_bytes(rows, shape.head_dim, dtype == "int8");
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
     let blocks = meta.num_tokens / rows + meta.num_seqs;
@@ -81,12 +95,13 @@ pub(super) fn prefill(
         meta.num_seqs,
         shape.num_heads,
         shape.num_kv_heads,
-        block_size,
+        kc.shape.block_size,
         meta.max_blocks_per_seq,
     ]
     .map(|v| v as i32);
     let mut b = be.dev.stream.launch_builder(func);
-    b.arg(q).arg(k).arg(v);
+    b.arg(q);
+    pools::push(&mut b, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table)
@@ -123,17 +138,17 @@ fn splits(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape) -> (usize, us
     (max_len.div_ceil(len), len)
 }
 
-/// Split-KV decode (one query row per sequence) over bf16 pools, then the reduce (none with one
-/// split).
+/// Split-KV decode (one query row per sequence) over bf16 or int8 pools, then the reduce (none with
+/// one split).
 pub(super) fn decode(
     be: &CudaBackend,
-    q: &CudaSlice<f32>,                         // [num_seqs, num_heads, head_dim]
-    (k, v): (&CudaSlice<u16>, &CudaSlice<u16>), // [num_blocks, block_size, num_kv_heads, head_dim]
+    q: &CudaSlice<f32>,           // [num_seqs, num_heads, head_dim]
+    (kc, vc): (&CudaKv, &CudaKv), // [num_blocks, block_size, num_kv_heads, head_dim]
     meta: &PagedAttnMeta<'_, CudaBackend>,
     shape: AttnShape,
-    block_size: usize,
     out: &mut CudaSlice<f32>, // [num_seqs, num_heads, head_dim]
 ) -> Result<()> {
+    let block_size = kc.shape.block_size;
     let (n, len) = splits(meta, shape);
     let rows = meta.num_seqs * n * shape.num_heads;
     let mut parts = be.decode_parts.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,9 +161,9 @@ pub(super) fn decode(
     if n == 1 {
         // One split per (KV head, sequence): its normalized output is the answer, and with one query
         // row per sequence its partial-output row is the output row, so the kernel writes `out`.
-        return launch_decode(be, (q, k, v), meta, shape, launch, (out, part_ml));
+        return launch_decode(be, (q, kc, vc), meta, shape, launch, (out, part_ml));
     }
-    launch_decode(be, (q, k, v), meta, shape, launch, (part_o, part_ml))?;
+    launch_decode(be, (q, kc, vc), meta, shape, launch, (part_o, part_ml))?;
     let cfg = LaunchConfig {
         grid_dim: (shape.num_heads as u32, meta.num_seqs as u32, 1),
         block_dim: (shape.head_dim as u32, 1, 1),
@@ -206,13 +221,17 @@ struct DecodeLaunch {
 /// and their (max, sum) pairs.
 fn launch_decode(
     be: &CudaBackend,
-    (q, k, v): (&CudaSlice<f32>, &CudaSlice<u16>, &CudaSlice<u16>),
+    (q, kc, vc): (&CudaSlice<f32>, &CudaKv, &CudaKv),
     meta: &PagedAttnMeta<'_, CudaBackend>,
     shape: AttnShape,
     launch: DecodeLaunch,
     (part_o, part_ml): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
 ) -> Result<()> {
-    let name = format!("flash_decode_bf16_hd{}", shape.head_dim);
+    let name = format!(
+        "flash_decode_{}_hd{}",
+        pools::shared_dtype(kc, vc)?,
+        shape.head_dim
+    );
     let cfg = LaunchConfig {
         grid_dim: (
             launch.splits as u32,
@@ -231,7 +250,8 @@ fn launch_decode(
     ]
     .map(|v| v as i32);
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
-    b.arg(q).arg(k).arg(v);
+    b.arg(q);
+    pools::push(&mut b, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);

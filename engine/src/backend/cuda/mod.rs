@@ -18,6 +18,7 @@ mod graph;
 mod matmul;
 mod modules;
 mod ops;
+mod pools;
 mod rope_kv;
 mod sample;
 
@@ -67,6 +68,14 @@ pub enum CudaKvStore {
     F32(CudaSlice<f32>),
     /// bf16 bit patterns.
     Bf16(CudaSlice<u16>),
+    /// int8 elements and `[num_blocks * block_size * num_kv_heads]` scales: element `e` of (slot,
+    /// head) is `q[e] * scales[slot * num_kv_heads + head]`, as on the CPU backend.
+    Int8 {
+        /// Quantised elements.
+        q: CudaSlice<i8>,
+        /// One scale per (slot, head).
+        scales: CudaSlice<f32>,
+    },
 }
 
 /// The CUDA backend on one device.
@@ -131,20 +140,9 @@ impl CudaBackend {
         )
     }
 
-    /// A pool's elements as f32 (bf16 widened), for checks.
+    /// A pool's elements as f32 (bf16 widened, int8 times its scale), for checks.
     pub fn read_kv(&self, kv: &CudaKv) -> Result<Vec<f32>> {
-        let s = &self.dev.stream;
-        let host = match &kv.store {
-            CudaKvStore::F32(d) => s.clone_dtoh(d).map_err(cuda_err)?,
-            CudaKvStore::Bf16(d) => {
-                let bits = s.clone_dtoh(d).map_err(cuda_err)?;
-                bits.iter()
-                    .map(|&b| f32::from_bits((b as u32) << 16))
-                    .collect()
-            }
-        };
-        s.synchronize().map_err(cuda_err)?;
-        Ok(host)
+        pools::read_kv(&self.dev.stream, kv)
     }
 
     /// Device milliseconds of the work `f` issues, between two CUDA events on the stream.
@@ -219,11 +217,10 @@ impl Backend for CudaBackend {
         let store = match shape.dtype {
             KvDtype::F32 => CudaKvStore::F32(self.zeros(len)?),
             KvDtype::Bf16 => CudaKvStore::Bf16(self.zeros(len)?),
-            KvDtype::Int8 => {
-                return Err(EngineError::InvalidConfig(
-                    "an int8 KV cache runs on the CPU backend only; use bf16 on CUDA".into(),
-                ));
-            }
+            KvDtype::Int8 => CudaKvStore::Int8 {
+                q: self.zeros(len)?,
+                scales: self.zeros(len / shape.head_dim.max(1))?,
+            },
         };
         Ok(CudaKv { shape, store })
     }
@@ -471,6 +468,10 @@ impl Backend for CudaBackend {
         dims: (usize, usize, usize, usize),
         caches: (&mut CudaKv, &mut CudaKv),
     ) -> Result<()> {
+        // int8 pools quantise each head as a whole: the separate RoPE and quantising write.
+        if matches!(caches.0.store, CudaKvStore::Int8 { .. }) {
+            return unfused::rope_kv_write(self, qkv, (table, slot_mapping), dims, caches);
+        }
         rope_kv::rope_kv_write(self, qkv, (table, slot_mapping), dims, caches)
     }
 

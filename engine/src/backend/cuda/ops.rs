@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::{
-    CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, check_len, cuda_err, grid,
+    CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, check_len, cuda_err, grid, pools,
 };
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
@@ -223,6 +223,9 @@ pub(super) fn kv_write(
     check_len("kv_write slot_mapping", slot_mapping.len(), rows)?;
     let (r, w) = (rows as i32, width as i32);
     let stream = &be.dev.stream;
+    if pools::shared_dtype(kc, vc)? == "int8" {
+        return kv_write_int8(be, (k, v), slot_mapping, rows, (kc, vc));
+    }
     let mut b = match (&mut kc.store, &mut vc.store) {
         (CudaKvStore::F32(kd), CudaKvStore::F32(vd)) => {
             let mut b = stream.launch_builder(be.kernels.get("kv_write_f32")?);
@@ -244,5 +247,36 @@ pub(super) fn kv_write(
     // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
     // (from the block allocator), as on the CPU backend.
     unsafe { b.launch(grid(rows * width)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// [`kv_write`] into int8 pools: each (row, KV head) quantised with its own scale, one warp each.
+fn kv_write_int8(
+    be: &CudaBackend,
+    (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
+    slot_mapping: &CudaSlice<u32>,
+    rows: usize,
+    (kc, vc): (&mut CudaKv, &mut CudaKv),
+) -> Result<()> {
+    let (heads, hd) = (kc.shape.num_kv_heads, kc.shape.head_dim);
+    let ints = [rows, heads, hd].map(|x| x as i32);
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("kv_write_int8")?);
+    b.arg(k).arg(v).arg(slot_mapping);
+    pools::push(&mut b, kc, vc)?;
+    for i in &ints {
+        b.arg(i);
+    }
+    let warps_per_block = 8;
+    let cfg = LaunchConfig {
+        grid_dim: ((rows * heads).div_ceil(warps_per_block).max(1) as u32, 1, 1),
+        block_dim: (32 * warps_per_block as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: arguments match the kernel's signature; k and v sizes checked by the caller; the pools
+    // hold every slot the allocator hands out, as for the other dtypes.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
 }

@@ -143,12 +143,12 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
 /// Runs every attention check.
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
-        for dtype in [KvDtype::F32, KvDtype::Bf16] {
+        for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
             paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, None)?;
         }
     }
     for (name, case, window) in WINDOWED_CASES {
-        for dtype in [KvDtype::F32, KvDtype::Bf16] {
+        for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
             paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, Some(*window))?;
         }
     }
@@ -237,12 +237,12 @@ fn paged(
     // to bf16: Q is drawn bf16-representable there, so the rows measure the kernel, not Q's rounding.
     // The prefill kernel takes block sizes that are multiples of 8; other prefills run plain.
     let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
+    // int8 pools take the tensor-core kernels too, dequantised to bf16 as they load (and the
+    // plain kernels otherwise, dequantised in f32 as on the CPU).
+    let flash_shape =
+        matches!(hd, 64 | 128) && window.is_none() && (decode || bs.is_multiple_of(8));
     let (kernel, tol) = match dtype {
-        KvDtype::Bf16
-            if matches!(hd, 64 | 128) && window.is_none() && (decode || bs.is_multiple_of(8)) =>
-        {
-            ("flash", TOL_BF16)
-        }
+        KvDtype::Bf16 | KvDtype::Int8 if flash_shape => ("flash", TOL_BF16),
         _ => ("plain", TOL_F32),
     };
     let mut q = rng.vec(tokens * h * hd, 3.0);

@@ -1,6 +1,7 @@
 //! Timings (`--bench`): attention prefill TFLOP/s and decode attention bandwidth of the tensor-core
-//! kernels (bf16 pools), and end-to-end prefill and decode at batch 1, 8 and 32 on random models of
-//! SmolLM2-135M's and Llama-3.2-1B's shapes, decode with and without CUDA graphs.
+//! kernels (bf16 pools, and int8 pools at head_dim 128), token picks, and end-to-end prefill and
+//! decode at batch 1, 8 and 32 on random models of SmolLM2-135M's and Llama-3.2-1B's shapes, decode
+//! with and without CUDA graphs.
 //!
 //! Kernel times are CUDA events around the launch, median of several after a warm-up; inputs are
 //! random, never zeros. FLOPs of causal attention: `4 · heads · head_dim · N(N+1)/2`; decode bytes:
@@ -36,6 +37,7 @@ fn filled_pools(
     rng: &mut Rng,
     (seqs, ctx): (usize, usize),
     (kvh, hd): (usize, usize),
+    dtype: KvDtype,
 ) -> Result<(CudaKv, CudaKv, Vec<u32>, usize)> {
     let per = ctx.div_ceil(BLOCK);
     let shape = KvShape {
@@ -43,7 +45,7 @@ fn filled_pools(
         block_size: BLOCK,
         num_kv_heads: kvh,
         head_dim: hd,
-        dtype: KvDtype::Bf16,
+        dtype,
     };
     let table = rng.permutation(seqs * per);
     let (mut kc, mut vc) = (gpu.alloc_kv(shape)?, gpu.alloc_kv(shape)?);
@@ -72,9 +74,9 @@ fn paged_ms(
     rng: &mut Rng,
     (seqs, q_len, ctx): (usize, usize, usize),
     (heads, kvh, hd): (usize, usize, usize),
-    reps: usize,
+    (dtype, reps): (KvDtype, usize),
 ) -> Result<f64> {
-    let (kc, vc, table, per) = filled_pools(gpu, rng, (seqs, ctx), (kvh, hd))?;
+    let (kc, vc, table, per) = filled_pools(gpu, rng, (seqs, ctx), (kvh, hd), dtype)?;
     let tokens = seqs * q_len;
     let ids = |v: &[u32]| -> Result<_> {
         let mut b = gpu.alloc_ids(v.len())?;
@@ -115,7 +117,7 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
     for hd in [64, 128] {
         for n in [1024, 2048, 4096, 8192, 16384] {
             let reps = if n > 4096 { 5 } else { 9 };
-            let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), reps)?;
+            let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), (KvDtype::Bf16, reps))?;
             let flops = 4.0 * 32.0 * hd as f64 * (n as f64) * (n as f64 + 1.0) / 2.0;
             println!(
                 "  head_dim {hd:>3}  N {n:>6}  {ms:>9.3} ms  {:>7.2} TFLOP/s",
@@ -127,13 +129,14 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
         "bench: paged_attention decode, 8 sequences, 1 new token each, bf16 KV, head_dim 128, 32/8 heads"
     );
     for ctx in [4096, 8192, 16384, 32768, 65536, 131072] {
-        let ms = paged_ms(gpu, rng, (8, 1, ctx), (32, 8, 128), 11)?;
+        let ms = paged_ms(gpu, rng, (8, 1, ctx), (32, 8, 128), (KvDtype::Bf16, 11))?;
         let bytes = 8.0 * ctx as f64 * 8.0 * 128.0 * 2.0 * 2.0;
         println!(
             "  ctx {ctx:>6}  {ms:>9.3} ms  {:>7.3} TB/s",
             bytes / ms * 1e-9
         );
     }
+    int8_timings(gpu, rng)?;
     pick_timings(gpu, rng)?;
     match end_to_end_too {
         true => end_to_end(rng),
@@ -144,8 +147,37 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
 /// The prefill kernel once at head_dim 128 and 16,384 tokens (`DOCQA_PROFILE_PREFILL`), for a
 /// profiler attached to the process (`ncu -k regex:flash_prefill`).
 pub fn profile_prefill(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    let ms = paged_ms(gpu, rng, (1, 16384, 16384), (32, 8, 128), 1)?;
+    let ms = paged_ms(
+        gpu,
+        rng,
+        (1, 16384, 16384),
+        (32, 8, 128),
+        (KvDtype::Bf16, 1),
+    )?;
     println!("profile: flash prefill head_dim 128, N 16384: {ms:.3} ms");
+    Ok(())
+}
+
+/// The tensor-core kernels over int8 pools (dequantised to bf16 as they load): prefill TFLOP/s and
+/// decode bandwidth, the bytes counting each int8 element and each (slot, head) scale once.
+fn int8_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    println!("bench: paged_attention over int8 KV pools, head_dim 128, 32/8 heads");
+    for n in [4096, 16384] {
+        let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, 128), (KvDtype::Int8, 5))?;
+        let flops = 4.0 * 32.0 * 128.0 * (n as f64) * (n as f64 + 1.0) / 2.0;
+        println!(
+            "  prefill N {n:>6}  {ms:>9.3} ms  {:>7.2} TFLOP/s",
+            flops / ms * 1e-9
+        );
+    }
+    for ctx in [32768, 131072] {
+        let ms = paged_ms(gpu, rng, (8, 1, ctx), (32, 8, 128), (KvDtype::Int8, 11))?;
+        let bytes = 8.0 * ctx as f64 * 8.0 * (128.0 + 4.0) * 2.0;
+        println!(
+            "  decode 8 x ctx {ctx:>6}  {ms:>9.3} ms  {:>7.3} TB/s",
+            bytes / ms * 1e-9
+        );
+    }
     Ok(())
 }
 

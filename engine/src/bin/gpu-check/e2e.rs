@@ -144,6 +144,7 @@ pub fn run_llama(rng: &mut Rng, r: &mut Report) -> Result<()> {
         (300, KvDtype::F32),
         (1200, KvDtype::F32),
         (300, KvDtype::Bf16),
+        (300, KvDtype::Int8),
     ];
     for (len, dtype) in cases {
         let prompt: Vec<u32> = (0..len)

@@ -41,6 +41,7 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     elementwise(p, rng, r, 37 * 1536)?;
     kv_write(p, rng, r, KvDtype::F32)?;
     kv_write(p, rng, r, KvDtype::Bf16)?;
+    kv_write(p, rng, r, KvDtype::Int8)?;
     Ok(())
 }
 
