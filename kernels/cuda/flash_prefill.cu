@@ -52,15 +52,25 @@ __device__ __forceinline__ bool find_tile(
     return false;
 }
 
-// Key `j`'s row in the pool: block-table lookup with a shift when the block size is a power of two.
-__device__ __forceinline__ long long slot_of(
-    const unsigned* blocks,  // [max_blocks_per_seq]
-    int block_size, int shift, int j) {
-    if (shift >= 0) {
-        return ((long long)blocks[j >> shift] << shift) + (j & (block_size - 1));
+// Where a sequence's keys live: its block-table row, the block size (and its log2 when a power of
+// two, else -1), and under a sink window its sink blocks and the offset of the blocks after them in
+// the row (both 0 for dense attention).
+struct KeyBlocks {
+    const unsigned* table;  // [max_blocks_per_seq]
+    int block_size, shift, sink_blocks, offset;
+    // The pool slot of key j, or -1 when its block left the window (it is not in the row).
+    __device__ __forceinline__ long long slot(int j) const {
+        int b = shift >= 0 ? j >> shift : j / block_size;
+        if (b >= sink_blocks) {
+            b -= offset;
+            if (b < sink_blocks) {
+                return -1;
+            }
+        }
+        const int within = shift >= 0 ? j & (block_size - 1) : j - (j / block_size) * block_size;
+        return (long long)table[b] * block_size + within;
     }
-    return paged_slot(blocks, block_size, j);
-}
+};
 
 // Issues the async copies of keys [j0, j0 + BN) of one KV head into shared K and V tiles;
 // rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
@@ -74,8 +84,7 @@ __device__ __forceinline__ void load_tiles(
     bf16_t (*v_dst)[HD + PAD],  // [BN][HD + PAD], shared
     const bf16_t* k_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const bf16_t* v_pool,       // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
-    const unsigned* blocks,     // [max_blocks_per_seq]
-    int block_size, int shift, int row_stride, int j0, int end) {
+    KeyBlocks kb, int row_stride, int j0, int end) {
     constexpr int CHUNKS = HD / 8;              // 16-byte pieces per row
     constexpr int ROWS = BN * CHUNKS / THREADS;  // rows per thread
     static_assert(BN * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
@@ -86,16 +95,22 @@ __device__ __forceinline__ void load_tiles(
     constexpr unsigned STEP = (HD + PAD) * 2;  // bytes between shared rows
     const int first = j0 + r0;
     long long off = col;
+    // Rows past `end`, or in a block that left a sink window, are zero-filled.
+    int stop = first;
     if (first < end) {
-        off += slot_of(blocks, block_size, shift, first) * row_stride;
+        const long long slot = kb.slot(first);
+        if (slot >= 0) {
+            off += slot * row_stride;
+            stop = end;
+        }
     }
 // Unrolled at head_dim 128, the copies' addresses cost the registers its 64-key tiles need.
 #pragma unroll(HD == 128 ? 1 : 8)
     for (int i = 0; i < ROWS; ++i) {
-        const int bytes = first + i < end ? 16 : 0;
+        const int bytes = first + i < stop ? 16 : 0;
         cp_async_16(k_base + i * STEP, k_pool + off, bytes);
         cp_async_16(v_base + i * STEP, v_pool + off, bytes);
-        off += first + i + 1 < end ? row_stride : 0;
+        off += first + i + 1 < stop ? row_stride : 0;
     }
 }
 
@@ -112,8 +127,7 @@ __device__ __forceinline__ void load_raw(
     const signed char* v_pool,    // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const float* k_scales,        // [num_blocks, block_size, num_kv_heads]: at the KV head
     const float* v_scales,        // [num_blocks, block_size, num_kv_heads]: at the KV head
-    const unsigned* blocks,       // [max_blocks_per_seq]
-    int block_size, int shift, int num_kv_heads, int j0, int end) {
+    KeyBlocks kb, int num_kv_heads, int j0, int end) {
     constexpr int CHUNKS = HD / 16;
     constexpr int ROWS = BN * CHUNKS / THREADS;
     static_assert(BN * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
@@ -122,14 +136,16 @@ __device__ __forceinline__ void load_raw(
     const int col = (threadIdx.x % CHUNKS) * 16, r0 = threadIdx.x / CHUNKS * ROWS;
     const int first = j0 + r0;
     long long slot = 0;
+    int stop = first;  // rows from here on are zero-filled (past `end`, or out of the window)
     if (first < end) {
-        slot = slot_of(blocks, block_size, shift, first);
+        slot = kb.slot(first);
+        stop = slot >= 0 ? end : first;
     }
     const int row_stride = num_kv_heads * HD;
 // Rolled at head_dim 128, as in load_tiles: the 64-key tiles' accumulators hold the registers.
 #pragma unroll(HD == 128 ? 1 : 4)
     for (int i = 0; i < ROWS; ++i) {
-        const bool in = first + i < end;
+        const bool in = first + i < stop;
         const long long at = in ? slot + i : 0;
         cp_async_16(smem_addr(&k_dst[r0 + i][col]), k_pool + at * row_stride + col, in ? 16 : 0);
         cp_async_16(smem_addr(&v_dst[r0 + i][col]), v_pool + at * row_stride + col, in ? 16 : 0);
@@ -275,16 +291,39 @@ __device__ __forceinline__ void mask_scores(
     }
 }
 
+// Under a sink window, masks what each row does not see in the current phase: in the sink phase
+// (Q rotated to in-cache positions) the keys at or past `sinks`, and every key of rows not yet past
+// their sinks and window; in the window phase keys past the row's position and, for rows past their
+// sinks and window, keys before the window.
+template <int BN>
+__device__ __forceinline__ void mask_window(
+    float (*sc)[4],  // [BN / 8][4]
+    int j0, int pos0, bool sink_phase, int sinks, int window) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = j0 + nt * 8 + 2 * t + (i & 1), pos = pos0 + g + (i >> 1) * 8;
+            const bool streaming = window > 0 && pos >= sinks + window;
+            const bool hidden = sink_phase ? (j >= sinks || !streaming)
+                                           : (j > pos || (streaming && j <= pos - window));
+            sc[nt][i] = hidden ? NEG_INF : sc[nt][i];
+        }
+    }
+}
+
 // Keys per tile: int8 pools at head_dim 128 take 32, since their staging and dequantisation do not fit
 // beside 64-key tiles' registers without spilling.
-template <int HD, typename T>
+template <int HD, typename T, bool WINDOWED>
 __host__ __device__ constexpr int tile_keys() {
     return IsInt8<T>::value && HD == 128 ? 32 : BN_OF(HD);
 }
 
-template <int HD, typename T>
+template <int HD, typename T, bool WINDOWED>
 __device__ void prefill(
     const float* q,                   // [num_tokens, num_heads, HD]
+    const float* q_sinks,             // [num_tokens, num_heads, HD]: in-cache positions (windowed)
     const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
     const T* v_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
     const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools, else null
@@ -292,11 +331,12 @@ __device__ void prefill(
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window (0: dense), block offset
     float* out,                       // [num_tokens, num_heads, HD]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     constexpr bool INT8 = IsInt8<T>::value;
-    constexpr int BN = tile_keys<HD, T>();
+    constexpr int BN = tile_keys<HD, T, WINDOWED>();
     constexpr int STAGES = INT8 ? 1 : 2;  // bf16 tile stages
     // Dynamic shared memory: Q [BM][HD + PAD]; K and V tiles [STAGES][BN][HD + PAD]; for int8 pools
     // then the raw K and V tiles [2][BN][HD] and their scales [2][BN], staged in two slots.
@@ -323,10 +363,22 @@ __device__ void prefill(
     const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
     const int kv_head = h / (num_heads / num_kv_heads);
     const int row_stride = num_kv_heads * HD, head_off = kv_head * HD;
-    const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
     const int q_stride = num_heads * HD;
+    const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+    KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0};
+    int sinks = 0, window = 0;
+    if constexpr (WINDOWED) {
+        sinks = (int)windows[3 * s];
+        window = (int)windows[3 * s + 1];
+        kb.sink_blocks = window > 0 ? (sinks + block_size - 1) / block_size : 0;
+        kb.offset = (int)windows[3 * s + 2];
+    }
+    // Rows past their sinks and window read the sinks with q_sinks first (a phase of its own); the
+    // window phase starts at the first row's window when that row streams.
+    const bool first_streams = window > 0 && prefix + m0 >= sinks + window;
+    const bool last_streams = window > 0 && end - 1 >= sinks + window;
+    const int window_from = first_streams ? prefix + m0 + 1 - window : 0;
 
-    store_q<HD>(q_s, q + ((long long)(q0 + m0)) * q_stride + h * HD, q_stride, q_len - m0);
     float o[MT][HD / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -338,55 +390,67 @@ __device__ void prefill(
         }
     }
     const float scale_log2 = scale * 1.4426950408889634f;
-    const int tiles = (end + BN - 1) / BN;
     const T* k_head = k_cache + head_off;
     const T* v_head = v_cache + head_off;
-    const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
     // Starts the copies of tile `jt` into staging slot `slot`.
     const auto issue = [&](int jt, int slot) {
         if constexpr (INT8) {
             load_raw<HD, BN>(k_raw[slot], v_raw[slot], k_sc + slot * BN, v_sc + slot * BN, k_head,
-                             v_head, k_scales + kv_head, v_scales + kv_head, blocks, block_size,
-                             shift, num_kv_heads, jt * BN, end);
+                             v_head, k_scales + kv_head, v_scales + kv_head, kb, num_kv_heads,
+                             jt * BN, end);
         } else {
-            load_tiles<HD, BN>(k_s[slot], v_s[slot], k_head, v_head, blocks, block_size, shift,
-                               row_stride, jt * BN, end);
+            load_tiles<HD, BN>(k_s[slot], v_s[slot], k_head, v_head, kb, row_stride, jt * BN, end);
         }
     };
-    issue(0, 0);
-    cp_async_commit();
-    for (int jt = 0; jt < tiles; ++jt) {
-        const int j0 = jt * BN, cur = jt & 1;
-        cp_async_wait_all();
-        __syncthreads();  // tile jt (and Q) in; every warp done with tile jt - 1, refilled next
-        int ready = cur;  // the bf16 stage holding tile jt
-        if constexpr (INT8) {
-            widen_tiles<HD, BN>(k_s[0], v_s[0], k_raw[cur], v_raw[cur]);
-            __syncthreads();
-            ready = 0;
+#pragma unroll 1
+    for (int phase = WINDOWED && last_streams ? 0 : 1; phase < 2; ++phase) {
+        const bool sink_phase = phase == 0;
+        if (WINDOWED && !sink_phase && last_streams) {
+            __syncthreads();  // every warp done with the sink phase's Q and tiles
         }
-        if (jt + 1 < tiles) {
-            issue(jt + 1, cur ^ 1);
+        const float* q_src = WINDOWED && sink_phase ? q_sinks : q;
+        store_q<HD>(q_s, q_src + ((long long)(q0 + m0)) * q_stride + h * HD, q_stride, q_len - m0);
+        const int first_tile = sink_phase ? 0 : window_from / BN;
+        const int tiles = sink_phase ? (sinks + BN - 1) / BN : (end + BN - 1) / BN;
+        if (first_tile < tiles) {
+            issue(first_tile, 0);
         }
         cp_async_commit();
-        float sc[MT][BN / 8][4];
-        scores<HD, BN>(sc, q_s + warp * 16 * MT, k_s[ready]);
-        if constexpr (INT8) {
-            scale_columns<BN>(sc, k_sc + cur * BN);
-        }
-        // Rows past the sequence's queries see up to `end` only, through the same test.
-        const bool mask = j0 + BN > prefix + m0 || j0 + BN > end;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            if (mask) {
-                mask_scores<HD, BN>(sc[mt], j0, prefix + wrow + mt * 16);
+        for (int jt = first_tile; jt < tiles; ++jt) {
+            const int j0 = jt * BN, cur = (jt - first_tile) & 1;
+            cp_async_wait_all();
+            __syncthreads();  // tile jt (and Q) in; every warp done with tile jt - 1, refilled next
+            int ready = cur;  // the bf16 stage holding tile jt
+            if constexpr (INT8) {
+                widen_tiles<HD, BN>(k_s[0], v_s[0], k_raw[cur], v_raw[cur]);
+                __syncthreads();
+                ready = 0;
             }
-            online_softmax<BN / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
+            if (jt + 1 < tiles) {
+                issue(jt + 1, cur ^ 1);
+            }
+            cp_async_commit();
+            float sc[MT][BN / 8][4];
+            scores<HD, BN>(sc, q_s + warp * 16 * MT, k_s[ready]);
+            if constexpr (INT8) {
+                scale_columns<BN>(sc, k_sc + cur * BN);
+            }
+            // Rows past the sequence's queries see up to `end` only, through the same test.
+            const bool mask = WINDOWED || j0 + BN > prefix + m0 || j0 + BN > end;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                if constexpr (WINDOWED) {
+                    mask_window<BN>(sc[mt], j0, prefix + wrow + mt * 16, sink_phase, sinks, window);
+                } else if (mask) {
+                    mask_scores<HD, BN>(sc[mt], j0, prefix + wrow + mt * 16);
+                }
+                online_softmax<BN / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
+            }
+            if constexpr (INT8) {
+                scale_columns<BN>(sc, v_sc + cur * BN);  // P·V with V's scales folded into P
+            }
+            accumulate<HD, BN>(o, sc, v_s[ready]);
         }
-        if constexpr (INT8) {
-            scale_columns<BN>(sc, v_sc + cur * BN);  // P·V with V's scales folded into P
-        }
-        accumulate<HD, BN>(o, sc, v_s[ready]);
     }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -413,39 +477,68 @@ __device__ void prefill(
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
 // dynamic shared memory at least (bf16) (BM + 4 · BN) · (HD + 8) · 2 or (int8)
 // (BM + 2 · BN) · (HD + 8) · 2 + 4 · BN · (HD + 4) bytes, BN = tile_keys; surplus blocks return at
-// once. KV block sizes are multiples of PREFILL_BLOCK_MULTIPLE.
+// once. KV block sizes are multiples of PREFILL_BLOCK_MULTIPLE. The `_windowed` entry points take
+// sequences that may stream through sink windows (and dense ones, window 0).
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 64]
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
-                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64, bf16_t, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 128]
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
-                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128, bf16_t, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const float* q_sinks,             // [num_tokens, num_heads, 64]: in-cache positions
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<64, bf16_t, true>(q, q_sinks, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const float* q_sinks,             // [num_tokens, num_heads, 128]: in-cache positions
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<128, bf16_t, true>(q, q_sinks, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_int8_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
-    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 64]
-    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 64]
     const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
     const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
     const unsigned* query_start_loc,  // [num_seqs + 1]
@@ -454,14 +547,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
-                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64, signed char, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_int8_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]
-    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 128]
-    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 128]
     const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
     const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
     const unsigned* query_start_loc,  // [num_seqs + 1]
@@ -470,6 +562,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
-                 out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128, signed char, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_int8_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const float* q_sinks,             // [num_tokens, num_heads, 64]: in-cache positions
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 64]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<64, signed char, true>(q, q_sinks, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_int8_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const float* q_sinks,             // [num_tokens, num_heads, 128]: in-cache positions
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 128]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    prefill<128, signed char, true>(q, q_sinks, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
 }

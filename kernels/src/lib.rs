@@ -94,6 +94,10 @@ pub const SOURCES: &[KernelSource] = &[
             "flash_prefill_bf16_hd128",
             "flash_prefill_int8_hd64",
             "flash_prefill_int8_hd128",
+            "flash_prefill_windowed_bf16_hd64",
+            "flash_prefill_windowed_bf16_hd128",
+            "flash_prefill_windowed_int8_hd64",
+            "flash_prefill_windowed_int8_hd128",
         ],
     },
     KernelSource {

@@ -1,9 +1,10 @@
 //! Launches of the attention kernels: causal over the paged KV pool, bidirectional varlen.
 //!
 //! Paged attention over bf16 and int8 pools at head_dim 64 and 128 goes to the tensor-core kernels in
-//! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise, for
-//! block sizes that are multiples of 8). Everything else (f32 pools, other widths and block sizes,
-//! sink windows, varlen) runs the plain kernels: one block per
+//! [`flash`] (split-KV decode when every sequence has one query row and none streams through a sink
+//! window; tiled prefill, sink windows included, otherwise, for block sizes that are multiples of
+//! 8). Everything else (f32 pools, other widths and block sizes, decode steps under sink windows,
+//! varlen) runs the plain kernels: one block per
 //! (query row, head) with `head_dim` threads, so `head_dim` must be a multiple of 32 and at most 256.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -77,17 +78,22 @@ pub(super) fn paged(
     }
     let cfg = launch_config(meta.num_tokens, shape)?;
     if let Some(w) = &meta.windows {
-        return paged_windowed(be, (q, w), (kc, vc), meta, shape, cfg, out);
+        check_len("paged_attention q_sinks", w.q_sinks.len(), width)?;
+        check_len("windows", w.windows.len(), 3 * meta.num_seqs)?;
     }
     let dtype = pools::shared_dtype(kc, vc)?;
     if dtype != "f32" && flash::supports(shape) {
         let bs = kc.shape.block_size;
-        if flash::is_decode(meta, shape) {
+        let decode = flash::is_decode(meta, shape);
+        if decode && meta.windows.is_none() {
             return flash::decode(be, q, (kc, vc), meta, shape, out);
         }
-        if flash::prefill_takes_block_size(bs) {
+        if !decode && flash::prefill_takes_block_size(bs) {
             return flash::prefill(be, q, (kc, vc), meta, shape, out);
         }
+    }
+    if let Some(w) = &meta.windows {
+        return paged_windowed(be, (q, w), (kc, vc), meta, shape, cfg, out);
     }
     let ints = paged_ints(meta, shape, kc.shape.block_size);
     let name = format!("paged_attention_{dtype}");
@@ -119,9 +125,6 @@ fn paged_windowed(
     cfg: LaunchConfig,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let width = meta.num_tokens * shape.num_heads * shape.head_dim;
-    check_len("paged_attention q_sinks", windowed.q_sinks.len(), width)?;
-    check_len("windows", windowed.windows.len(), 3 * meta.num_seqs)?;
     let name = format!("paged_attention_windowed_{}", pools::shared_dtype(kc, vc)?);
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(q).arg(windowed.q_sinks);

@@ -65,7 +65,8 @@ fn prefill_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
     }
 }
 
-/// Causal prefill (any batch shape) over bf16 or int8 pools.
+/// Causal prefill (any batch shape) over bf16 or int8 pools; with windows in `meta`, sequences may
+/// stream through sink windows (each query reads the sinks with its row of `q_sinks`).
 pub(super) fn prefill(
     be: &CudaBackend,
     q: &CudaSlice<f32>,           // [num_tokens, num_heads, head_dim]
@@ -75,9 +76,13 @@ pub(super) fn prefill(
     out: &mut CudaSlice<f32>, // [num_tokens, num_heads, head_dim]
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
+    let kind = match meta.windows {
+        Some(_) => "_windowed",
+        None => "",
+    };
     let func = be
         .kernels
-        .get(&format!("flash_prefill_{dtype}_hd{}", shape.head_dim))?;
+        .get(&format!("flash_prefill{kind}_{dtype}_hd{}", shape.head_dim))?;
     // The kernel's launch bound is its block size (PREFILL_WARPS · 32), 32 query rows per warp.
     let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
     let rows = threads;
@@ -101,11 +106,17 @@ pub(super) fn prefill(
     .map(|v| v as i32);
     let mut b = be.dev.stream.launch_builder(func);
     b.arg(q);
+    if let Some(w) = &meta.windows {
+        b.arg(w.q_sinks);
+    }
     pools::push(&mut b, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
-        .arg(meta.block_table)
-        .arg(out);
+        .arg(meta.block_table);
+    if let Some(w) = &meta.windows {
+        b.arg(w.windows);
+    }
+    b.arg(out);
     for i in &ints {
         b.arg(i);
     }

@@ -138,6 +138,16 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
         },
         (4, 508),
     ),
+    (
+        "windowed chunks, some rows streaming",
+        Case {
+            seqs: &[(400, 600), (300, 300), (128, 2000)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+        },
+        (4, 250),
+    ),
 ];
 
 /// Runs every attention check.
@@ -237,10 +247,14 @@ fn paged(
     // to bf16: Q is drawn bf16-representable there, so the rows measure the kernel, not Q's rounding.
     // The prefill kernel takes block sizes that are multiples of 8; other prefills run plain.
     let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
-    // int8 pools take the tensor-core kernels too, dequantised to bf16 as they load (and the
-    // plain kernels otherwise, dequantised in f32 as on the CPU).
-    let flash_shape =
-        matches!(hd, 64 | 128) && window.is_none() && (decode || bs.is_multiple_of(8));
+    // int8 pools take the tensor-core kernels too, widened to bf16 as they load (and the plain
+    // kernels otherwise, dequantised in f32 as on the CPU). Sink windows take the tensor-core
+    // prefill kernel, and the plain kernel at decode.
+    let flash_shape = matches!(hd, 64 | 128)
+        && match decode {
+            true => window.is_none(),
+            false => bs.is_multiple_of(8),
+        };
     let (kernel, tol) = match dtype {
         KvDtype::Bf16 | KvDtype::Int8 if flash_shape => ("flash", TOL_BF16),
         _ => ("plain", TOL_F32),
@@ -259,7 +273,12 @@ fn paged(
         scale: 1.0 / (hd as f32).sqrt(),
     };
     let max_seq_len = ctx.iter().copied().max().unwrap_or(0);
-    let q_sinks = rng.vec(tokens * h * hd, 3.0);
+    let mut q_sinks = rng.vec(tokens * h * hd, 3.0);
+    if kernel == "flash" {
+        q_sinks
+            .iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+    }
     let ((cw, gw), (cqs, gqs)) = (p.ids(windows.as_deref().unwrap_or(&[0]))?, p.buf(&q_sinks)?);
     let cmeta = PagedAttnMeta {
         query_start_loc: &cq_loc,
