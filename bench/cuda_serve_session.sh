@@ -12,6 +12,7 @@
 # network needs them there already). OUT_DIR (default: a temporary folder) receives serve.log and the answers
 # as answer-*.json. Needs curl and python3. RAG_WINDOW (default 2048) keeps the RAG path's window below the
 # document's length, so the two paths read different text. DEVICE=cpu runs the same session on the CPU engine.
+# TEMPERATURE (default 0, greedy) samples the answers (seed 7); DOCQA_KV_DTYPE=int8 serves with an int8 KV cache.
 set -euo pipefail
 docqa=${1:?usage: $0 DOCQA MODELS_DIR DOCUMENT QUESTION [OUT_DIR]}
 models=${2:?models dir}
@@ -45,8 +46,9 @@ echo "document $id: $(curl -sf "$base/v1/documents/$id" | field "['token_count']
 ask() {
     local route=$1 name=$2 question=${3:-$question}
     python3 -c 'import json,sys; print(json.dumps({"question": sys.argv[1], "route": sys.argv[2],
-        "max_tokens": 48, "temperature": 0, "scope": {"document_ids": [sys.argv[3]]}}))' \
-        "$question" "$route" "$id" >"$work/body.json"
+        "max_tokens": 48, "temperature": float(sys.argv[4]), "seed": 7,
+        "scope": {"document_ids": [sys.argv[3]]}}))' \
+        "$question" "$route" "$id" "${TEMPERATURE:-0}" >"$work/body.json"
     curl -sf -H 'content-type: application/json' --data @"$work/body.json" "$base/v1/ask" >"$out/answer-$name.json"
     python3 - "$out/answer-$name.json" "$name" <<'PY'
 import json, sys

@@ -121,6 +121,27 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void* src, int sr
                  "r"(src_bytes));
 }
 
+// Where a sequence's keys live: its block-table row, the block size (and its log2 when a power of
+// two, else -1), and under a sink window its sink blocks and the offset of the blocks after them in
+// the row (both 0 for dense attention).
+struct KeyBlocks {
+    const unsigned* table;  // [max_blocks_per_seq]
+    int block_size, shift, sink_blocks, offset;
+    // The pool slot of key j, or -1 when its block left the window (it is not in the row).
+    __device__ __forceinline__ long long slot(int j) const {
+        int b = shift >= 0 ? j >> shift : j / block_size;
+        // (Nothing left the window while the offset is 0: dense attention folds this away.)
+        if (offset != 0 && b >= sink_blocks) {
+            b -= offset;
+            if (b < sink_blocks) {
+                return -1;
+            }
+        }
+        const int within = shift >= 0 ? j & (block_size - 1) : j - (j / block_size) * block_size;
+        return (long long)table[b] * block_size + within;
+    }
+};
+
 // Whether T is the int8 element type (templates choose their int8 paths with it).
 template <typename T>
 struct IsInt8 {

@@ -39,6 +39,21 @@ __device__ __forceinline__ void load_q_permuted(
     }
 }
 
+// A sequence's block-table row, and under a sink window its sink blocks and the offset of the blocks
+// after them (both 0 for dense attention, where the mapping folds away).
+struct Window {
+    const unsigned* blocks;  // [max_blocks_per_seq]
+    int block_size, sink_blocks, offset;
+    // The pool slot of key j (a key the window still sees).
+    __device__ __forceinline__ long long slot(int j) const {
+        int b = j / block_size;
+        if (offset != 0 && b >= sink_blocks) {
+            b -= offset;
+        }
+        return (long long)blocks[b] * block_size + j % block_size;
+    }
+};
+
 // 16-byte pieces of two keys' rows: row r (key j + 8r + lane / 4), dims 32s + 8(lane % 4) + [0, 8).
 // Keys at or past `end` read as zeros.
 template <int HD>
@@ -47,15 +62,16 @@ __device__ __forceinline__ void load_rows(
     float*,                  // no row scales: bf16 pools
     const bf16_t* pool,      // [num_blocks, block_size, num_kv_heads, HD]
     const float*,            // no scales: bf16 pools
-    const unsigned* blocks,  // [max_blocks_per_seq]
-    int block_size, int row_stride, int head_off, int j, int end) {
+    Window w, int row_stride, int head_off, int j, int end) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = j + 8 * r + g;
         const bf16_t* p = pool + head_off + 8 * t;
+        // Keys below `end` are in the sequence's row (a window's range never reaches a block that
+        // left it).
         if (key < end) {
-            p += paged_slot(blocks, block_size, key) * row_stride;
+            p += w.slot(key) * row_stride;
         }
 #pragma unroll
         for (int s = 0; s < HD / 32; ++s) {
@@ -73,8 +89,7 @@ __device__ __forceinline__ void load_rows(
     float* row_scale,          // [2]
     const signed char* pool,   // [num_blocks, block_size, num_kv_heads, HD]
     const float* scales,       // [num_blocks, block_size, num_kv_heads]
-    const unsigned* blocks,    // [max_blocks_per_seq]
-    int block_size, int row_stride, int head_off, int j, int end) {
+    Window w, int row_stride, int head_off, int j, int end) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -87,7 +102,7 @@ __device__ __forceinline__ void load_rows(
             }
             continue;
         }
-        const long long row = paged_slot(blocks, block_size, key) * row_stride + head_off;
+        const long long row = w.slot(key) * row_stride + head_off;
         const signed char* p = pool + row + 8 * t;
         row_scale[r] = scales[row / HD];
 #pragma unroll
@@ -191,7 +206,7 @@ __device__ __forceinline__ void stash(
     }
 }
 
-template <int HD, typename T>
+template <int HD, typename T, bool WINDOWED>
 __device__ void decode(
     const float* q,                   // [num_tokens, num_heads, HD]
     const T* k_cache,                 // [num_blocks, block_size, num_kv_heads, HD]
@@ -201,17 +216,32 @@ __device__ void decode(
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset (windowed)
     float* part_o,                    // [num_seqs, splits, num_heads, HD]
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
-    float scale) {
+    float scale, int sink_part, int split_base, int splits) {
     __shared__ float o_s[WARPS][MAX_GROUP][HD];
     __shared__ float ml_s[WARPS][MAX_GROUP][2];
-    const int sp = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
+    const int sp = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int warp = threadIdx.x >> 5, group = num_heads / num_kv_heads;
-    const int begin = sp * split_len, end = min((int)seq_lens[s], begin + split_len);
+    Window win{block_table + (long long)s * max_blocks_per_seq, block_size, 0, 0};
+    // The keys this launch reads: all of them; or under a sink window, the window (sink_part 0)
+    // or the sinks (sink_part 1) of a sequence past its sinks and window.
+    int lo = 0, hi = (int)seq_lens[s];
+    if constexpr (WINDOWED) {
+        const int sinks = (int)windows[3 * s], window = (int)windows[3 * s + 1];
+        const bool streaming = window > 0 && hi - 1 >= sinks + window;
+        win.sink_blocks = window > 0 ? (sinks + block_size - 1) / block_size : 0;
+        win.offset = (int)windows[3 * s + 2];
+        if (sink_part) {
+            hi = streaming ? sinks : 0;
+        } else if (streaming) {
+            lo = hi - window;
+        }
+    }
+    const int begin = lo + sp * split_len, end = min(hi, begin + split_len);
     const int row_stride = num_kv_heads * HD, head_off = kvh * HD;
-    const unsigned* blocks = block_table + (long long)s * max_blocks_per_seq;
     const long long token = query_start_loc[s];
 
     unsigned qa[HD / 16][4];
@@ -225,8 +255,8 @@ __device__ void decode(
     for (int j = begin + warp * CHUNK; j < end; j += WARPS * CHUNK) {
         uint4 kr[2][HD / 32], vr[2][HD / 32];
         float ks[2], vs[2];
-        load_rows<HD>(kr, ks, k_cache, k_scales, blocks, block_size, row_stride, head_off, j, end);
-        load_rows<HD>(vr, vs, v_cache, v_scales, blocks, block_size, row_stride, head_off, j, end);
+        load_rows<HD>(kr, ks, k_cache, k_scales, win, row_stride, head_off, j, end);
+        load_rows<HD>(vr, vs, v_cache, v_scales, win, row_stride, head_off, j, end);
         chunk<HD, IsInt8<T>::value>(o, m, l, qa, kr, vr, ks, vs, scale_log2, j, end);
     }
     stash<HD>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
@@ -244,7 +274,7 @@ __device__ void decode(
             sum += ml_s[w][row][1] * f;
             acc += o_s[w][row][d] * f;
         }
-        const long long at = ((long long)s * splits + sp) * num_heads + kvh * group + row;
+        const long long at = ((long long)s * splits + split_base + sp) * num_heads + kvh * group + row;
         part_o[at * HD + d] = sum > 0.0f ? acc / sum : 0.0f;
         if (d == 0) {
             part_ml[at * 2] = mx;
@@ -254,11 +284,15 @@ __device__ void decode(
 }
 
 // Entry points: grid (splits, num_kv_heads, num_seqs), 128 threads; split_len a multiple of 64;
-// at most 16 query heads per KV head.
+// at most 16 query heads per KV head. The `_windowed` ones take sequences that may stream through
+// sink windows, in two launches into one set of splits: the window (q, sink_part 0, splits
+// [0, n)), then the sinks (q_sinks, sink_part 1, split n); `splits` counts both. At head_dim 128
+// the int8 and windowed variants' registers do not fit the 3-blocks-per-SM budget without
+// spilling: 2 there.
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 64]
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
@@ -266,15 +300,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<64>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
-                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
-                scale);
+    decode<64, bf16_t, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 128]
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
@@ -282,17 +314,43 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<128>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table,
-                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
-                scale);
+    decode<128, bf16_t, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
 }
 
-// The same over int8 pools (one scale per slot and head). At head_dim 128 the dequantisation's
-// registers do not fit the 3-blocks-per-SM budget without spilling: 2 there.
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_windowed_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* part_o,                    // [num_seqs, splits, num_heads, 64]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale, int sink_part, int split_base, int splits) {
+    decode<64, bf16_t, true>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, windows, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, sink_part, split_base, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_windowed_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
+    const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* part_o,                    // [num_seqs, splits, num_heads, 128]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale, int sink_part, int split_base, int splits) {
+    decode<128, bf16_t, true>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, windows, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, sink_part, split_base, splits);
+}
+
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_int8_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
-    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 64]
-    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 64]
     const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
     const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
     const unsigned* query_start_loc,  // [num_seqs + 1]
@@ -302,15 +360,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_int8_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<64>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
-                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
-                scale);
+    decode<64, signed char, false>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_int8_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
-    const signed char* k_cache,       // [num_blocks, block_size, num_kv_heads, 128]
-    const signed char* v_cache,       // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 128]
     const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
     const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
     const unsigned* query_start_loc,  // [num_seqs + 1]
@@ -320,9 +376,41 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_int8_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<128>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table,
-                part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len,
-                scale);
+    decode<128, signed char, false>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_windowed_int8_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 64]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 64]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* part_o,                    // [num_seqs, splits, num_heads, 64]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale, int sink_part, int split_base, int splits) {
+    decode<64, signed char, true>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, windows, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, sink_part, split_base, splits);
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_windowed_int8_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
+    const signed char* k_cache,        // [num_blocks, block_size, num_kv_heads, 128]
+    const signed char* v_cache,        // [num_blocks, block_size, num_kv_heads, 128]
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]
+    const float* v_scales,            // [num_blocks, block_size, num_kv_heads]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
+    float* part_o,                    // [num_seqs, splits, num_heads, 128]
+    float* part_ml,                   // [num_seqs, splits, num_heads, 2]
+    int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
+    float scale, int sink_part, int split_base, int splits) {
+    decode<128, signed char, true>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, windows, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, sink_part, split_base, splits);
 }
 
 // Merges the splits of one (head, sequence): softmax-weighted sum of their normalized outputs.

@@ -52,26 +52,6 @@ __device__ __forceinline__ bool find_tile(
     return false;
 }
 
-// Where a sequence's keys live: its block-table row, the block size (and its log2 when a power of
-// two, else -1), and under a sink window its sink blocks and the offset of the blocks after them in
-// the row (both 0 for dense attention).
-struct KeyBlocks {
-    const unsigned* table;  // [max_blocks_per_seq]
-    int block_size, shift, sink_blocks, offset;
-    // The pool slot of key j, or -1 when its block left the window (it is not in the row).
-    __device__ __forceinline__ long long slot(int j) const {
-        int b = shift >= 0 ? j >> shift : j / block_size;
-        if (b >= sink_blocks) {
-            b -= offset;
-            if (b < sink_blocks) {
-                return -1;
-            }
-        }
-        const int within = shift >= 0 ? j & (block_size - 1) : j - (j / block_size) * block_size;
-        return (long long)table[b] * block_size + within;
-    }
-};
-
 // Issues the async copies of keys [j0, j0 + BN) of one KV head into shared K and V tiles;
 // rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
 // BN·HD/8/THREADS consecutive rows (4 at head_dim 64, 8 at 128), which share one KV block

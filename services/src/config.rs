@@ -61,12 +61,12 @@ pub struct ServeConfig {
     /// Default and largest number of answer tokens.
     #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS", default_value_t = 512)]
     pub max_answer_tokens: usize,
-    /// Where the generator runs: `cpu`, or `cuda` (GPU 0; needs a build with `--features cuda`). The
-    /// embedder runs on the CPU either way.
+    /// Where the generator and the embedder run: `cpu`, or `cuda` (GPU 0; needs a build with
+    /// `--features cuda`).
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
     /// Element type of the generator's KV cache: bf16 (the default), f32 (exact, twice the memory), or
-    /// int8 with one scale per (token, head) (CPU only; about half of bf16's memory per token).
+    /// int8 with one scale per (token, head) (about half of bf16's memory per token).
     #[arg(long, env = "DOCQA_KV_DTYPE", value_enum)]
     pub kv_dtype: Option<crate::device::KvType>,
     /// How the long path reads scopes longer than the model's trained context: `none`, or `yarn` (RoPE

@@ -1,10 +1,9 @@
 //! Launches of the attention kernels: causal over the paged KV pool, bidirectional varlen.
 //!
 //! Paged attention over bf16 and int8 pools at head_dim 64 and 128 goes to the tensor-core kernels in
-//! [`flash`] (split-KV decode when every sequence has one query row and none streams through a sink
-//! window; tiled prefill, sink windows included, otherwise, for block sizes that are multiples of
-//! 8). Everything else (f32 pools, other widths and block sizes, decode steps under sink windows,
-//! varlen) runs the plain kernels: one block per
+//! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise for
+//! block sizes that are multiples of 8; sink windows included). Everything else (f32 pools, other
+//! widths and block sizes, varlen) runs the plain kernels: one block per
 //! (query row, head) with `head_dim` threads, so `head_dim` must be a multiple of 32 and at most 256.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -85,7 +84,7 @@ pub(super) fn paged(
     if dtype != "f32" && flash::supports(shape) {
         let bs = kc.shape.block_size;
         let decode = flash::is_decode(meta, shape);
-        if decode && meta.windows.is_none() {
+        if decode {
             return flash::decode(be, q, (kc, vc), meta, shape, out);
         }
         if !decode && flash::prefill_takes_block_size(bs) {

@@ -150,7 +150,8 @@ fn splits(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape) -> (usize, us
 }
 
 /// Split-KV decode (one query row per sequence) over bf16 or int8 pools, then the reduce (none with
-/// one split).
+/// one split). Under sink windows, a sequence past its sinks and window reads the window with `q`
+/// and, in a second launch into one more split, the sinks with `q_sinks`.
 pub(super) fn decode(
     be: &CudaBackend,
     q: &CudaSlice<f32>,           // [num_seqs, num_heads, head_dim]
@@ -161,26 +162,60 @@ pub(super) fn decode(
 ) -> Result<()> {
     let block_size = kc.shape.block_size;
     let (n, len) = splits(meta, shape);
-    let rows = meta.num_seqs * n * shape.num_heads;
+    // Under sink windows the sinks take one more split, read with q_sinks by a second launch.
+    let total = n + usize::from(meta.windows.is_some());
+    let rows = meta.num_seqs * total * shape.num_heads;
     let mut parts = be.decode_parts.lock().unwrap_or_else(|e| e.into_inner());
     let (part_o, part_ml) = grown_parts(be, &mut parts, (rows * shape.head_dim, rows * 2))?;
     let launch = DecodeLaunch {
         block_size,
         splits: n,
         split_len: len,
+        part: None,
     };
-    if n == 1 {
+    if total == 1 {
         // One split per (KV head, sequence): its normalized output is the answer, and with one query
         // row per sequence its partial-output row is the output row, so the kernel writes `out`.
         return launch_decode(be, (q, kc, vc), meta, shape, launch, (out, part_ml));
     }
-    launch_decode(be, (q, kc, vc), meta, shape, launch, (part_o, part_ml))?;
+    if let Some(w) = &meta.windows {
+        let window = DecodeLaunch {
+            part: Some(WindowPart {
+                sinks: false,
+                split_base: 0,
+                splits: total,
+            }),
+            ..launch
+        };
+        launch_decode(be, (q, kc, vc), meta, shape, window, (part_o, part_ml))?;
+        // One block reads a sequence's sinks, however many (its split length covers any).
+        let sinks = DecodeLaunch {
+            splits: 1,
+            split_len: i32::MAX as usize,
+            part: Some(WindowPart {
+                sinks: true,
+                split_base: n,
+                splits: total,
+            }),
+            ..launch
+        };
+        launch_decode(
+            be,
+            (w.q_sinks, kc, vc),
+            meta,
+            shape,
+            sinks,
+            (part_o, part_ml),
+        )?;
+    } else {
+        launch_decode(be, (q, kc, vc), meta, shape, launch, (part_o, part_ml))?;
+    }
     let cfg = LaunchConfig {
         grid_dim: (shape.num_heads as u32, meta.num_seqs as u32, 1),
         block_dim: (shape.head_dim as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    let ints = [n, shape.num_heads, shape.head_dim].map(|v| v as i32);
+    let ints = [total, shape.num_heads, shape.head_dim].map(|v| v as i32);
     let mut b = be
         .dev
         .stream
@@ -226,6 +261,19 @@ struct DecodeLaunch {
     block_size: usize,
     splits: usize,
     split_len: usize,
+    /// Under sink windows: which part of the keys, and where its splits go.
+    part: Option<WindowPart>,
+}
+
+/// One of the two launches of a windowed decode step.
+#[derive(Clone, Copy)]
+struct WindowPart {
+    /// The sinks (read with q_sinks) rather than the window.
+    sinks: bool,
+    /// Index of this launch's first split among all of the step's.
+    split_base: usize,
+    /// The step's splits, both launches together.
+    splits: usize,
 }
 
 /// The decode kernel: each (split, KV head, sequence) block writes its normalized rows of `part_o`
@@ -238,8 +286,12 @@ fn launch_decode(
     launch: DecodeLaunch,
     (part_o, part_ml): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
 ) -> Result<()> {
+    let kind = match launch.part {
+        Some(_) => "_windowed",
+        None => "",
+    };
     let name = format!(
-        "flash_decode_{}_hd{}",
+        "flash_decode{kind}_{}_hd{}",
         pools::shared_dtype(kc, vc)?,
         shape.head_dim
     );
@@ -266,11 +318,22 @@ fn launch_decode(
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);
+    if let Some(w) = &meta.windows {
+        b.arg(w.windows);
+    }
     b.arg(part_o).arg(part_ml);
     for i in &ints {
         b.arg(i);
     }
     b.arg(&shape.scale);
+    let part = launch
+        .part
+        .map(|p| [i32::from(p.sinks), p.split_base as i32, p.splits as i32]);
+    if let Some(part) = &part {
+        for i in part {
+            b.arg(i);
+        }
+    }
     // SAFETY: arguments match the kernel's signature; the partial buffers hold
     // num_seqs · splits · num_heads rows (with one split, `part_o` is the output, which holds
     // num_seqs · num_heads rows); the caller checked the other sizes.

@@ -129,6 +129,16 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
         (4, 1020),
     ),
     (
+        "windowed decode",
+        Case {
+            seqs: &[(1, 9000), (1, 2000), (1, 600)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+        (16, 2000),
+    ),
+    (
         "windowed chunks",
         Case {
             seqs: &[(200, 3000), (64, 64), (130, 1500), (1, 700)],
@@ -248,13 +258,8 @@ fn paged(
     // The prefill kernel takes block sizes that are multiples of 8; other prefills run plain.
     let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
     // int8 pools take the tensor-core kernels too, widened to bf16 as they load (and the plain
-    // kernels otherwise, dequantised in f32 as on the CPU). Sink windows take the tensor-core
-    // prefill kernel, and the plain kernel at decode.
-    let flash_shape = matches!(hd, 64 | 128)
-        && match decode {
-            true => window.is_none(),
-            false => bs.is_multiple_of(8),
-        };
+    // kernels otherwise, dequantised in f32 as on the CPU); so do sink windows.
+    let flash_shape = matches!(hd, 64 | 128) && (decode || bs.is_multiple_of(8));
     let (kernel, tol) = match dtype {
         KvDtype::Bf16 | KvDtype::Int8 if flash_shape => ("flash", TOL_BF16),
         _ => ("plain", TOL_F32),
