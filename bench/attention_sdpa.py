@@ -29,7 +29,7 @@ def median_ms(fn, reps):
 def prefill():
     print("anchor: SDPA prefill, causal, bf16, 32 heads, one sequence")
     for hd in (64, 128):
-        for n in (1024, 2048, 4096, 8192, 16384):
+        for n in (1024, 2048, 4096, 8192, 16384, 32768, 65536):
             q, k, v = (torch.randn(1, 32, n, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             flops = 4 * 32 * hd * n * (n + 1) / 2
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):

@@ -123,12 +123,16 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void* src, int sr
 
 // Where a sequence's keys live: its block-table row, the block size (and its log2 when a power of
 // two, else -1), and under a sink window its sink blocks and the offset of the blocks after them in
-// the row (both 0 for dense attention).
+// the row (both 0 for dense attention); or, without a table, consecutive rows of a packed batch.
 struct KeyBlocks {
     const unsigned* table;  // [max_blocks_per_seq]
     int block_size, shift, sink_blocks, offset;
+    long long dense_base;   // >= 0: keys are dense rows from this one on (no table)
     // The pool slot of key j, or -1 when its block left the window (it is not in the row).
     __device__ __forceinline__ long long slot(int j) const {
+        if (dense_base >= 0) {
+            return dense_base + j;
+        }
         int b = shift >= 0 ? j >> shift : j / block_size;
         // (Nothing left the window while the offset is 0: dense attention folds this away.)
         if (offset != 0 && b >= sink_blocks) {

@@ -293,14 +293,29 @@ __device__ __forceinline__ void mask_window(
     }
 }
 
-// Keys per tile: int8 pools at head_dim 128 take 32, since their staging and dequantisation do not fit
-// beside 64-key tiles' registers without spilling.
-template <int HD, typename T, bool WINDOWED>
+// Keys per tile: int8 pools and bidirectional batches at head_dim 128 take 32, since their staging and
+// dequantisation (or dense addressing) do not fit beside 64-key tiles' registers without spilling.
+template <int HD, typename T, bool BIDIR>
 __host__ __device__ constexpr int tile_keys() {
-    return IsInt8<T>::value && HD == 128 ? 32 : BN_OF(HD);
+    return (IsInt8<T>::value || BIDIR) && HD == 128 ? 32 : BN_OF(HD);
 }
 
-template <int HD, typename T, bool WINDOWED>
+// Masks keys at or past `end` (bidirectional attention: every row sees the sequence's keys).
+template <int BN>
+__device__ __forceinline__ void mask_keys_from(float (*sc)[4], int j0, int end) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sc[nt][i] = j0 + nt * 8 + 2 * t + (i & 1) >= end ? NEG_INF : sc[nt][i];
+        }
+    }
+}
+
+// WINDOWED: sequences may stream through sink windows. BIDIR: bidirectional attention within each
+// sequence of a packed batch (BERT), keys and values dense bf16 rows beside the queries, no cache.
+template <int HD, typename T, bool WINDOWED, bool BIDIR>
 __device__ void prefill(
     const float* q,                   // [num_tokens, num_heads, HD]
     const float* q_sinks,             // [num_tokens, num_heads, HD]: in-cache positions (windowed)
@@ -316,7 +331,8 @@ __device__ void prefill(
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     constexpr bool INT8 = IsInt8<T>::value;
-    constexpr int BN = tile_keys<HD, T, WINDOWED>();
+    constexpr int BN = tile_keys<HD, T, BIDIR>();
+    static_assert(!(WINDOWED && BIDIR), "a bidirectional batch has no cache to stream through");
     constexpr int STAGES = INT8 ? 1 : 2;  // bf16 tile stages
     // Dynamic shared memory: Q [BM][HD + PAD]; K and V tiles [STAGES][BN][HD + PAD]; for int8 pools
     // then the raw K and V tiles [2][BN][HD] and their scales [2][BN], staged in two slots.
@@ -338,14 +354,16 @@ __device__ void prefill(
     }
     const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
-    const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
+    const int ctx = BIDIR ? q_len : (int)seq_lens[s], prefix = ctx - q_len;
     const int m0 = tile * BM, wrow = m0 + warp * 16 * MT;
-    const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
+    // Keys visible to some row of the block.
+    const int end = BIDIR ? ctx : min(ctx, prefix + m0 + BM);
     const int kv_head = h / (num_heads / num_kv_heads);
     const int row_stride = num_kv_heads * HD, head_off = kv_head * HD;
     const int q_stride = num_heads * HD;
     const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
-    KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0};
+    KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0,
+                 BIDIR ? (long long)q0 : -1};
     int sinks = 0, window = 0;
     if constexpr (WINDOWED) {
         sinks = (int)windows[3 * s];
@@ -416,10 +434,14 @@ __device__ void prefill(
                 scale_columns<BN>(sc, k_sc + cur * BN);
             }
             // Rows past the sequence's queries see up to `end` only, through the same test.
-            const bool mask = WINDOWED || j0 + BN > prefix + m0 || j0 + BN > end;
+            const bool mask = WINDOWED || j0 + BN > end || (!BIDIR && j0 + BN > prefix + m0);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                if constexpr (WINDOWED) {
+                if constexpr (BIDIR) {
+                    if (mask) {
+                        mask_keys_from<BN>(sc[mt], j0, end);
+                    }
+                } else if constexpr (WINDOWED) {
                     mask_window<BN>(sc[mt], j0, prefix + wrow + mt * 16, sink_phase, sinks, window);
                 } else if (mask) {
                     mask_scores<HD, BN>(sc[mt], j0, prefix + wrow + mt * 16);
@@ -469,7 +491,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64, bf16_t, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64, bf16_t, false, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr,
+                                      query_start_loc, seq_lens, block_table, nullptr, out,
+                                      num_seqs, num_heads, num_kv_heads, block_size,
+                                      max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd128(
@@ -482,7 +507,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128, bf16_t, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128, bf16_t, false, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr,
+                                       query_start_loc, seq_lens, block_table, nullptr, out,
+                                       num_seqs, num_heads, num_kv_heads, block_size,
+                                       max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_bf16_hd64(
@@ -497,7 +525,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64, bf16_t, true>(q, q_sinks, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64, bf16_t, true, false>(q, q_sinks, k_cache, v_cache, nullptr, nullptr,
+                                     query_start_loc, seq_lens, block_table, windows, out, num_seqs,
+                                     num_heads, num_kv_heads, block_size, max_blocks_per_seq,
+                                     scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_bf16_hd128(
@@ -512,7 +543,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128, bf16_t, true>(q, q_sinks, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128, bf16_t, true, false>(q, q_sinks, k_cache, v_cache, nullptr, nullptr,
+                                      query_start_loc, seq_lens, block_table, windows, out,
+                                      num_seqs, num_heads, num_kv_heads, block_size,
+                                      max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_int8_hd64(
@@ -527,7 +561,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64, signed char, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64, signed char, false, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales,
+                                           query_start_loc, seq_lens, block_table, nullptr, out,
+                                           num_seqs, num_heads, num_kv_heads, block_size,
+                                           max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_int8_hd128(
@@ -542,7 +579,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128, signed char, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128, signed char, false, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales,
+                                            query_start_loc, seq_lens, block_table, nullptr, out,
+                                            num_seqs, num_heads, num_kv_heads, block_size,
+                                            max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_int8_hd64(
@@ -559,7 +599,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<64, signed char, true>(q, q_sinks, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<64, signed char, true, false>(q, q_sinks, k_cache, v_cache, k_scales, v_scales,
+                                          query_start_loc, seq_lens, block_table, windows, out,
+                                          num_seqs, num_heads, num_kv_heads, block_size,
+                                          max_blocks_per_seq, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_windowed_int8_hd128(
@@ -576,5 +619,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128, signed char, true>(q, q_sinks, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, windows, out, num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill<128, signed char, true, false>(q, q_sinks, k_cache, v_cache, k_scales, v_scales,
+                                           query_start_loc, seq_lens, block_table, windows, out,
+                                           num_seqs, num_heads, num_kv_heads, block_size,
+                                           max_blocks_per_seq, scale);
+}
+
+// Bidirectional attention within each sequence of a packed batch (BERT), dense bf16 K and V rows.
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bidir_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const bf16_t* k,                  // [num_tokens, num_kv_heads, 64]
+    const bf16_t* v,                  // [num_tokens, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, float scale) {
+    prefill<64, bf16_t, false, true>(q, nullptr, k, v, nullptr, nullptr, query_start_loc, nullptr,
+                                       nullptr, nullptr, out, num_seqs, num_heads, num_kv_heads, 16, 0,
+                                       scale);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bidir_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const bf16_t* k,                  // [num_tokens, num_kv_heads, 128]
+    const bf16_t* v,                  // [num_tokens, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, float scale) {
+    prefill<128, bf16_t, false, true>(q, nullptr, k, v, nullptr, nullptr, query_start_loc, nullptr,
+                                       nullptr, nullptr, out, num_seqs, num_heads, num_kv_heads, 16, 0,
+                                       scale);
 }

@@ -98,6 +98,8 @@ pub const SOURCES: &[KernelSource] = &[
             "flash_prefill_windowed_bf16_hd128",
             "flash_prefill_windowed_int8_hd64",
             "flash_prefill_windowed_int8_hd128",
+            "flash_prefill_bidir_bf16_hd64",
+            "flash_prefill_bidir_bf16_hd128",
         ],
     },
     KernelSource {

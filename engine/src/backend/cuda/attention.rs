@@ -2,9 +2,10 @@
 //!
 //! Paged attention over bf16 and int8 pools at head_dim 64 and 128 goes to the tensor-core kernels in
 //! [`flash`] (split-KV decode when every sequence has one query row, tiled prefill otherwise for
-//! block sizes that are multiples of 8; sink windows included). Everything else (f32 pools, other
-//! widths and block sizes, varlen) runs the plain kernels: one block per
-//! (query row, head) with `head_dim` threads, so `head_dim` must be a multiple of 32 and at most 256.
+//! block sizes that are multiples of 8; sink windows included), and so do bidirectional varlen
+//! batches (BERT), K and V rounded to bf16. Everything else (f32 pools, other widths and block
+//! sizes) runs the plain kernels: one block per (query row, head) with `head_dim` threads, so
+//! `head_dim` must be a multiple of 32 and at most 256.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
@@ -172,6 +173,9 @@ pub(super) fn varlen(
         return Ok(());
     }
     let cfg = launch_config(rows, shape)?;
+    if flash::supports(shape) {
+        return flash::bidirectional(be, q, (k, v), query_start_loc, (num_seqs, rows), shape, out);
+    }
     let ints = [
         num_seqs,
         shape.num_heads,

@@ -127,6 +127,61 @@ pub(super) fn prefill(
     Ok(())
 }
 
+/// Bidirectional attention within each sequence of a packed batch (BERT): K and V rounded to bf16
+/// into scratch rows, then the tensor-core prefill kernel without a cache or a causal mask.
+pub(super) fn bidirectional(
+    be: &CudaBackend,
+    q: &CudaSlice<f32>,                         // [rows, num_heads, head_dim]
+    (k, v): (&CudaSlice<f32>, &CudaSlice<f32>), // [rows, num_kv_heads, head_dim]
+    query_start_loc: &CudaSlice<u32>,
+    (num_seqs, rows): (usize, usize),
+    shape: AttnShape,
+    out: &mut CudaSlice<f32>, // [rows, num_heads, head_dim]
+) -> Result<()> {
+    let n = rows * shape.num_kv_heads * shape.head_dim;
+    let stream = &be.dev.stream;
+    // SAFETY: the casts below write all n elements before the kernel reads them.
+    let (mut k16, mut v16) = unsafe { (stream.alloc::<u16>(n), stream.alloc::<u16>(n)) };
+    let (k16, v16) = (
+        k16.as_mut().map_err(cuda_err)?,
+        v16.as_mut().map_err(cuda_err)?,
+    );
+    for (src, dst) in [(k, &mut *k16), (v, &mut *v16)] {
+        let len = n as i64;
+        let mut b = stream.launch_builder(be.kernels.get("cast_f32_bf16")?);
+        b.arg(src).arg(dst).arg(&len);
+        // SAFETY: arguments match the kernel's signature; both buffers hold n elements.
+        unsafe { b.launch(super::grid(n)) }.map_err(cuda_err)?;
+    }
+    let func = be
+        .kernels
+        .get(&format!("flash_prefill_bidir_bf16_hd{}", shape.head_dim))?;
+    let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
+    let smem = prefill_smem_bytes(threads, shape.head_dim, false);
+    func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
+        .map_err(cuda_err)?;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            (rows / threads + num_seqs) as u32,
+            shape.num_heads as u32,
+            1,
+        ),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    let ints = [num_seqs, shape.num_heads, shape.num_kv_heads].map(|v| v as i32);
+    let mut b = stream.launch_builder(func);
+    b.arg(q).arg(&*k16).arg(&*v16).arg(query_start_loc).arg(out);
+    for i in &ints {
+        b.arg(i);
+    }
+    b.arg(&shape.scale);
+    // SAFETY: arguments match the kernel's signature; the caller checked q, k, v and out hold `rows`
+    // rows and query_start_loc num_seqs + 1 offsets within them.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}
+
 /// Contexts up to this many keys are read by one block per (KV head, sequence), which writes the
 /// output itself (no reduce launch).
 const ONE_SPLIT_MAX: usize = DECODE_STEP;

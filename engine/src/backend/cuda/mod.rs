@@ -105,7 +105,7 @@ fn check_len(what: &str, len: usize, need: usize) -> Result<()> {
 }
 
 /// A 1-D grid-stride launch over `n` elements.
-fn grid(n: usize) -> LaunchConfig {
+pub(super) fn grid(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
     LaunchConfig {
         grid_dim: (blocks, 1, 1),

@@ -115,7 +115,7 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
         "bench: paged_attention prefill, one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
     );
     for hd in [64, 128] {
-        for n in [1024, 2048, 4096, 8192, 16384] {
+        for n in [1024, 2048, 4096, 8192, 16384, 32768, 65536] {
             let reps = if n > 4096 { 5 } else { 9 };
             let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), (KvDtype::Bf16, reps))?;
             let flops = 4.0 * 32.0 * hd as f64 * (n as f64) * (n as f64 + 1.0) / 2.0;
