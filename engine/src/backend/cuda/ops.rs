@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::{
-    CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, check_len, cuda_err, grid, pools,
-};
+use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, cuda_err, grid, pools};
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 
@@ -222,27 +220,14 @@ pub(super) fn kv_write(
     check_len("kv_write v", v.len(), rows * width)?;
     check_len("kv_write slot_mapping", slot_mapping.len(), rows)?;
     let (r, w) = (rows as i32, width as i32);
-    let stream = &be.dev.stream;
-    if pools::shared_dtype(kc, vc)? == "int8" {
+    let dtype = pools::shared_dtype(kc, vc)?;
+    if dtype == "int8" {
         return kv_write_int8(be, (k, v), slot_mapping, rows, (kc, vc));
     }
-    let mut b = match (&mut kc.store, &mut vc.store) {
-        (CudaKvStore::F32(kd), CudaKvStore::F32(vd)) => {
-            let mut b = stream.launch_builder(be.kernels.get("kv_write_f32")?);
-            b.arg(k).arg(v).arg(slot_mapping).arg(kd).arg(vd);
-            b
-        }
-        (CudaKvStore::Bf16(kd), CudaKvStore::Bf16(vd)) => {
-            let mut b = stream.launch_builder(be.kernels.get("kv_write_bf16")?);
-            b.arg(k).arg(v).arg(slot_mapping).arg(kd).arg(vd);
-            b
-        }
-        _ => {
-            return Err(EngineError::Internal(
-                "K and V pools of one layer must share a dtype".into(),
-            ));
-        }
-    };
+    let name = format!("kv_write_{dtype}");
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    b.arg(k).arg(v).arg(slot_mapping);
+    pools::push(&mut b, kc, vc)?;
     b.arg(&r).arg(&w);
     // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
     // (from the block allocator), as on the CPU backend.

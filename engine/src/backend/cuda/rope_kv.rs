@@ -3,7 +3,7 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::{CudaBackend, CudaKv, CudaKvStore, check_len, cuda_err, grid};
+use super::{CudaBackend, CudaKv, check_len, cuda_err, grid, pools};
 use crate::error::{EngineError, Result};
 
 pub(super) fn rope_kv_write(
@@ -25,26 +25,10 @@ pub(super) fn rope_kv_write(
     check_len("rope_kv_write table", table.len(), rows * head_dim)?;
     check_len("rope_kv_write slot_mapping", slots.len(), rows)?;
     let ints = [rows, heads, kv_heads, head_dim].map(|x| x as i32);
-    let stream = &be.dev.stream;
-    let mut b = match (&mut kc.store, &mut vc.store) {
-        (CudaKvStore::F32(kd), CudaKvStore::F32(vd)) => {
-            let mut b = stream.launch_builder(be.kernels.get("rope_kv_write_f32")?);
-            b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
-            b.arg(kd).arg(vd);
-            b
-        }
-        (CudaKvStore::Bf16(kd), CudaKvStore::Bf16(vd)) => {
-            let mut b = stream.launch_builder(be.kernels.get("rope_kv_write_bf16")?);
-            b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
-            b.arg(kd).arg(vd);
-            b
-        }
-        _ => {
-            return Err(EngineError::Internal(
-                "K and V pools of one layer must share a dtype".into(),
-            ));
-        }
-    };
+    let name = format!("rope_kv_write_{}", pools::shared_dtype(kc, vc)?);
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
+    pools::push(&mut b, kc, vc)?;
     for i in &ints {
         b.arg(i);
     }
