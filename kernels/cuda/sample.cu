@@ -234,6 +234,177 @@ __device__ float block_max(float v) {
     return result;
 }
 
+// --- Candidates: most rows keep few tokens, found without radix passes -------------------------
+//
+// One pass bins every token by its distance below the row's largest scaled logit (NEAR_BINS bins of
+// BIN_NATS, and "far" beyond), counting tokens and adding masses per bin. Walking the bins from the
+// top gives the bin where the top-k count, the top-p mass or (neither set) the draw is reached; when
+// the tokens down to that bin number at most CAND_CAP, they are the candidates: sorted by (key
+// descending, id ascending) in shared memory, their fixed-point masses scanned, and the three cuts
+// read off exactly as the radix path makes them. Otherwise the radix path runs.
+
+#define NEAR_BINS 64
+#define BIN_NATS 0.5f
+#define CAND_CAP 1024
+
+// A token's bin: 0 for the largest logits, NEAR_BINS for the far ones (and −inf, NaN distances).
+__device__ __forceinline__ int bin_of(const Row& row, float s) {
+    const float d = __fsub_rn(row.max, s);
+    return d < NEAR_BINS * BIN_NATS ? (int)(d * (1.0f / BIN_NATS)) : NEAR_BINS;
+}
+
+// Inclusive scan of v over the block's threads (in thread order).
+__device__ mass_t block_scan_mass(mass_t v) {
+    __shared__ mass_t warp_total[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        const mass_t n = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += n;
+    }
+    if (lane == 31) warp_total[warp] = v;
+    __syncthreads();
+    mass_t before = 0;
+    for (int w = 0; w < warp; ++w) before += warp_total[w];
+    __syncthreads();
+    return v + before;
+}
+
+// The first index i < n with at[i] >= target (at ascending), or -1.
+__device__ int first_reaching(const mass_t* at, int n, mass_t target) {
+    __shared__ int found;
+    if (threadIdx.x == 0) found = -1;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        if (at[i] >= target && (i == 0 || at[i - 1] < target)) found = i;
+    }
+    __syncthreads();
+    const int result = found;
+    __syncthreads();  // everyone has read it before a next call resets it
+    return result;
+}
+
+// Sorts keys[0..n) ascending (n a power of two, at most CAND_CAP).
+__device__ void bitonic_sort(unsigned long long* keys, int n) {
+    for (int k = 2; k <= n; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const int other = i ^ j;
+                if (other > i) {
+                    const unsigned long long a = keys[i], b = keys[other];
+                    if ((a > b) == ((i & k) == 0)) {
+                        keys[i] = b;
+                        keys[other] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// The pick from the candidates, or -1 when they do not hold it (the caller's radix path decides).
+__device__ int pick_from_candidates(const Row& row, int top_k, float top_p, float draw) {
+    // Each warp bins into its own histogram (no queueing across warps), summed after.
+    __shared__ unsigned warp_count[PICK_THREADS / 32][NEAR_BINS];
+    __shared__ mass_t warp_mass[PICK_THREADS / 32][NEAR_BINS];
+    __shared__ unsigned bin_count[NEAR_BINS];
+    __shared__ mass_t bin_mass[NEAR_BINS];
+    __shared__ unsigned long long keys[CAND_CAP];  // (~key << 32) | id: key descending, id ascending
+    __shared__ mass_t running[CAND_CAP];           // inclusive running masses in that order
+    __shared__ int s_last_bin, s_count, s_filled;
+    __shared__ mass_t s_total;
+    const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int i = threadIdx.x; i < warps * NEAR_BINS; i += blockDim.x) {
+        warp_count[i / NEAR_BINS][i % NEAR_BINS] = 0;
+        warp_mass[i / NEAR_BINS][i % NEAR_BINS] = 0;
+    }
+    __syncthreads();
+    mass_t far_mass = 0;
+    for (int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
+        const float s = row.scaled(i);
+        const int b = bin_of(row, s);
+        const mass_t w = row.mass(s);
+        if (b == NEAR_BINS) {
+            far_mass += w;
+        } else {
+            atomicAdd(&warp_count[warp][b], 1u);
+            if (w != 0) atomicAdd(&warp_mass[warp][b], w);
+        }
+    }
+    far_mass = block_sum_mass(far_mass);  // (its barriers also close the binning)
+    for (int b = threadIdx.x; b < NEAR_BINS; b += blockDim.x) {
+        unsigned count = 0;
+        mass_t mass = 0;
+        for (int w = 0; w < warps; ++w) {
+            count += warp_count[w][b];
+            mass += warp_mass[w][b];
+        }
+        bin_count[b] = count;
+        bin_mass[b] = mass;
+    }
+    __syncthreads();
+    const bool by_k = top_k > 0 && top_k < row.vocab;
+    if (threadIdx.x == 0) {
+        mass_t total = far_mass;
+        for (int b = 0; b < NEAR_BINS; ++b) total += bin_mass[b];
+        // Without top-k: the nucleus's mass target, or (no nucleus either) the draw's position.
+        const mass_t target = top_p < 1.0f
+                                  ? max((mass_t)ceil((double)top_p * (double)total), (mass_t)1)
+                                  : min((mass_t)((double)draw * (double)total), total - 1) + 1;
+        int last = -1, count = 0;
+        mass_t mass = 0;
+        for (int b = 0; b < NEAR_BINS && last < 0; ++b) {
+            count += (int)bin_count[b];
+            mass += bin_mass[b];
+            if (by_k ? count >= top_k : mass >= target) last = b;
+        }
+        s_last_bin = count <= CAND_CAP ? last : -1;
+        s_count = count;
+        s_total = total;
+        s_filled = 0;
+    }
+    __syncthreads();
+    const int last_bin = s_last_bin, n = s_count;
+    if (last_bin < 0) {
+        return -1;
+    }
+    for (int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
+        const float s = row.scaled(i);
+        if (bin_of(row, s) <= last_bin) {
+            const int at = atomicAdd(&s_filled, 1);
+            keys[at] = ((unsigned long long)~order_key(s) << 32) | (unsigned)i;
+        }
+    }
+    int padded = 1;
+    while (padded < n) padded <<= 1;
+    __syncthreads();
+    for (int i = n + threadIdx.x; i < padded; i += blockDim.x) keys[i] = ~0ull;
+    __syncthreads();
+    bitonic_sort(keys, padded);
+    // Running masses: each thread adds a contiguous run of candidates, then the block scans.
+    const int per = (n + blockDim.x - 1) / blockDim.x, from = threadIdx.x * per;
+    mass_t own = 0;
+    for (int i = from; i < min(n, from + per); ++i) {
+        own += row.mass(key_value(~(unsigned)(keys[i] >> 32)));
+        running[i] = own;
+    }
+    const mass_t before = block_scan_mass(own) - own;
+    for (int i = from; i < min(n, from + per); ++i) running[i] += before;
+    __syncthreads();
+    const int kept_k = by_k ? top_k : n;
+    const mass_t total = by_k ? running[kept_k - 1] : s_total;
+    int kept_n = kept_k;
+    mass_t kept = total;
+    if (top_p < 1.0f) {
+        const mass_t target = max((mass_t)ceil((double)top_p * (double)total), (mass_t)1);
+        kept_n = first_reaching(running, kept_k, target) + 1;
+        kept = running[kept_n - 1];
+    }
+    const mass_t at = min((mass_t)((double)draw * (double)kept), kept - 1);
+    const int chosen = first_reaching(running, kept_n, at + 1);
+    return chosen < 0 ? -1 : (int)(keys[chosen] & 0xffffffffu);
+}
+
 // ids[r] = the index of the largest of logits[r, :], the first of equals; one block per row.
 extern "C" __global__ void __launch_bounds__(PICK_THREADS)
     argmax_rows_f32(const float* __restrict__ logits, unsigned* ids, int vocab) {
@@ -261,6 +432,11 @@ extern "C" __global__ void __launch_bounds__(PICK_THREADS) sample_rows_f32(
     float m = NEG_INF;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row.scaled(i));
     row.max = block_max(m);
+    const int fast = pick_from_candidates(row, top_k, top_p, draw);
+    if (fast >= 0) {
+        if (threadIdx.x == 0) ids[blockIdx.x] = (unsigned)fast;
+        return;
+    }
     const Cut all{0u, ALL_IDS};
     const Cut top = top_k > 0 && top_k < vocab ? cut_at(row, all, all, true, (mass_t)top_k) : all;
     Cut nucleus = all;

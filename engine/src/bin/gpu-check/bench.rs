@@ -182,13 +182,22 @@ fn int8_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
 }
 
 /// Token picks over SmolLM2-135M's vocabulary: the arg-max against a temperature / top-p draw
-/// (`sample_rows`), at 1 and 32 rows.
+/// (`sample_rows`), at 1 and 32 rows, over flat random logits (the nucleus holds thousands of
+/// tokens: the radix path) and peaked ones (20 tokens well ahead, as a model's: the candidates path).
 fn pick_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     const VOCAB: usize = 49152;
     println!("bench: token picks on the device, vocabulary {VOCAB}");
-    for rows in [1, 32] {
+    for (rows, peaked) in [(1, false), (32, false), (1, true), (32, true)] {
+        let mut host = rng.vec(rows * VOCAB, if peaked { 4.0 } else { 8.0 });
+        if peaked {
+            for r in 0..rows {
+                for _ in 0..20 {
+                    host[r * VOCAB + rng.below(VOCAB)] += 12.0 + 2.0 * rng.uniform();
+                }
+            }
+        }
         let mut logits = gpu.alloc(rows * VOCAB)?;
-        gpu.write(&mut logits, &rng.vec(rows * VOCAB, 8.0))?;
+        gpu.write(&mut logits, &host)?;
         let mut picks = gpu.alloc(rows * 4)?;
         let row = [0.8, 0.0, 0.9, 0.5];
         gpu.write(&mut picks, &row.repeat(rows))?;
@@ -199,8 +208,9 @@ fn pick_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         let sample_ms = median_ms(gpu, 21, || {
             gpu.sample_rows(&logits, &picks, (rows, VOCAB), &mut ids)
         })?;
+        let kind = if peaked { "peaked" } else { "flat" };
         println!(
-            "  rows {rows:>2}  argmax {:>7.1} us  temperature 0.8, top-p 0.9 {:>7.1} us",
+            "  rows {rows:>2} {kind:>6}  argmax {:>7.1} us  temperature 0.8, top-p 0.9 {:>7.1} us",
             argmax_ms * 1e3,
             sample_ms * 1e3
         );
