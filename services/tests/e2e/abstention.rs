@@ -22,13 +22,7 @@ const PARAGRAPHS: usize = 6;
 const UNANSWERABLE: usize = 4;
 
 fn ask(server: &Server, key: &str, doc: &str, question: &str, route: &str) -> Value {
-    let res = server.post("/v1/ask", key, &json!({
-        "question": question, "route": route, "max_tokens": 4, "scope": { "document_ids": [doc] },
-    }));
-    let status = res.status();
-    let body: Value = res.json().unwrap();
-    assert_eq!(status, 200, "{question}: {body}");
-    body
+    server.ask(key, (doc, route), question, 4)
 }
 
 /// The answer's abstention checks, after checking that each carries its support and `threshold`, that

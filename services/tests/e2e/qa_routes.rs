@@ -11,13 +11,7 @@ use serde_json::{Value, json};
 use support::{Database, Options, Server};
 
 fn ask(server: &Server, key: &str, doc: &str, question: &str, route: &str) -> Value {
-    let res = server.post("/v1/ask", key, &json!({
-        "question": question, "route": route, "max_tokens": 24, "scope": { "document_ids": [doc] },
-    }));
-    let status = res.status();
-    let body: Value = res.json().unwrap();
-    assert_eq!(status, 200, "{question} ({route}): {body}");
-    body
+    server.ask(key, (doc, route), question, 24)
 }
 
 /// Uploads SQuAD article `index` as a text file; returns its document id and questions.

@@ -215,53 +215,36 @@ pub(super) fn kv_write(
     rows: usize,
     (kc, vc): (&mut CudaKv, &mut CudaKv),
 ) -> Result<()> {
-    let width = kc.shape.num_kv_heads * kc.shape.head_dim;
+    let (heads, hd) = (kc.shape.num_kv_heads, kc.shape.head_dim);
+    let width = heads * hd;
     check_len("kv_write k", k.len(), rows * width)?;
     check_len("kv_write v", v.len(), rows * width)?;
     check_len("kv_write slot_mapping", slot_mapping.len(), rows)?;
-    let (r, w) = (rows as i32, width as i32);
     let dtype = pools::shared_dtype(kc, vc)?;
-    if dtype == "int8" {
-        return kv_write_int8(be, (k, v), slot_mapping, rows, (kc, vc));
-    }
+    // int8 pools quantise each (row, KV head) with its own scale, one warp each; the others copy
+    // element by element.
+    let (ints, cfg) = match dtype {
+        "int8" => {
+            let warps_per_block = 8;
+            let cfg = LaunchConfig {
+                grid_dim: ((rows * heads).div_ceil(warps_per_block).max(1) as u32, 1, 1),
+                block_dim: (32 * warps_per_block as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (vec![rows, heads, hd], cfg)
+        }
+        _ => (vec![rows, width], grid(rows * width)),
+    };
+    let ints: Vec<i32> = ints.into_iter().map(|x| x as i32).collect();
     let name = format!("kv_write_{dtype}");
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
-    b.arg(k).arg(v).arg(slot_mapping);
-    pools::push(&mut b, kc, vc)?;
-    b.arg(&r).arg(&w);
-    // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
-    // (from the block allocator), as on the CPU backend.
-    unsafe { b.launch(grid(rows * width)) }.map_err(cuda_err)?;
-    Ok(())
-}
-
-/// [`kv_write`] into int8 pools: each (row, KV head) quantised with its own scale, one warp each.
-fn kv_write_int8(
-    be: &CudaBackend,
-    (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
-    slot_mapping: &CudaSlice<u32>,
-    rows: usize,
-    (kc, vc): (&mut CudaKv, &mut CudaKv),
-) -> Result<()> {
-    let (heads, hd) = (kc.shape.num_kv_heads, kc.shape.head_dim);
-    let ints = [rows, heads, hd].map(|x| x as i32);
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("kv_write_int8")?);
     b.arg(k).arg(v).arg(slot_mapping);
     pools::push(&mut b, kc, vc)?;
     for i in &ints {
         b.arg(i);
     }
-    let warps_per_block = 8;
-    let cfg = LaunchConfig {
-        grid_dim: ((rows * heads).div_ceil(warps_per_block).max(1) as u32, 1, 1),
-        block_dim: (32 * warps_per_block as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: arguments match the kernel's signature; k and v sizes checked by the caller; the pools
-    // hold every slot the allocator hands out, as for the other dtypes.
+    // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
+    // (from the block allocator), as on the CPU backend.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
 }

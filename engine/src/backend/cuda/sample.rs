@@ -22,23 +22,10 @@ fn per_row(rows: usize) -> LaunchConfig {
 pub(super) fn argmax_rows(
     be: &CudaBackend,
     logits: &CudaSlice<f32>,
-    (rows, vocab): (usize, usize),
+    dims: (usize, usize),
     ids: &mut CudaSlice<u32>,
 ) -> Result<()> {
-    check_len("argmax_rows logits", logits.len(), rows * vocab)?;
-    check_len("argmax_rows ids", ids.len(), rows)?;
-    if rows == 0 || vocab == 0 {
-        return Ok(());
-    }
-    let v = vocab as i32;
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("argmax_rows_f32")?);
-    b.arg(logits).arg(ids).arg(&v);
-    // SAFETY: arguments match the kernel's signature; sizes checked above.
-    unsafe { b.launch(per_row(rows)) }.map_err(cuda_err)?;
-    Ok(())
+    pick_rows(be, logits, None, dims, ids)
 }
 
 /// `ids[r]` = the token picked from row `r` of `logits [rows, vocab]` with row `r` of
@@ -47,22 +34,41 @@ pub(super) fn sample_rows(
     be: &CudaBackend,
     logits: &CudaSlice<f32>,
     picks: &CudaSlice<f32>,
+    dims: (usize, usize),
+    ids: &mut CudaSlice<u32>,
+) -> Result<()> {
+    pick_rows(be, logits, Some(picks), dims, ids)
+}
+
+/// One block per row: `sample_rows_f32` with the pick parameters, else `argmax_rows_f32`.
+fn pick_rows(
+    be: &CudaBackend,
+    logits: &CudaSlice<f32>,
+    picks: Option<&CudaSlice<f32>>,
     (rows, vocab): (usize, usize),
     ids: &mut CudaSlice<u32>,
 ) -> Result<()> {
-    check_len("sample_rows logits", logits.len(), rows * vocab)?;
-    check_len("sample_rows picks", picks.len(), rows * 4)?;
-    check_len("sample_rows ids", ids.len(), rows)?;
+    check_len("pick logits", logits.len(), rows * vocab)?;
+    check_len("pick ids", ids.len(), rows)?;
+    if let Some(p) = picks {
+        check_len("pick parameters", p.len(), rows * 4)?;
+    }
     if rows == 0 || vocab == 0 {
         return Ok(());
     }
+    let name = match picks {
+        Some(_) => "sample_rows_f32",
+        None => "argmax_rows_f32",
+    };
     let v = vocab as i32;
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("sample_rows_f32")?);
-    b.arg(logits).arg(picks).arg(ids).arg(&v);
-    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(name)?);
+    b.arg(logits);
+    if let Some(p) = picks {
+        b.arg(p);
+    }
+    b.arg(ids).arg(&v);
+    // SAFETY: arguments match the kernel's signature (logits, [picks,] ids, vocab); sizes checked
+    // above.
     unsafe { b.launch(per_row(rows)) }.map_err(cuda_err)?;
     Ok(())
 }

@@ -295,6 +295,26 @@ impl Server {
             .expect("POST")
     }
 
+    /// Asks `question` about document `doc` on `route` (at most `max_tokens` answer tokens); fails
+    /// the test unless the answer comes back (200). Returns the answer.
+    pub fn ask(
+        &self,
+        key: &str,
+        (doc, route): (&str, &str),
+        question: &str,
+        max_tokens: usize,
+    ) -> Value {
+        let body = json!({
+            "question": question, "route": route, "max_tokens": max_tokens,
+            "scope": { "document_ids": [doc] },
+        });
+        let res = self.post("/v1/ask", key, &body);
+        let status = res.status();
+        let answer: Value = res.json().expect("json");
+        assert_eq!(status, 200, "{question} ({route}): {answer}");
+        answer
+    }
+
     /// DELETE with a key.
     pub fn delete(&self, path: &str, key: &str) -> Response {
         self.req(reqwest::Method::DELETE, path, Some(key))
