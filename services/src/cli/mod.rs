@@ -11,6 +11,7 @@ mod generator;
 pub mod models;
 mod perplexity;
 mod perplexity_plot;
+pub mod prompt_dump;
 mod reindex;
 mod serve;
 
@@ -46,6 +47,8 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Draw the per-segment curves of `docqa perplexity --json` reports on one chart (SVG and PNG).
     PerplexityPlot(perplexity_plot::PerplexityPlotArgs),
+    /// Render prompts exactly as the service builds them (for the reader's training pipeline).
+    PromptDump(prompt_dump::PromptDumpArgs),
 }
 
 impl Cli {
@@ -61,6 +64,7 @@ impl Cli {
             Command::EvalRetrieval(args) => eval_retrieval::run(args),
             Command::Perplexity(args) => perplexity::run(args),
             Command::PerplexityPlot(args) => perplexity_plot::run(args),
+            Command::PromptDump(args) => prompt_dump::run(args),
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod plan;
 pub mod prompt;
 pub mod router;
 pub mod scope;
+pub mod templates;
 pub mod types;
 pub mod unanswerable;
 

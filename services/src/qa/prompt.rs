@@ -13,22 +13,16 @@ use docqa_engine::serving::EngineConfig;
 use docqa_engine::text::ChatMessage;
 use docqa_indexer::{Retriever, SearchFilter, SearchMode};
 
+use super::templates::{TEXTS, fill};
 use super::types::Route;
 use crate::api::error::ApiError;
 use crate::db::chunks::ChunkRow;
 use crate::db::documents::Document;
 use crate::state::AppState;
 
-/// What the answer says when the passages or the document do not hold the answer.
+/// What the answer says when the passages or the document do not hold the answer (`prompts.json`'s
+/// `not_found`, checked by a test).
 pub const NOT_FOUND: &str = "Not found in the document.";
-
-const RAG_SYSTEM: &str = "You answer questions using only the numbered sources given. Answer briefly: a \
-few words for a fact, a few sentences at most. Cite the sources you use with their numbers in square \
-brackets, like [1]. If the sources do not hold the answer, reply exactly: Not found in the document.";
-
-const LONG_SYSTEM: &str = "You answer questions about the documents given, using only those documents. \
-Answer briefly: a few words for a fact, a few sentences at most. If they do not hold the answer, reply \
-exactly: Not found in the document.";
 
 /// A chunk placed in a RAG prompt.
 #[derive(Debug, Clone)]
@@ -69,14 +63,18 @@ pub struct Prepared {
     pub sink_window: Option<SinkWindow>,
 }
 
-fn encode(state: &AppState, system: &str, user: &str) -> Result<Vec<u32>, ApiError> {
-    let messages = [
+/// The two chat messages of a prompt.
+pub fn messages(system: &str, user: String) -> [ChatMessage; 2] {
+    [
         ChatMessage::new("system", system),
         ChatMessage::new("user", user),
-    ];
+    ]
+}
+
+fn encode(state: &AppState, system: &str, user: String) -> Result<Vec<u32>, ApiError> {
     let text = state
         .tokenizer
-        .apply_chat_template(&messages, true)
+        .apply_chat_template(&messages(system, user), true)
         .map_err(ApiError::internal)?;
     state
         .tokenizer
@@ -129,17 +127,55 @@ pub async fn retrieve(
     })
 }
 
-fn source_block(number: usize, title: &str, chunk: &ChunkRow) -> String {
-    let pages = if chunk.page_start == chunk.page_end {
-        format!("page {}", chunk.page_start)
+/// One numbered source of a RAG prompt: its number, title, pages and text.
+pub fn source_block(number: usize, title: &str, pages: (i64, i64), text: &str) -> String {
+    let pages = if pages.0 == pages.1 {
+        fill(&TEXTS.one_page, &[("page", &pages.0.to_string())])
     } else {
-        format!("pages {}-{}", chunk.page_start, chunk.page_end)
+        let (first, last) = (pages.0.to_string(), pages.1.to_string());
+        fill(&TEXTS.page_range, &[("first", &first), ("last", &last)])
     };
-    format!("[{number}] {title} ({pages})\n{}\n\n", chunk.text.trim())
+    fill(
+        &TEXTS.source_block,
+        &[
+            ("number", &number.to_string()),
+            ("title", title),
+            ("pages", &pages),
+            ("text", text.trim()),
+        ],
+    )
 }
 
-fn rag_user(blocks: &str, question: &str) -> String {
-    format!("Sources:\n\n{blocks}Question: {}", question.trim())
+fn chunk_block(number: usize, title: &str, chunk: &ChunkRow) -> String {
+    source_block(
+        number,
+        title,
+        (chunk.page_start, chunk.page_end),
+        &chunk.text,
+    )
+}
+
+/// The RAG user message: the source blocks, then the question.
+pub fn rag_user(blocks: &str, question: &str) -> String {
+    fill(
+        &TEXTS.rag_user,
+        &[("sources", blocks), ("question", question.trim())],
+    )
+}
+
+/// The RAG system message.
+pub fn rag_system() -> &'static str {
+    &TEXTS.rag_system
+}
+
+/// The long path's system message.
+pub fn long_system() -> &'static str {
+    &TEXTS.long_system
+}
+
+/// The long path's user message: the documents (see [`long_documents`]), a space, the question.
+pub fn long_user(documents: &str, question: &str) -> String {
+    format!("{documents} {}", question.trim())
 }
 
 /// The RAG window in tokens (prompt and answer).
@@ -149,7 +185,7 @@ pub fn rag_window(state: &AppState) -> usize {
 
 /// Prompt tokens left for passages in the RAG window.
 pub fn rag_budget(state: &AppState, question: &str, max_tokens: usize) -> Result<usize, ApiError> {
-    let base = encode(state, RAG_SYSTEM, &rag_user("", question))?.len();
+    let base = encode(state, rag_system(), rag_user("", question))?.len();
     Ok(rag_window(state).saturating_sub(max_tokens + base))
 }
 
@@ -181,7 +217,7 @@ pub fn rag(
     for chunk in &retrieval.chunks {
         let cost = state
             .tokenizer
-            .encode(&source_block(99, &title(chunk), chunk), false)
+            .encode(&chunk_block(99, &title(chunk), chunk), false)
             .map_err(ApiError::internal)?
             .len();
         if used + cost <= budget {
@@ -203,9 +239,9 @@ pub fn rag(
     let render = |sources: &[Source]| -> Result<Vec<u32>, ApiError> {
         let blocks: String = sources
             .iter()
-            .map(|s| source_block(s.number, &s.title, &s.chunk))
+            .map(|s| chunk_block(s.number, &s.title, &s.chunk))
             .collect();
-        encode(state, RAG_SYSTEM, &rag_user(&blocks, question))
+        encode(state, rag_system(), rag_user(&blocks, question))
     };
     let mut prompt = render(&sources)?;
     // Tokens can merge across block boundaries: never exceed the window.
@@ -233,20 +269,21 @@ pub fn rag(
 }
 
 /// The long prompt's user message up to the question: the documents, then `Question:`.
-fn long_documents(docs: &[(String, String)]) -> String {
+pub fn long_documents(docs: &[(String, String)]) -> String {
     let mut user = String::new();
     for (i, (title, text)) in docs.iter().enumerate() {
-        if docs.len() == 1 {
-            user.push_str(&format!("Document: {title}\n\n{}\n\n", text.trim()));
+        let text = text.trim();
+        user.push_str(&if docs.len() == 1 {
+            fill(&TEXTS.long_document, &[("title", title), ("text", text)])
         } else {
-            user.push_str(&format!(
-                "Document {}: {title}\n\n{}\n\n",
-                i + 1,
-                text.trim()
-            ));
-        }
+            let number = (i + 1).to_string();
+            fill(
+                &TEXTS.long_document_numbered,
+                &[("number", &number), ("title", title), ("text", text)],
+            )
+        });
     }
-    user.push_str("Question:");
+    user.push_str(&TEXTS.long_question_marker);
     user
 }
 
@@ -279,7 +316,7 @@ pub async fn long(
         .encode(
             &state.tokenizer,
             &ids,
-            LONG_SYSTEM,
+            long_system(),
             &documents,
             question.trim(),
         )
