@@ -159,6 +159,15 @@ pub enum EngineError {
         /// The dtype found in the file.
         dtype: String,
     },
+    /// A LoRA adapter cannot be merged: an unsupported PEFT feature, a bad file, or shapes that do not
+    /// fit the base model (see [`crate::adapter::AdapterProblem`]).
+    #[error("adapter {dir}: {problem}")]
+    Adapter {
+        /// The adapter directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        problem: crate::adapter::AdapterProblem,
+    },
     /// A `config.json` could not be parsed or holds inconsistent values.
     #[error("invalid model config {path}: {reason}")]
     Config {

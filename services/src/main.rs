@@ -1,6 +1,7 @@
 //! The `docqa` command line (one subcommand per file under [`cli`]) and the service behind
 //! `docqa serve`: [`server`] wires [`db`], [`indexes`], [`ingest`], [`qa`] and the HTTP [`api`].
 
+mod adapter;
 mod api;
 mod cli;
 mod config;

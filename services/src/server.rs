@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use actix_web::dev::Service;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
+use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::Backend;
 use docqa_engine::config::RopeScaling;
 use docqa_engine::models::llama::Llama;
@@ -18,6 +19,7 @@ use docqa_engine::text::TextTokenizer;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::adapter::AdapterInfo;
 use crate::api::auth::RateLimits;
 use crate::cli::models::fetch_with_progress;
 use crate::config::{LongContext, ServeConfig};
@@ -58,17 +60,26 @@ pub async fn run_with(
         db.ensure_local_tenant().await?;
     }
     let started = Instant::now();
+    let adapter = crate::adapter::load(config.adapter.as_ref(), Some(&models.reader))?;
+    let adapter_info = AdapterInfo::of(adapter.as_ref());
     let StartedEngine {
         engine,
         tokenizer,
         max_context,
         trained_context,
-    } = start_engine(&config, &models.generator, backend)?;
+    } = start_engine(&config, &models.generator, adapter.as_ref(), backend)?;
+    drop(adapter);
     let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
     let bert = config.device.load_embedder(&models.embedder)?;
     eprintln!(
-        "docqa: models loaded in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "docqa: models loaded in {:.1} s; adapter {}{}",
+        started.elapsed().as_secs_f64(),
+        adapter_info.name,
+        adapter_info
+            .sha256
+            .as_ref()
+            .map(|sum| format!(" (sha256 {sum})"))
+            .unwrap_or_default()
     );
     let embedder = Arc::new(EngineEmbedder::new(bert));
     let state = web::Data::new(AppState {
@@ -80,6 +91,7 @@ pub async fn run_with(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
+        adapter: adapter_info,
         db,
         engine,
         tokenizer,
@@ -165,16 +177,18 @@ struct StartedEngine {
     trained_context: usize,
 }
 
-/// Loads the generator on the backend `--device` opened and starts its engine thread.
+/// Loads the generator (with the adapter merged) on the backend `--device` opened and starts its
+/// engine thread.
 fn start_engine(
     config: &ServeConfig,
     generator: &Path,
+    adapter: Option<&Adapter>,
     backend: GeneratorBackend,
 ) -> anyhow::Result<StartedEngine> {
     match backend {
-        GeneratorBackend::Cpu(cpu) => spawn_engine(cpu, config, generator),
+        GeneratorBackend::Cpu(cpu) => spawn_engine(cpu, config, generator, adapter),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => spawn_engine(*cuda, config, generator),
+        GeneratorBackend::Cuda(cuda) => spawn_engine(*cuda, config, generator, adapter),
     }
 }
 
@@ -182,8 +196,9 @@ fn spawn_engine<B: Backend + 'static>(
     backend: B,
     config: &ServeConfig,
     generator: &Path,
+    adapter: Option<&Adapter>,
 ) -> anyhow::Result<StartedEngine> {
-    let mut model = Llama::load(backend, generator)
+    let mut model = Llama::load_with(backend, generator, adapter)
         .with_context(|| format!("loading {}", generator.display()))?;
     let trained_context = model.config.max_position_embeddings;
     if config.long_context == LongContext::Yarn {

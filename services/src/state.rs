@@ -36,6 +36,8 @@ pub struct AppState {
     pub kv_capacity_tokens: usize,
     /// Name of the generator model, as `/v1/models` reports it.
     pub model_name: String,
+    /// The LoRA adapter merged into the generator (`none` for the base model).
+    pub adapter: crate::adapter::AdapterInfo,
     /// Metrics.
     pub metrics: Metrics,
     /// Per-key rate limits.

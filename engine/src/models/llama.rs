@@ -7,14 +7,16 @@
 //! different lengths, prefill and decode tokens mixed, and returns logits for the rows its
 //! [`LogitsMode`] asks for.
 
+use std::collections::HashMap;
 use std::path::Path;
 
+use crate::adapter::Adapter;
 use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, WindowedAttn};
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
 use crate::models::graphs::GraphKey;
 use crate::models::workspace::{LlamaWorkspace, write_changed};
-use crate::models::{Batch, KvPool, matrix, opt_vector, too_big, vector};
+use crate::models::{Batch, KvPool, adapted_matrix, matrix, opt_vector, too_big, vector};
 use crate::weights::Weights;
 
 pub use crate::models::workspace::WorkspaceSize;
@@ -53,11 +55,20 @@ pub struct Llama<B: Backend> {
 impl<B: Backend> Llama<B> {
     /// Loads `config.json` and the safetensors weights of the HF-style directory `dir`.
     pub fn load(backend: B, dir: &Path) -> Result<Self> {
+        Self::load_with(backend, dir, None)
+    }
+
+    /// [`Llama::load`] with a LoRA adapter merged into the projections as they are uploaded (checked
+    /// against them first, so a misfit adapter fails before anything is uploaded).
+    pub fn load_with(backend: B, dir: &Path, adapter: Option<&Adapter>) -> Result<Self> {
         let config = LlamaConfig::load(&dir.join("config.json"))?;
+        if let Some(adapter) = adapter {
+            adapter.check_targets(&projection_shapes(&config))?;
+        }
         let weights = Weights::open_dir(dir)?;
         let (h, v) = (config.hidden_size, config.vocab_size);
         let layers = (0..config.num_hidden_layers)
-            .map(|i| load_layer(&backend, &weights, &config, i))
+            .map(|i| load_layer(&backend, &weights, &config, i, adapter))
             .collect::<Result<_>>()?;
         let lm_head = match config.tie_word_embeddings {
             true => None,
@@ -371,25 +382,59 @@ fn check_capacity(batch: &Batch, cap: WorkspaceSize) -> Result<()> {
     Ok(())
 }
 
-fn load_layer<B: Backend>(b: &B, w: &Weights, cfg: &LlamaConfig, i: usize) -> Result<Layer<B>> {
-    let p = format!("model.layers.{i}");
+/// Layer `i`'s projection matrices: name and `[out, in]` shape, in the order q, k, v, o, gate, up, down.
+fn projections(cfg: &LlamaConfig, i: usize) -> [(String, [usize; 2]); 7] {
     let (h, f) = (cfg.hidden_size, cfg.intermediate_size);
     let (qd, kvd) = (
         cfg.num_attention_heads * cfg.head_dim,
         cfg.num_key_value_heads * cfg.head_dim,
     );
+    let p = format!("model.layers.{i}");
+    [
+        (format!("{p}.self_attn.q_proj.weight"), [qd, h]),
+        (format!("{p}.self_attn.k_proj.weight"), [kvd, h]),
+        (format!("{p}.self_attn.v_proj.weight"), [kvd, h]),
+        (format!("{p}.self_attn.o_proj.weight"), [h, qd]),
+        (format!("{p}.mlp.gate_proj.weight"), [f, h]),
+        (format!("{p}.mlp.up_proj.weight"), [f, h]),
+        (format!("{p}.mlp.down_proj.weight"), [h, f]),
+    ]
+}
+
+/// Every projection of the model and its shape: what an adapter may adapt.
+fn projection_shapes(cfg: &LlamaConfig) -> HashMap<String, [usize; 2]> {
+    (0..cfg.num_hidden_layers)
+        .flat_map(|i| projections(cfg, i))
+        .collect()
+}
+
+fn load_layer<B: Backend>(
+    b: &B,
+    w: &Weights,
+    cfg: &LlamaConfig,
+    i: usize,
+    adapter: Option<&Adapter>,
+) -> Result<Layer<B>> {
+    let p = format!("model.layers.{i}");
+    let (h, qd, kvd) = (
+        cfg.hidden_size,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.num_key_value_heads * cfg.head_dim,
+    );
+    let proj = projections(cfg, i);
+    let m = |j: usize| adapted_matrix(b, w, &proj[j].0, proj[j].1, adapter);
     Ok(Layer {
         input_norm: vector(b, w, &format!("{p}.input_layernorm.weight"), h)?,
-        q: matrix(b, w, &format!("{p}.self_attn.q_proj.weight"), [qd, h])?,
-        k: matrix(b, w, &format!("{p}.self_attn.k_proj.weight"), [kvd, h])?,
-        v: matrix(b, w, &format!("{p}.self_attn.v_proj.weight"), [kvd, h])?,
+        q: m(0)?,
+        k: m(1)?,
+        v: m(2)?,
         q_bias: opt_vector(b, w, &format!("{p}.self_attn.q_proj.bias"), qd)?,
         k_bias: opt_vector(b, w, &format!("{p}.self_attn.k_proj.bias"), kvd)?,
         v_bias: opt_vector(b, w, &format!("{p}.self_attn.v_proj.bias"), kvd)?,
-        o: matrix(b, w, &format!("{p}.self_attn.o_proj.weight"), [h, qd])?,
+        o: m(3)?,
         post_norm: vector(b, w, &format!("{p}.post_attention_layernorm.weight"), h)?,
-        gate: matrix(b, w, &format!("{p}.mlp.gate_proj.weight"), [f, h])?,
-        up: matrix(b, w, &format!("{p}.mlp.up_proj.weight"), [f, h])?,
-        down: matrix(b, w, &format!("{p}.mlp.down_proj.weight"), [h, f])?,
+        gate: m(4)?,
+        up: m(5)?,
+        down: m(6)?,
     })
 }

@@ -10,6 +10,7 @@ pub mod llama;
 pub mod perplexity;
 pub mod workspace;
 
+use crate::adapter::Adapter;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, Weights};
@@ -61,6 +62,21 @@ pub(crate) fn matrix<B: Backend>(
     shape: [usize; 2],
 ) -> Result<B::Weight> {
     b.upload_matrix(&tensor(w, name, &shape)?)
+}
+
+/// Uploads a matrix after checking its shape, with the adapter's LoRA merged in when it adapts it.
+pub(crate) fn adapted_matrix<B: Backend>(
+    b: &B,
+    w: &Weights,
+    name: &str,
+    shape: [usize; 2],
+    adapter: Option<&Adapter>,
+) -> Result<B::Weight> {
+    let t = tensor(w, name, &shape)?;
+    match adapter.map(|a| a.merge(&t)).transpose()?.flatten() {
+        Some(merged) => b.upload_matrix(&merged.as_ref()),
+        None => b.upload_matrix(&t),
+    }
 }
 
 /// Uploads a vector after checking its length.

@@ -5,6 +5,7 @@ use actix_web::web;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::adapter::AdapterInfo;
 use crate::state::AppState;
 
 /// The server's public facts.
@@ -26,6 +27,8 @@ pub struct ServerInfo {
     pub trained_context: usize,
     /// The generator's name.
     pub model: String,
+    /// The LoRA adapter merged into the generator: its name and SHA-256, or the name `none`.
+    pub adapter: AdapterInfo,
 }
 
 /// Version, sign-in mode and limits.
@@ -41,6 +44,7 @@ pub async fn info(state: web::Data<AppState>) -> web::Json<ServerInfo> {
         max_context: state.max_context,
         trained_context: state.trained_context,
         model: state.model_name.clone(),
+        adapter: state.adapter.clone(),
     })
 }
 

@@ -64,6 +64,10 @@ pub struct EvalArgs {
     /// Directory holding the model directories (in-process server).
     #[arg(long, env = "DOCQA_MODELS_DIR")]
     models_dir: Option<PathBuf>,
+    /// LoRA adapter of the in-process server (`docqa serve --adapter`): a PEFT adapter directory, or
+    /// `none` for the base model [default: the shipped reader]. Each result records the adapter used.
+    #[arg(long, env = "DOCQA_ADAPTER", value_name = "DIR|none")]
+    adapter: Option<crate::adapter::AdapterFlag>,
 }
 
 #[derive(Parser)]
@@ -89,14 +93,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         let results = crate::eval::results::read(&path)?;
         anyhow::ensure!(!results.is_empty(), "{} holds no results", path.display());
         let header = format!(
-            "{} answers read from {} (report written without asking).",
+            "{} answers read from {} (report written without asking); adapter {}.",
             results.len(),
-            path.display()
+            path.display(),
+            crate::eval::results::adapters(&results)
         );
         (results, header)
     } else {
         let results = run_questions(&args, &out)?;
-        let header = run_header(&args, results.len());
+        let header = run_header(&args, &results);
         (results, header)
     };
     let summaries = report::summarize(&results);
@@ -134,10 +139,11 @@ fn run_questions(args: &EvalArgs, out: &Path) -> anyhow::Result<Vec<QuestionResu
 }
 
 /// The report's first line: what was run, and where.
-fn run_header(args: &EvalArgs, answers: usize) -> String {
+fn run_header(args: &EvalArgs, results: &[QuestionResult]) -> String {
     format!(
-        "{} answers; routes {}; limit {:?} per dataset, seed {}; max answer tokens {}; {}.",
-        answers,
+        "{} answers; adapter {}; routes {}; limit {:?} per dataset, seed {}; max answer tokens {}; {}.",
+        results.len(),
+        crate::eval::results::adapters(results),
         args.routes.join(", "),
         args.limit,
         args.seed,
@@ -225,6 +231,10 @@ fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
     if let Some(dir) = &args.models_dir {
         argv.push("--models-dir".into());
         argv.push(dir.display().to_string());
+    }
+    if let Some(adapter) = &args.adapter {
+        argv.push("--adapter".into());
+        argv.push(adapter.to_string());
     }
     let config = ServeOnly::try_parse_from(argv)?.serve;
     let (tx, rx) = mpsc::channel();

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::Backend;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::sampling::SamplingParams;
@@ -55,17 +56,24 @@ pub struct GenerateArgs {
 
 /// Runs `docqa generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let (backend, dir) = args.generator.resolve()?;
+    let (backend, dir, adapter) = args.generator.resolve()?;
+    let adapter = adapter.as_ref();
     match backend {
-        GeneratorBackend::Cpu(cpu) => generate_on(cpu, &dir, &args),
+        GeneratorBackend::Cpu(cpu) => generate_on(cpu, &dir, adapter, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => generate_on(*cuda, &dir, &args),
+        GeneratorBackend::Cuda(cuda) => generate_on(*cuda, &dir, adapter, &args),
     }
 }
 
-fn generate_on<B: Backend>(backend: B, dir: &Path, args: &GenerateArgs) -> anyhow::Result<()> {
+fn generate_on<B: Backend>(
+    backend: B,
+    dir: &Path,
+    adapter: Option<&Adapter>,
+    args: &GenerateArgs,
+) -> anyhow::Result<()> {
     let load = Instant::now();
-    let model = Llama::load(backend, dir).with_context(|| format!("loading {}", dir.display()))?;
+    let model = Llama::load_with(backend, dir, adapter)
+        .with_context(|| format!("loading {}", dir.display()))?;
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let prompt = prompt_ids(&tokenizer, args)?;
     let engine_config = EngineConfig {

@@ -1,10 +1,13 @@
-//! The flags that choose the generator a command runs and where (`docqa generate`, `docqa perplexity`).
+//! The flags that choose the generator a command runs, the adapter merged into it, and where
+//! (`docqa generate`, `docqa perplexity`).
 
 use std::path::PathBuf;
 
 use clap::Args;
+use docqa_engine::adapter::Adapter;
 
 use super::models::{fetch_with_progress, models_dir_or_default};
+use crate::adapter::{AdapterFlag, AdapterInfo};
 use crate::device::{Device, GeneratorBackend};
 
 /// Which generator, and on which device.
@@ -19,17 +22,26 @@ pub struct GeneratorArgs {
     /// Where the generator runs: `cpu`, or `cuda` (GPU 0; needs a build with `--features cuda`).
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// LoRA adapter merged into the generator at load: a PEFT adapter directory, or `none` for the base
+    /// model [default: the shipped reader `docqa-reader` in the models directory; none with `--model`].
+    #[arg(long, env = "DOCQA_ADAPTER", value_name = "DIR|none")]
+    pub adapter: Option<AdapterFlag>,
 }
 
 impl GeneratorArgs {
-    /// Opens the device's backend, then finds the model directory (the default generator is fetched on
-    /// first use).
-    pub fn resolve(&self) -> anyhow::Result<(GeneratorBackend, PathBuf)> {
+    /// Opens the device's backend, then finds the model directory and loads the adapter (the default
+    /// generator and reader are fetched on first use). Says on stderr which adapter is merged.
+    pub fn resolve(&self) -> anyhow::Result<(GeneratorBackend, PathBuf, Option<Adapter>)> {
         let backend = self.device.open()?;
-        let dir = match &self.model {
-            Some(dir) => dir.clone(),
-            None => fetch_with_progress(&models_dir_or_default(self.models_dir.clone()))?.generator,
+        let (dir, reader) = match &self.model {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let models = fetch_with_progress(&models_dir_or_default(self.models_dir.clone()))?;
+                (models.generator, Some(models.reader))
+            }
         };
-        Ok((backend, dir))
+        let adapter = crate::adapter::load(self.adapter.as_ref(), reader.as_deref())?;
+        eprintln!("[adapter: {}]", AdapterInfo::of(adapter.as_ref()).label());
+        Ok((backend, dir, adapter))
     }
 }

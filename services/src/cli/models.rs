@@ -18,7 +18,8 @@ pub struct ModelsArgs {
 
 #[derive(Debug, Subcommand)]
 enum ModelsCommand {
-    /// Download and convert the generator and the embedder (does nothing when they are already valid).
+    /// Download and convert the generator and the embedder, and install the reader adapter this binary
+    /// ships (does nothing when they are already valid).
     Fetch {
         /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or
         /// ~/.cache/docqa/models].
@@ -51,6 +52,7 @@ fn fetch(models_dir: PathBuf) -> anyhow::Result<()> {
     let paths = fetch_with_progress(&models_dir)?;
     println!("generator: {}", paths.generator.display());
     println!("embedder:  {}", paths.embedder.display());
+    println!("reader:    {}", paths.reader.display());
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::Backend;
 use docqa_engine::config::RopeScaling;
 use docqa_engine::kv::manager::SinkWindow;
@@ -15,6 +16,7 @@ use docqa_engine::text::TextTokenizer;
 use serde_json::json;
 
 use super::generator::GeneratorArgs;
+use crate::adapter::AdapterInfo;
 use crate::device::{GeneratorBackend, KvType};
 
 /// Position encodings to read past the trained context with.
@@ -69,19 +71,25 @@ pub struct PerplexityArgs {
 
 /// Runs `docqa perplexity`.
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
-    let (backend, dir) = args.generator.resolve()?;
+    let (backend, dir, adapter) = args.generator.resolve()?;
+    let adapter = adapter.as_ref();
     match backend {
-        GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, &args),
+        GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, adapter, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => run_on(*cuda, &dir, &args),
+        GeneratorBackend::Cuda(cuda) => run_on(*cuda, &dir, adapter, &args),
     }
 }
 
-fn run_on<B: Backend>(backend: B, dir: &Path, args: &PerplexityArgs) -> anyhow::Result<()> {
+fn run_on<B: Backend>(
+    backend: B,
+    dir: &Path,
+    adapter: Option<&Adapter>,
+    args: &PerplexityArgs,
+) -> anyhow::Result<()> {
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let tokens = read_tokens(&args.text, &tokenizer, args.tokens)?;
-    let mut model =
-        Llama::load(backend, dir).with_context(|| format!("loading {}", dir.display()))?;
+    let mut model = Llama::load_with(backend, dir, adapter)
+        .with_context(|| format!("loading {}", dir.display()))?;
     let trained = model.config.max_position_embeddings;
     let sink_window = (args.window > 0).then_some(SinkWindow {
         num_sink_tokens: args.sinks,
@@ -101,7 +109,8 @@ fn run_on<B: Backend>(backend: B, dir: &Path, args: &PerplexityArgs) -> anyhow::
     let report = perplexity(&model, &tokens, &opts)?;
     print_report(&report);
     if let Some(path) = &args.json {
-        let value = report_json(&report, args, tokens.len(), trained);
+        let mut value = report_json(&report, args, tokens.len(), trained);
+        value["adapter"] = json!(AdapterInfo::of(adapter).label());
         std::fs::write(path, serde_json::to_string_pretty(&value)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }

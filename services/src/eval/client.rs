@@ -102,6 +102,20 @@ impl DocqaClient {
         self.json(self.http.get(format!("{}/v1/documents/{id}", self.base)))
     }
 
+    /// The server's `/v1/info`.
+    pub fn info(&self) -> anyhow::Result<Value> {
+        self.json(self.http.get(format!("{}/v1/info", self.base)))
+    }
+
+    /// The label of the adapter the server's generator merged (`none`, or `NAME@` and its digest's first
+    /// 12 digits); `None` from a server too old to say.
+    pub fn adapter_label(&self) -> anyhow::Result<Option<String>> {
+        let info = self.info()?;
+        let adapter: Option<crate::adapter::AdapterInfo> =
+            serde_json::from_value(info["adapter"].clone()).ok();
+        Ok(adapter.map(|a| a.label()))
+    }
+
     /// Whether the server still has a ready document with this id.
     pub fn has_document(&self, id: &str) -> bool {
         self.document(id).is_ok_and(|d| d["status"] == "ready")

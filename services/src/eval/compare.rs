@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::report::RouteSummary;
-use super::results::QuestionResult;
+use super::results::{QuestionResult, adapters};
 
 /// A `report.json`.
 #[derive(Debug, Deserialize)]
@@ -127,9 +127,11 @@ fn clip(text: &str, n: usize) -> String {
 /// The comparison as Markdown: `base_name` and `new_name` label the two runs.
 pub fn markdown(base: &Report, new: &Report, base_name: &str, new_name: &str) -> String {
     let mut md = format!(
-        "# docqa evaluation: comparison\n\nbase: `{base_name}`; new: `{new_name}`. Scores are percentages; Δ is new − base; latency ratios are new / base.\n\n\
+        "# docqa evaluation: comparison\n\nbase: `{base_name}` (adapter {}); new: `{new_name}` (adapter {}). Scores are percentages; Δ is new − base; latency ratios are new / base.\n\n\
          | dataset | route | n (base / new) | score | Δ score | EM Δ | F1 Δ | ROUGE-L Δ | TTFT mean ms | TTFT ratio | total p50 ms | total ratio | prompt tok | cached tok | auto = best |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        adapters(&base.results),
+        adapters(&new.results),
     );
     let old: BTreeMap<(&str, &str), &RouteSummary> = base
         .summaries
@@ -313,5 +315,30 @@ mod tests {
         let md = markdown(&base, &new, "a", "b");
         assert!(md.contains("Only in base: squad / auto."), "{md}");
         assert!(md.contains("1 asked (or answered) in only one run"), "{md}");
+    }
+
+    #[test]
+    fn each_run_is_labelled_with_the_adapter_it_was_answered_with() {
+        let with = |adapter: &str| QuestionResult {
+            adapter: Some(adapter.into()),
+            ..result("q1", "rag", 0.5, 100)
+        };
+        let md = markdown(
+            &report(vec![with("none")]),
+            &report(vec![with("docqa-reader@0123456789ab")]),
+            "base-run",
+            "reader-run",
+        );
+        assert!(
+            md.contains("base: `base-run` (adapter none); new: `reader-run` (adapter docqa-reader@0123456789ab)"),
+            "{md}"
+        );
+        let old = markdown(
+            &report(vec![result("q1", "rag", 0.5, 100)]),
+            &report(vec![]),
+            "a",
+            "b",
+        );
+        assert!(old.contains("`a` (adapter unknown)"), "{old}");
     }
 }

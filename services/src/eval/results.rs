@@ -64,6 +64,10 @@ pub struct QuestionResult {
     /// The answer's abstention checks (the router's signals), one per generation.
     #[serde(default)]
     pub abstention: Vec<AbstentionCheck>,
+    /// The adapter merged into the server's generator (`none`, or `NAME@DIGEST12`; absent when the
+    /// server did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
 }
 
 impl QuestionResult {
@@ -122,18 +126,20 @@ pub fn score(
 ) -> QuestionResult {
     let text = answer["answer"].as_str().unwrap_or_default().to_string();
     let answerable = answer["answerable"].as_bool().unwrap_or(true);
+    // Citation markers are where the answer came from, not what it says: scored without them.
+    let said = crate::qa::citations::without_markers(&text);
     let (mut em, mut f1, mut rouge) = (None, None, None);
     let score = match q.kind.as_str() {
         "unanswerable" => f64::from(u8::from(!answerable)),
-        "multiple-choice" => metrics::multiple_choice(&text, &q.answers),
+        "multiple-choice" => metrics::multiple_choice(&said, &q.answers),
         "extractive" => {
-            em = Some(metrics::exact_match(&text, &q.answers));
-            let v = metrics::f1(&text, &q.answers);
+            em = Some(metrics::exact_match(&said, &q.answers));
+            let v = metrics::f1(&said, &q.answers);
             f1 = Some(v);
             v
         }
         _ => {
-            let v = metrics::rouge_l(&text, &q.answers);
+            let v = metrics::rouge_l(&said, &q.answers);
             rouge = Some(v);
             v
         }
@@ -179,6 +185,22 @@ pub fn score(
         error: None,
         abstention: serde_json::from_value(answer["signals"]["abstention"].clone())
             .unwrap_or_default(),
+        adapter: None,
+    }
+}
+
+/// The adapters the results were answered with, in order of first appearance (`unknown` when none
+/// was recorded).
+pub fn adapters(results: &[QuestionResult]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for a in results.iter().filter_map(|r| r.adapter.as_deref()) {
+        if !seen.contains(&a) {
+            seen.push(a);
+        }
+    }
+    match seen.is_empty() {
+        true => "unknown".into(),
+        false => seen.join(", "),
     }
 }
 
@@ -220,13 +242,16 @@ pub fn read_for_resume(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
     Ok(answered)
 }
 
-/// Appends one result and flushes it to disk.
+/// Appends one result and flushes it to disk. The line goes out in one write, so results appended at
+/// the same time by concurrent questions never share a line.
 pub fn append(path: &Path, r: &QuestionResult) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    writeln!(f, "{}", serde_json::to_string(r)?)?;
+    let mut line = serde_json::to_string(r)?;
+    line.push('\n');
+    f.write_all(line.as_bytes())?;
     f.sync_data()?;
     Ok(())
 }
@@ -260,12 +285,33 @@ pub fn example(question_id: &str, route: &str, score: f64) -> QuestionResult {
         completion_tokens: 5,
         error: None,
         abstention: Vec::new(),
+        adapter: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_appended_by_concurrent_questions_keep_a_line_each() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("results.jsonl");
+        std::thread::scope(|scope| {
+            for t in 0..8 {
+                let path = &path;
+                scope.spawn(move || {
+                    for i in 0..40 {
+                        let r = example(&format!("q{t}-{i}"), "rag", 0.5);
+                        append(path, &r).expect("appended");
+                    }
+                });
+            }
+        });
+        let (parsed, lines) = read_lines(&path).expect("read");
+        assert_eq!(lines, 320);
+        assert_eq!(parsed.len(), 320);
+    }
 
     #[test]
     fn a_resumed_run_asks_failed_questions_again_and_keeps_answered_ones() {

@@ -42,6 +42,8 @@ pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionRes
     std::fs::create_dir_all(&s.out)?;
     let results_path = s.out.join("results.jsonl");
     let previous = results::read_for_resume(&results_path)?;
+    let adapter = client.adapter_label()?;
+    same_adapter(&previous, adapter.as_deref())?;
     let done: HashSet<String> = previous.iter().map(QuestionResult::key).collect();
     let ids_path = s.out.join("documents.json");
     let mut ids: HashMap<String, String> = std::fs::read_to_string(&ids_path)
@@ -104,6 +106,7 @@ pub fn run(client: &DocqaClient, s: &Settings) -> anyhow::Result<Vec<QuestionRes
                 docqa_id: &docqa_id,
                 tokens,
                 done: &done,
+                adapter: adapter.as_deref(),
             };
             run_questions(&ctx, &pending, &results_path, &sink, &bar)?;
         }
@@ -120,6 +123,8 @@ struct DocContext<'a> {
     docqa_id: &'a str,
     tokens: u64,
     done: &'a HashSet<String>,
+    /// The server's adapter label, recorded on every result.
+    adapter: Option<&'a str>,
 }
 
 /// Asks the document's pending questions route by route. Before each route the tenant's cached KV is
@@ -202,6 +207,18 @@ fn evidence_of(ctx: &DocContext<'_>, q: usize) -> Option<f64> {
         .and_then(|chunks| results::evidence_recall(&question.evidence, &chunks))
 }
 
+/// Refuses to resume results answered with another adapter than the server's (a run compares one
+/// setup; a base run and a reader run belong in two directories).
+fn same_adapter(previous: &[QuestionResult], now: Option<&str>) -> anyhow::Result<()> {
+    let before = previous.iter().find_map(|r| r.adapter.as_deref());
+    match (before, now) {
+        (Some(b), Some(n)) if b != n => anyhow::bail!(
+            "results.jsonl was answered with adapter {b}, the server merges {n}: use another --out"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Asks question `q` on `route` and scores the answer (an error scores 0; a resumed run asks again).
 fn ask_route(ctx: &DocContext<'_>, q: usize, route: &str, evidence: Option<f64>) -> QuestionResult {
     let question = &ctx.doc.questions[q];
@@ -211,7 +228,7 @@ fn ask_route(ctx: &DocContext<'_>, q: usize, route: &str, evidence: Option<f64>)
     let scored = |a: &serde_json::Value| {
         results::score(ctx.name, ctx.doc, ctx.tokens, question, route, a, evidence)
     };
-    match answer {
+    let mut r = match answer {
         Ok(a) => scored(&a),
         Err(e) => {
             let mut r = scored(&serde_json::Value::Null);
@@ -219,7 +236,9 @@ fn ask_route(ctx: &DocContext<'_>, q: usize, route: &str, evidence: Option<f64>)
             r.error = Some(e.to_string());
             r
         }
-    }
+    };
+    r.adapter = ctx.adapter.map(str::to_owned);
+    r
 }
 
 /// The document's id on the server, ingesting it first (its original file when the dataset has one, else

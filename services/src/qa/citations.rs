@@ -44,6 +44,36 @@ pub fn cited_numbers(text: &str) -> Vec<usize> {
     found
 }
 
+/// `text` without its citation markers (`[3]`, `[1, 2]`, `[2-4]`), and without the spaces left before
+/// them: what the answer says, as scored against reference answers.
+pub fn without_markers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let close = after.find(']');
+        let is_marker = close.is_some_and(|c| {
+            let inside = &after[..c];
+            inside.chars().any(|ch| ch.is_ascii_digit())
+                && inside
+                    .chars()
+                    .all(|ch| ch.is_ascii_digit() || matches!(ch, ',' | ';' | '-' | ' '))
+        });
+        match (is_marker, close) {
+            (true, Some(c)) => {
+                out.push_str(rest[..open].trim_end_matches(' '));
+                rest = &after[c + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim().to_string()
+}
+
 fn words(text: &str) -> std::collections::HashSet<String> {
     let mut out = std::collections::HashSet::new();
     let mut word = String::new();
@@ -196,7 +226,22 @@ async fn aligned(state: &AppState, tenant_id: &str, answer: &str, p: &Prepared) 
 
 #[cfg(test)]
 mod tests {
-    use super::cited_numbers;
+    use super::{cited_numbers, without_markers};
+
+    #[test]
+    fn markers_are_dropped_and_other_brackets_kept() {
+        assert_eq!(without_markers("1066 [3]"), "1066");
+        assert_eq!(
+            without_markers("In 1066 [1, 2], then [4-5]."),
+            "In 1066, then."
+        );
+        assert_eq!(without_markers("诺曼底[2]。"), "诺曼底。");
+        assert_eq!(
+            without_markers("an array a[i] and [x]"),
+            "an array a[i] and [x]"
+        );
+        assert_eq!(without_markers("[unclosed 3"), "[unclosed 3");
+    }
 
     #[test]
     fn bracketed_numbers_lists_and_ranges_are_found_once_in_order() {

@@ -1,6 +1,7 @@
 //! Operating docqa: health, readiness and Prometheus metrics; the OpenAPI document and its offline docs
 //! page; local single-user mode (on for loopback, off for other addresses); engine overload (429 with
-//! Retry-After); a database that goes away (503, and recovery when it is back).
+//! Retry-After); a database that goes away (503, and recovery when it is back); which adapter
+//! `/v1/info` says is merged.
 
 use crate::support;
 
@@ -56,6 +57,34 @@ on_both_databases! {
         let page = docs.text().unwrap();
         assert!(page.contains("/openapi.json") && !page.contains("https://"), "the docs page needs no network");
     }
+}
+
+#[test]
+fn info_says_which_adapter_is_merged_the_shipped_reader_or_none() {
+    let info = |server: &Server| -> Value {
+        server
+            .http
+            .get(server.url("/v1/info"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let reader = info(&Server::start(Options::new(Database::Sqlite)));
+    assert_eq!(reader["adapter"]["name"], "docqa-reader", "{reader}");
+    let sum = reader["adapter"]["sha256"].as_str().unwrap_or_default();
+    assert!(
+        sum.len() == 64 && sum.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{reader}"
+    );
+    let base = info(&Server::start(
+        Options::new(Database::Sqlite).arg("--adapter", "none"),
+    ));
+    assert_eq!(
+        base["adapter"],
+        json!({ "name": "none", "sha256": null }),
+        "{base}"
+    );
 }
 
 #[test]

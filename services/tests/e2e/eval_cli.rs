@@ -80,6 +80,19 @@ fn an_interrupted_run_resumes_and_matches_an_uninterrupted_one_and_a_server_run(
     assert!(status.success());
     let reference = answers(&full);
     assert_eq!(reference.len(), 6);
+    let first: Value = serde_json::from_str(
+        std::fs::read_to_string(full.join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let adapter = first["adapter"].as_str().unwrap_or_default().to_string();
+    assert!(
+        adapter.starts_with("docqa-reader@"),
+        "each result records the adapter: {first}"
+    );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(full.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["summaries"][0]["questions"], 6);
@@ -99,6 +112,7 @@ fn an_interrupted_run_resumes_and_matches_an_uninterrupted_one_and_a_server_run(
     assert!(status.success());
     let again = std::fs::read_to_string(full.join("report.md")).unwrap();
     assert!(again.contains("6 answers read from"), "{again}");
+    assert!(again.contains(&format!("adapter {adapter}")), "{again}");
     assert_eq!(table(&again), table(&first));
 
     // Killed after its second answer, then resumed.

@@ -1,10 +1,12 @@
 //! End-to-end parity on random checkpoints (written to a temp directory, loaded on both backends):
-//! greedy decoding with a Llama of SmolLM2-135M's shapes (bf16), and a BERT of MiniLM's shapes (f32).
+//! greedy decoding with a Llama of SmolLM2-135M's shapes (bf16), the same Llama with a random LoRA
+//! adapter merged at load, and a BERT of MiniLM's shapes (f32).
 //!
 //! Both models are fed the CPU's token at every step (teacher forcing), so one disagreement does not
 //! hide the steps after it. A step whose arg-max differs counts as a near-tie when the CPU's logit gap
 //! between its pick and the GPU's pick is within twice that step's largest logit difference.
 
+use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::backend::cuda::CudaBackend;
@@ -15,7 +17,9 @@ use docqa_engine::models::llama::Llama;
 use docqa_engine::{EngineError, Result};
 
 use crate::inputs::Rng;
-use crate::random_models::{MINILM_VOCAB, SMOLLM2_VOCAB, write_minilm, write_smollm2};
+use crate::random_models::{
+    MINILM_VOCAB, SMOLLM2_VOCAB, write_minilm, write_smollm2, write_smollm2_lora,
+};
 use crate::report::{Report, rel_err};
 
 /// Tolerance on the logits after a whole forward pass (bf16 matmuls through 30 layers).
@@ -171,7 +175,51 @@ pub fn run_llama(rng: &mut Rng, r: &mut Report) -> Result<()> {
         println!("    ({:.1} s)", t.elapsed().as_secs_f64());
     }
     check_replay(&gpu, rng, r)?;
-    crate::batched::check(&cpu, &gpu, rng, r)
+    crate::batched::check(&cpu, &gpu, rng, r)?;
+    drop(gpu);
+    check_adapter(&cpu, dir.path(), rng, r)
+}
+
+/// The model with a random LoRA adapter merged at load: the CUDA forward against the CPU forward with
+/// the same adapter, and a note that the adapter changed the CPU's logits (so the parity means something).
+fn check_adapter(
+    cpu_base: &Llama<CpuBackend>,
+    model_dir: &std::path::Path,
+    rng: &mut Rng,
+    r: &mut Report,
+) -> Result<()> {
+    let adapter_dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
+    write_smollm2_lora(adapter_dir.path(), 16, rng)?;
+    let adapter = Adapter::load(adapter_dir.path())?;
+    let cpu = Llama::load_with(CpuBackend::new(), model_dir, Some(&adapter))?;
+    let gpu = Llama::load_with(CudaBackend::new(0)?, model_dir, Some(&adapter))?;
+    let prompt: Vec<u32> = (0..300)
+        .map(|_| 3 + rng.below(SMOLLM2_VOCAB - 3) as u32)
+        .collect();
+    let shape = "prompt 300, rank-16 LoRA on q/k/v/o/gate/up/down, bf16 KV";
+    let last = |m: &Llama<CpuBackend>| -> Result<Vec<f32>> {
+        let mut s = SingleSequence::new(m, prompt.len() + 1, 512, KvDtype::Bf16)?;
+        Ok(s.feed(&prompt, LogitsMode::LastPerSequence)?.to_vec())
+    };
+    let (with, without) = (last(&cpu)?, last(cpu_base)?);
+    let mut gs = SingleSequence::new(&gpu, prompt.len() + 1, 512, KvDtype::Bf16)?;
+    let got = gs.feed(&prompt, LogitsMode::LastPerSequence)?;
+    r.check(
+        "llama logits with a merged adapter",
+        shape,
+        got,
+        &with,
+        TOL_LOGITS,
+    );
+    let moved = rel_err(&without, &with);
+    let what = format!("the adapter moved the CPU logits by {moved:.2e} (relative)");
+    r.note(
+        "merged adapter changes the model",
+        shape,
+        &what,
+        moved > 10.0 * TOL_LOGITS,
+    );
+    Ok(())
 }
 
 /// Encodes a packed batch of random texts with a random MiniLM-shaped BERT on both backends.

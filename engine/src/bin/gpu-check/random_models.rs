@@ -160,6 +160,64 @@ pub fn write_llama(dir: &Path, shape: LlamaShape, rng: &mut Rng) -> Result<()> {
     )
 }
 
+/// A random PEFT LoRA adapter of rank `rank` (lora_alpha 2·rank) on the seven projections of every layer
+/// of a SmolLM2-135M-shaped model, bf16, with lora_B not zero (so merging it changes the model).
+pub fn write_smollm2_lora(dir: &Path, rank: usize, rng: &mut Rng) -> Result<()> {
+    let LlamaShape {
+        hidden,
+        ffn,
+        layers,
+        heads,
+        kv_heads,
+        ..
+    } = SMOLLM2;
+    let targets = [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ];
+    let config = serde_json::json!({
+        "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": targets,
+        "bias": "none", "fan_in_fan_out": false, "use_dora": false, "use_rslora": false
+    });
+    let path = dir.join("adapter_config.json");
+    std::fs::write(&path, config.to_string()).map_err(|e| EngineError::io(path, e))?;
+    let kv = kv_heads * hidden / heads;
+    let shapes = [
+        ("self_attn.q_proj", hidden, hidden),
+        ("self_attn.k_proj", kv, hidden),
+        ("self_attn.v_proj", kv, hidden),
+        ("self_attn.o_proj", hidden, hidden),
+        ("mlp.gate_proj", ffn, hidden),
+        ("mlp.up_proj", ffn, hidden),
+        ("mlp.down_proj", hidden, ffn),
+    ];
+    let mut specs: Vec<Spec> = Vec::new();
+    for i in 0..layers {
+        for (module, out, inp) in shapes {
+            let key = format!("base_model.model.model.layers.{i}.{module}");
+            let a_scale = 1.0 / (inp as f32).sqrt();
+            specs.push((
+                format!("{key}.lora_A.weight"),
+                vec![rank, inp],
+                a_scale,
+                0.0,
+            ));
+            specs.push((format!("{key}.lora_B.weight"), vec![out, rank], 0.1, 0.0));
+        }
+    }
+    write_safetensors(
+        &dir.join("adapter_model.safetensors"),
+        specs,
+        WeightDtype::Bf16,
+        rng,
+    )
+}
+
 /// A random BERT with all-MiniLM-L6-v2's shapes (6 layers, hidden 384, 12 heads, FFN 1536), f32.
 pub fn write_minilm(dir: &Path, rng: &mut Rng) -> Result<()> {
     let (hidden, ffn, layers, heads, max_pos) = (384, 1536, 6, 12, 512);
