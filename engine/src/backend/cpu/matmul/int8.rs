@@ -62,6 +62,10 @@ pub fn matmul(
     xs: &mut Vec<f32>,
 ) {
     assert!(
+        available(),
+        "the int8 kernel needs AVX-512 (F, BW, VNNI): check int8::available() first"
+    );
+    assert!(
         d.rows <= 4
             && d.k.is_multiple_of(QBLOCK)
             && w.q.len() == d.n * d.k
