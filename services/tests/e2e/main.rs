@@ -14,5 +14,8 @@ mod api_openai;
 mod api_operations;
 mod api_tenants;
 mod eval_cli;
+mod prompts;
 mod qa_routes;
+mod reader;
+mod training_data;
 mod web_ui;
