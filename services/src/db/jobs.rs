@@ -190,6 +190,17 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Beats a running job's heartbeat (nothing else changes); false when it is no longer running.
+    pub async fn job_heartbeat(&self, id: &str) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query("UPDATE jobs SET heartbeat_at = $1 WHERE id = $2 AND status = $3")
+            .bind(now_ms())
+            .bind(id)
+            .bind(status::RUNNING)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Ends a running job; false when it was no longer running (cancelled meanwhile).
     pub async fn finish_job(
         &self,

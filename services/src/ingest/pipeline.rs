@@ -39,12 +39,30 @@ impl From<sqlx::Error> for Stop {
     }
 }
 
+/// Beats the job's heartbeat every third of the lease while it runs, so the stale-job sweeper never takes
+/// a healthy job for a crashed one, however long a step goes without reporting progress (a large
+/// document's parse, or embedding on a slow CPU).
+fn keep_beating(state: Arc<AppState>, job_id: String) -> tokio::task::JoinHandle<()> {
+    let lease_ms = state.config.job_lease_secs.max(1) * 1000;
+    let period = std::time::Duration::from_millis((lease_ms / 3).max(100));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            if let Err(error) = state.db.job_heartbeat(&job_id).await {
+                tracing::warn!(job = %job_id, %error, "cannot beat the ingestion job's heartbeat");
+            }
+        }
+    })
+}
+
 /// Runs a claimed job to its end and records the outcome.
 pub async fn run_job(state: &Arc<AppState>, job: Job) {
     tracing::info!(job = %job.id, document = %job.document_id, attempt = job.attempts, "ingesting");
     // A previous, interrupted attempt may have left chunks or index entries.
     discard_index_entries(state, &job.tenant_id, &job.document_id).await;
+    let beating = keep_beating(Arc::clone(state), job.id.clone());
     let outcome = ingest(state, &job).await;
+    beating.abort();
     let db = &state.db;
     let result = match outcome {
         Ok(()) => Ok(()),
