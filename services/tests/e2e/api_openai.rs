@@ -37,7 +37,9 @@ fn the_openai_python_client_gets_answers_streaming_and_not() {
     if !openai_available() {
         return;
     }
-    let server = Server::start(Options::new(Database::Sqlite));
+    // The protocol on the base model, which always answers with citations (the reader rightly
+    // refuses this question at the tests' small RAG window, whose passages leave out "France").
+    let server = Server::start(Options::new(Database::Sqlite).arg("--adapter", "none"));
     let (_, key) = server.tenant("openai");
     let (title, text, _) = support::squad_article(0);
     let (doc, job) = server.ingest(
