@@ -7,7 +7,7 @@ mod common;
 use common::Rng;
 use docqa_engine::backend::Backend;
 use docqa_engine::backend::cpu::CpuBackend;
-use docqa_engine::backend::cpu::matmul::{self, MatmulDims, WeightSlice};
+use docqa_engine::backend::cpu::matmul::{self, Kernel, MatmulDims, WeightSlice};
 use docqa_engine::config::RopeFreqs;
 use docqa_engine::weights::{TensorRef, WeightDtype};
 
@@ -32,6 +32,28 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (130, 96, 17),
 ];
 
+/// The SIMD kernels this CPU runs for weights like `w` (each test checks all of them, so the AVX2
+/// kernel is tested on AVX-512 machines too).
+fn simd_kernels(w: WeightSlice<'_>) -> Vec<Kernel> {
+    [Kernel::Avx512, Kernel::Avx2Fma]
+        .into_iter()
+        .filter(|k| k.available(w))
+        .collect()
+}
+
+/// `matmul_on(kernel, …)` into a fresh output.
+fn run_kernel(
+    kernel: Kernel,
+    x: &[f32],
+    w: WeightSlice<'_>,
+    bias: Option<&[f32]>,
+    d: MatmulDims,
+) -> Vec<f32> {
+    let mut out = vec![f32::NAN; d.rows * d.n];
+    matmul::matmul_on(kernel, x, w, bias, d, &mut out, &mut Vec::new());
+    out
+}
+
 #[test]
 fn bf16_matmul_simd_matches_reference_within_activation_rounding() {
     let mut rng = Rng::fresh("bf16_matmul");
@@ -40,27 +62,22 @@ fn bf16_matmul_simd_matches_reference_within_activation_rounding() {
         let w = bf16_weights(&mut rng, n * k);
         let bias = rng.vec(n, 1.0);
         let d = MatmulDims { rows, k, n };
-        let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
-        matmul::matmul(
-            &x,
-            WeightSlice::Bf16(&w),
-            Some(&bias),
-            d,
-            &mut fast,
-            &mut Vec::new(),
-        );
+        let mut reference = vec![f32::NAN; rows * n];
         matmul::matmul_ref(&x, WeightSlice::Bf16(&w), Some(&bias), d, &mut reference);
-        for t in 0..rows {
-            for o in 0..n {
-                // The SIMD path rounds activations to bf16 (relative error ≤ 2⁻⁹ each); bound 2⁻⁸·Σ|x·w|.
-                let mag: f32 = (0..k)
-                    .map(|i| (x[t * k + i] * f32::from_bits((w[o * k + i] as u32) << 16)).abs())
-                    .sum();
-                let (a, b) = (fast[t * n + o], reference[t * n + o]);
-                assert!(
-                    (a - b).abs() <= mag / 256.0 + 1e-5,
-                    "({rows},{k},{n}) [{t},{o}]: {a} vs {b}"
-                );
+        for kernel in simd_kernels(WeightSlice::Bf16(&w)) {
+            let fast = run_kernel(kernel, &x, WeightSlice::Bf16(&w), Some(&bias), d);
+            for t in 0..rows {
+                for o in 0..n {
+                    // AVX-512 rounds activations to bf16 (relative error ≤ 2⁻⁹ each); bound 2⁻⁸·Σ|x·w|.
+                    let mag: f32 = (0..k)
+                        .map(|i| (x[t * k + i] * f32::from_bits((w[o * k + i] as u32) << 16)).abs())
+                        .sum();
+                    let (a, b) = (fast[t * n + o], reference[t * n + o]);
+                    assert!(
+                        (a - b).abs() <= mag / 256.0 + 1e-5,
+                        "{kernel:?} ({rows},{k},{n}) [{t},{o}]: {a} vs {b}"
+                    );
+                }
             }
         }
     }
@@ -73,58 +90,45 @@ fn bf16_matmul_simd_is_exact_up_to_summation_order_on_bf16_activations() {
         let x: Vec<f32> = rng.vec(rows * k, 2.0).into_iter().map(bf16).collect();
         let w = bf16_weights(&mut rng, n * k);
         let d = MatmulDims { rows, k, n };
-        let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
-        matmul::matmul(
-            &x,
-            WeightSlice::Bf16(&w),
-            None,
-            d,
-            &mut fast,
-            &mut Vec::new(),
-        );
+        let mut reference = vec![f32::NAN; rows * n];
         matmul::matmul_ref(&x, WeightSlice::Bf16(&w), None, d, &mut reference);
-        // Products of bf16 values are exact in f32; only the order of k f32 additions differs: k·2⁻²³ relative.
-        for (a, b) in fast.iter().zip(&reference) {
-            assert!(
-                (a - b).abs() <= k as f32 * 1.2e-7 * b.abs().max(1.0),
-                "({rows},{k},{n}): {a} vs {b}"
-            );
+        for kernel in simd_kernels(WeightSlice::Bf16(&w)) {
+            let fast = run_kernel(kernel, &x, WeightSlice::Bf16(&w), None, d);
+            // Products of bf16 values are exact in f32; only the order of k f32 additions differs:
+            // k·2⁻²³ relative.
+            for (a, b) in fast.iter().zip(&reference) {
+                assert!(
+                    (a - b).abs() <= k as f32 * 1.2e-7 * b.abs().max(1.0),
+                    "{kernel:?} ({rows},{k},{n}): {a} vs {b}"
+                );
+            }
         }
     }
 }
 
 #[test]
 fn a_bf16_matmul_row_is_bit_identical_alone_and_inside_a_batch() {
-    // Decode (one activation row) reads weight rows in turn, batches interleave four rows: both must
-    // sum the same products in the same order.
+    // Decode (one activation row) reads weight rows differently from batches of rows: both must sum
+    // the same products in the same order. k = 1,541 leaves a tail after every kernel's full steps.
     let mut rng = Rng::fresh("bf16_matmul_batch_invariance");
-    let (rows, k, n) = (6, 1536, 68);
-    let x = rng.vec(rows * k, 2.0);
-    let w = bf16_weights(&mut rng, n * k);
-    let batch = MatmulDims { rows, k, n };
-    let mut together = vec![f32::NAN; rows * n];
-    matmul::matmul(
-        &x,
-        WeightSlice::Bf16(&w),
-        None,
-        batch,
-        &mut together,
-        &mut Vec::new(),
-    );
-    for r in 0..rows {
-        let one = MatmulDims { rows: 1, k, n };
-        let mut alone = vec![f32::NAN; n];
-        let row = &x[r * k..(r + 1) * k];
-        matmul::matmul(
-            row,
-            WeightSlice::Bf16(&w),
-            None,
-            one,
-            &mut alone,
-            &mut Vec::new(),
-        );
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&alone), bits(&together[r * n..(r + 1) * n]), "row {r}");
+    for k in [1536, 1541] {
+        let (rows, n) = (6, 69);
+        let x = rng.vec(rows * k, 2.0);
+        let w = bf16_weights(&mut rng, n * k);
+        let w = WeightSlice::Bf16(&w);
+        for kernel in simd_kernels(w) {
+            let together = run_kernel(kernel, &x, w, None, MatmulDims { rows, k, n });
+            for r in 0..rows {
+                let one = MatmulDims { rows: 1, k, n };
+                let alone = run_kernel(kernel, &x[r * k..(r + 1) * k], w, None, one);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&alone),
+                    bits(&together[r * n..(r + 1) * n]),
+                    "{kernel:?} k {k} row {r}"
+                );
+            }
+        }
     }
 }
 
@@ -134,21 +138,16 @@ fn f32_matmul_simd_matches_reference() {
     for &(rows, k, n) in SHAPES {
         let (x, w, bias) = (rng.vec(rows * k, 2.0), rng.vec(n * k, 0.5), rng.vec(n, 1.0));
         let d = MatmulDims { rows, k, n };
-        let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
-        matmul::matmul(
-            &x,
-            WeightSlice::F32(&w),
-            Some(&bias),
-            d,
-            &mut fast,
-            &mut Vec::new(),
-        );
+        let mut reference = vec![f32::NAN; rows * n];
         matmul::matmul_ref(&x, WeightSlice::F32(&w), Some(&bias), d, &mut reference);
-        for (a, b) in fast.iter().zip(&reference) {
-            assert!(
-                (a - b).abs() <= k as f32 * 1.2e-7 * b.abs().max(1.0),
-                "({rows},{k},{n}): {a} vs {b}"
-            );
+        for kernel in simd_kernels(WeightSlice::F32(&w)) {
+            let fast = run_kernel(kernel, &x, WeightSlice::F32(&w), Some(&bias), d);
+            for (a, b) in fast.iter().zip(&reference) {
+                assert!(
+                    (a - b).abs() <= k as f32 * 1.2e-7 * b.abs().max(1.0),
+                    "{kernel:?} ({rows},{k},{n}): {a} vs {b}"
+                );
+            }
         }
     }
 }
@@ -157,11 +156,14 @@ fn f32_matmul_simd_matches_reference() {
 fn int8_decode_matmul_matches_its_reference_and_stays_near_the_exact_product() {
     use docqa_engine::backend::cpu::matmul::int8::{self, Q8Matrix, QBLOCK};
     if !int8::available() {
+        let flags = cpu_flags();
         assert!(
-            std::env::var_os("DOCQA_ALLOW_PORTABLE").is_some(),
-            "AVX-512 VNNI not detected (set DOCQA_ALLOW_PORTABLE)"
+            !["avx512f", "avx512bw", "avx512_vnni"]
+                .iter()
+                .all(|f| flags.iter().any(|x| x == f)),
+            "/proc/cpuinfo lists AVX-512 VNNI but int8::available() says no"
         );
-        eprintln!("not run: this CPU has no AVX-512 VNNI; the backend uses its portable matmul");
+        eprintln!("not run: this CPU has no AVX-512 VNNI, so the int8 decode path is never taken");
         return;
     }
     let mut rng = Rng::fresh("int8_matmul");
@@ -202,15 +204,42 @@ fn int8_decode_matmul_matches_its_reference_and_stays_near_the_exact_product() {
     }
 }
 
+/// The CPU's feature flags as Linux lists them in `/proc/cpuinfo` (empty where it cannot be read).
+fn cpu_flags() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines()
+        .find(|l| l.starts_with("flags"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|f| f.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 #[test]
-fn simd_kernels_are_available_on_the_reference_machine() {
-    // The development and CI machines have AVX-512 BF16; a silent fallback would hide a regression.
-    if std::env::var_os("DOCQA_ALLOW_PORTABLE").is_none() {
-        assert!(
-            matmul::simd_available(WeightSlice::Bf16(&[])),
-            "AVX-512 BF16 not detected (set DOCQA_ALLOW_PORTABLE)"
-        );
+fn the_fastest_matmul_kernel_the_cpu_lists_is_the_one_chosen() {
+    // Checked against the kernel's own flags in /proc/cpuinfo, so a detection bug that silently falls
+    // back to a slower kernel fails here.
+    let flags = cpu_flags();
+    if flags.is_empty() {
+        eprintln!("not run: /proc/cpuinfo has no flags line");
+        return;
     }
+    let has = |names: &[&str]| names.iter().all(|n| flags.iter().any(|f| f == n));
+    let expected = if has(&["avx512f", "avx512bw", "avx512_bf16"]) {
+        Kernel::Avx512
+    } else if has(&["avx2", "fma"]) {
+        Kernel::Avx2Fma
+    } else {
+        Kernel::Portable
+    };
+    assert_eq!(
+        Kernel::best(WeightSlice::Bf16(&[])),
+        expected,
+        "flags: {flags:?}"
+    );
+    assert!(
+        expected != Kernel::Portable || std::env::var_os("DOCQA_ALLOW_PORTABLE").is_some(),
+        "no SIMD matmul kernel for this CPU: the engine would be slow (set DOCQA_ALLOW_PORTABLE to accept it)"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `avx512` runs one task per (sequence, KV head, block of query rows). Otherwise, and as the reference,
 //! the portable path runs one task per (query row, head), streaming keys in chunks of 32 with an
 //! online softmax (running max and sum, rescaled once per chunk); nothing is allocated and the score
-//! vector never materialises.
+//! vector never materialises. On CPUs with AVX2 and FMA that loop is compiled for them.
 //!
 //! Sink windows (StreamingLLM): a query scores the sink keys with its sink-rotated row and its recent
 //! window with its own row, in one online softmax ([`run_windowed`]), on the blocked kernel where it runs
@@ -369,6 +369,19 @@ pub(crate) fn attend<S: KeyValues>(segments: &Segments<'_>, kv: &S, scale: f32, 
         // SAFETY: the feature was just detected.
         return unsafe { attend_avx512(segments, kv, scale, out) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the features were just detected.
+        return unsafe { attend_avx2(segments, kv, scale, out) };
+    }
+    attend_portable(segments, kv, scale, out);
+}
+
+/// The portable loop compiled for AVX2 and FMA: its 16-lane dot products and value updates become
+/// 256-bit vector code.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2<S: KeyValues>(segments: &Segments<'_>, kv: &S, scale: f32, out: &mut [f32]) {
     attend_portable(segments, kv, scale, out);
 }
 

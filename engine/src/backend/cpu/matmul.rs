@@ -10,6 +10,8 @@
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub mod int8;
@@ -39,26 +41,66 @@ pub struct MatmulDims {
     pub n: usize,
 }
 
-/// Whether the AVX-512 kernels can run on this CPU.
-pub fn simd_available(w: WeightSlice<'_>) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let base = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
-        match w {
-            WeightSlice::Bf16(_) => base && is_x86_feature_detected!("avx512bf16"),
-            WeightSlice::F32(_) => base,
+/// The matmul kernels, fastest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512: `vdpbf16ps` on bf16-rounded activations for bf16 weights (needs AVX-512 BF16), FMA for
+    /// f32 weights.
+    Avx512,
+    /// AVX2 with FMA: bf16 weights widened to f32, activations exact.
+    Avx2Fma,
+    /// [`matmul_ref`].
+    Portable,
+}
+
+impl Kernel {
+    /// Whether this kernel can run on this CPU for weights like `w`.
+    pub fn available(self, w: WeightSlice<'_>) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 =
+                is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+            match (self, w) {
+                (Kernel::Avx512, WeightSlice::Bf16(_)) => {
+                    avx512 && is_x86_feature_detected!("avx512bf16")
+                }
+                (Kernel::Avx512, WeightSlice::F32(_)) => avx512,
+                (Kernel::Avx2Fma, _) => avx2::available(),
+                (Kernel::Portable, _) => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = w;
+            self == Kernel::Portable
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = w;
-        false
+
+    /// The fastest kernel this CPU runs for weights like `w`.
+    pub fn best(w: WeightSlice<'_>) -> Kernel {
+        [Kernel::Avx512, Kernel::Avx2Fma]
+            .into_iter()
+            .find(|k| k.available(w))
+            .unwrap_or(Kernel::Portable)
     }
 }
 
-/// `out = x · Wᵀ (+ bias)`, on the fastest kernel this CPU supports. `scratch` holds the bf16 copy of the
-/// activations and only grows.
+/// `out = x · Wᵀ (+ bias)`, on the fastest kernel this CPU supports ([`Kernel::best`]). `scratch` holds
+/// the bf16 copy of the activations (AVX-512) and only grows.
 pub fn matmul(
+    x: &[f32],
+    w: WeightSlice<'_>,
+    bias: Option<&[f32]>,
+    d: MatmulDims,
+    out: &mut [f32],
+    scratch: &mut Vec<u16>,
+) {
+    matmul_on(Kernel::best(w), x, w, bias, d, out, scratch)
+}
+
+/// [`matmul`] on a chosen kernel, which must be [`Kernel::available`] (tests compare them all).
+pub fn matmul_on(
+    kernel: Kernel,
     x: &[f32],
     w: WeightSlice<'_>,
     bias: Option<&[f32]>,
@@ -70,12 +112,15 @@ pub fn matmul(
         x.len() >= d.rows * d.k && out.len() >= d.rows * d.n,
         "matmul buffers too small"
     );
-    #[cfg(target_arch = "x86_64")]
-    if simd_available(w) {
-        return avx512::matmul(x, w, bias, d, out, scratch);
+    assert!(kernel.available(w), "{kernel:?} cannot run on this CPU");
+    let _ = &scratch;
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => avx512::matmul(x, w, bias, d, out, scratch),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2Fma => avx2::matmul(x, w, bias, d, out),
+        _ => matmul_ref(x, w, bias, d, out),
     }
-    let _ = scratch;
-    matmul_ref(x, w, bias, d, out);
 }
 
 /// Portable reference: f32 products of the exact activations and the stored weights, summed in f32,
@@ -151,5 +196,39 @@ impl OutPtr {
     /// The pointer (a method, so closures capture the whole `Sync` wrapper).
     fn ptr(self) -> *mut f32 {
         self.0
+    }
+}
+
+/// Walks the register tiles of one task and stores `acc + bias` into the output: `tile(t, r, m, nr, acc)`
+/// fills `acc[..m][..nr]` for activation rows `t..t + m` and weight rows `r..r + nr` (`nr` is 4, or 1
+/// at a chunk's tail).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn run_tiles(
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    d: MatmulDims,
+    bias: Option<&[f32]>,
+    out: OutPtr,
+    tile: impl Fn(usize, usize, usize, usize, &mut [[f32; 4]; 4]),
+) {
+    let mut acc = [[0f32; 4]; 4];
+    let mut t = rows.start;
+    while t < rows.end {
+        let m = (rows.end - t).min(4);
+        let mut r = cols.start;
+        while r < cols.end {
+            let nr = if r + 4 <= cols.end { 4 } else { 1 };
+            tile(t, r, m, nr, &mut acc);
+            for (mi, acc_row) in acc.iter().enumerate().take(m) {
+                for (j, a) in acc_row.iter().enumerate().take(nr) {
+                    let b = bias.map_or(0.0, |b| b[r + j]);
+                    // SAFETY: (t + mi, r + j) is inside out (checked by the caller) and owned by this task.
+                    unsafe { *out.0.add((t + mi) * d.n + r + j) = a + b };
+                }
+            }
+            r += nr;
+        }
+        t += m;
     }
 }

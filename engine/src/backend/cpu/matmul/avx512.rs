@@ -4,7 +4,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::{MatmulDims, OutPtr, WeightSlice, for_each_task};
+use super::{MatmulDims, OutPtr, WeightSlice, for_each_task, run_tiles};
 use crate::backend::cpu::attention::avx512::hsum16;
 
 /// Dispatches to the bf16 or f32 tiles; see the parent module.
@@ -62,37 +62,6 @@ unsafe fn to_bf16_row(src: &[f32], dst: &mut [u16]) {
     }
     for (j, d) in dst.iter_mut().enumerate().skip(i) {
         *d = src.get(j).map_or(0, |v| half::bf16::from_f32(*v).to_bits());
-    }
-}
-
-/// Walks the register tiles of one task and stores `acc + bias` into the output.
-#[inline(always)]
-fn run_tiles(
-    rows: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
-    d: MatmulDims,
-    bias: Option<&[f32]>,
-    out: OutPtr,
-    tile: impl Fn(usize, usize, usize, usize, &mut [[f32; 4]; 4]),
-) {
-    let mut acc = [[0f32; 4]; 4];
-    let mut t = rows.start;
-    while t < rows.end {
-        let m = (rows.end - t).min(4);
-        let mut r = cols.start;
-        while r < cols.end {
-            let nr = if r + 4 <= cols.end { 4 } else { 1 };
-            tile(t, r, m, nr, &mut acc);
-            for (mi, acc_row) in acc.iter().enumerate().take(m) {
-                for (j, a) in acc_row.iter().enumerate().take(nr) {
-                    let b = bias.map_or(0.0, |b| b[r + j]);
-                    // SAFETY: (t + mi, r + j) is inside out (checked by the caller) and owned by this task.
-                    unsafe { *out.0.add((t + mi) * d.n + r + j) = a + b };
-                }
-            }
-            r += nr;
-        }
-        t += m;
     }
 }
 
