@@ -1,6 +1,7 @@
 //! CPU paged attention against a dense causal softmax reference in f64: a varlen batch mixing prefill,
 //! chunked prefill and decode rows, blocks handed out in shuffled order, f32 and bf16 KV pools, head
-//! widths that take the blocked AVX-512 kernel and one (40) that takes the portable path.
+//! widths that take the blocked kernel (AVX-512 or AVX2, whichever the CPU has) and one (40) that takes
+//! the portable path.
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! CPU attention: causal attention over the paged KV pool and bidirectional varlen attention.
 //!
-//! With AVX-512 (run-time detection) and a head width that is a multiple of 16, the blocked kernel in
-//! `avx512` runs one task per (sequence, KV head, block of query rows). Otherwise, and as the reference,
+//! With AVX-512 or AVX2+FMA (run-time detection) and a head width that is a multiple of 16, the blocked
+//! kernel (`blocked`, with its chunk updates in `avx512` or `avx2`) runs one task per (sequence, KV head,
+//! block of query rows). Otherwise, and as the reference,
 //! the portable path runs one task per (query row, head), streaming keys in chunks of 32 with an
 //! online softmax (running max and sum, rescaled once per chunk); nothing is allocated and the score
 //! vector never materialises. On CPUs with AVX2 and FMA that loop is compiled for them.
@@ -16,7 +17,11 @@ use super::kv::KvElem;
 use crate::backend::AttnShape;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod blocked;
 
 /// Keys scored per online-softmax step.
 const CHUNK: usize = 32;
@@ -147,9 +152,10 @@ pub(crate) fn run<S: KeyValues>(
         out.len() >= rows * shape.num_heads * shape.head_dim && q.len() >= out.len().min(q.len())
     );
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512f") && shape.head_dim.is_multiple_of(16) {
+    if let Some(kernel) = BlockedKernel::detect(shape.head_dim) {
         let dense = |_: usize| [0; 3];
-        return run_blocked((q, &[]), out, qsl, (ctx, dense), kv_for, shape, causal);
+        let kv = (ctx, dense);
+        return run_blocked(kernel, (q, &[]), out, qsl, kv, kv_for, shape, causal);
     }
     let group = shape.num_heads / shape.num_kv_heads;
     out[..rows * shape.num_heads * shape.head_dim]
@@ -190,8 +196,9 @@ pub(crate) fn run_windowed<S: KeyValues>(
     assert!(out.len() >= rows * heads * hd && q.len() >= rows * heads * hd);
     assert!(q_sinks.len() >= rows * heads * hd);
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512f") && hd.is_multiple_of(16) {
+    if let Some(kernel) = BlockedKernel::detect(hd) {
         return run_blocked(
+            kernel,
             (q, q_sinks),
             out,
             qsl,
@@ -231,8 +238,62 @@ pub(crate) fn run_windowed<S: KeyValues>(
 #[cfg(target_arch = "x86_64")]
 const SPLIT_KEYS: usize = 128;
 
+/// The blocked kernels, by instruction set.
 #[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+enum BlockedKernel {
+    Avx512,
+    Avx2,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl BlockedKernel {
+    /// The fastest blocked kernel this CPU runs for heads of `head_dim`, if any (the head width must be a
+    /// multiple of 16).
+    fn detect(head_dim: usize) -> Option<Self> {
+        if !head_dim.is_multiple_of(16) {
+            None
+        } else if is_x86_feature_detected!("avx512f") {
+            Some(BlockedKernel::Avx512)
+        } else if avx2::available() {
+            Some(BlockedKernel::Avx2)
+        } else {
+            None
+        }
+    }
+
+    /// [`blocked::task`] on this kernel.
+    ///
+    /// # Safety
+    /// As [`blocked::task`]; `self` came from [`BlockedKernel::detect`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn task<S: KeyValues>(
+        self,
+        q: (&[f32], &[f32]),
+        finish: blocked::Finish<'_>,
+        kv: &S,
+        span: blocked::Span,
+        ranges: (std::ops::Range<usize>, std::ops::Range<usize>),
+        g: usize,
+        shape: AttnShape,
+        causal: bool,
+    ) {
+        // SAFETY: forwarded from the caller; detect() checked the features.
+        unsafe {
+            match self {
+                BlockedKernel::Avx512 => {
+                    avx512::task(q, finish, kv, span, ranges, g, shape, causal)
+                }
+                BlockedKernel::Avx2 => avx2::task(q, finish, kv, span, ranges, g, shape, causal),
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 fn run_blocked<S: KeyValues>(
+    kernel: BlockedKernel,
     (q, q_sinks): (&[f32], &[f32]),
     out: &mut [f32],
     qsl: &[u32],
@@ -247,7 +308,7 @@ fn run_blocked<S: KeyValues>(
     let kvh = shape.num_kv_heads;
     let span_of = |s: usize| {
         let [sinks, window, _] = window_of(s);
-        avx512::Span {
+        blocked::Span {
             q_start: qsl[s] as usize,
             q_len: (qsl[s + 1] - qsl[s]) as usize,
             ctx: ctx(s),
@@ -265,19 +326,19 @@ fn run_blocked<S: KeyValues>(
             let parts = span.ctx.div_ceil(SPLIT_KEYS);
             split.extend((0..kvh).flat_map(|g| (0..parts).map(move |p| (s, g, p))));
         } else {
-            let blocks = span.q_len.div_ceil(avx512::QB);
+            let blocks = span.q_len.div_ceil(blocked::QB);
             whole.extend((0..blocks).flat_map(|b| (0..kvh).map(move |g| (s, b, g))));
         }
     }
-    let out_ptr = avx512::OutPtr(out.as_mut_ptr());
+    let out_ptr = blocked::OutPtr(out.as_mut_ptr());
     whole.into_par_iter().for_each(|(s, b, g)| {
         let span = span_of(s);
-        let rows = b * avx512::QB..((b + 1) * avx512::QB).min(span.q_len);
-        let finish = avx512::Finish::Out(out_ptr);
-        // SAFETY: avx512f detected, head_dim % 16 == 0, out covers every row (asserted by the
+        let rows = b * blocked::QB..((b + 1) * blocked::QB).min(span.q_len);
+        let finish = blocked::Finish::Out(out_ptr);
+        // SAFETY: the kernel's features detected, head_dim % 16 == 0, out covers every row (asserted by the
         // caller), and tasks own disjoint (row, head) slices.
         unsafe {
-            avx512::task(
+            kernel.task(
                 (q, q_sinks),
                 finish,
                 &kv_for(s, g),
@@ -302,9 +363,9 @@ fn run_blocked<S: KeyValues>(
             let keys = p * SPLIT_KEYS..(p + 1) * SPLIT_KEYS;
             // SAFETY: as above; keys.start is a multiple of 16 and dst holds `group` states.
             unsafe {
-                avx512::task(
+                kernel.task(
                     (q, q_sinks),
-                    avx512::Finish::Partial(dst),
+                    blocked::Finish::Partial(dst),
                     &kv_for(s, g),
                     span_of(s),
                     (0..1, keys),
@@ -332,7 +393,7 @@ fn run_blocked<S: KeyValues>(
 }
 
 /// Combines the unnormalised softmax states of consecutive key parts (layout of
-/// [`avx512::Finish::Partial`], one query row) into the normalised outputs of its `group` heads.
+/// [`blocked::Finish::Partial`], one query row) into the normalised outputs of its `group` heads.
 #[cfg(target_arch = "x86_64")]
 fn merge_partials(parts: &[&[f32]], group: usize, hd: usize, out: &mut [f32]) {
     for h in 0..group {
