@@ -92,10 +92,11 @@ export function upload(files, collection, onProgress) {
 }
 
 /**
- * Asks with `stream: true`; calls `onToken(text)` per `token` event and resolves to the final answer.
- * `signal` aborts the request (the server then stops generating).
+ * Asks with `stream: true`; calls `on.progress({read, total, eta_ms})` per `progress` event (the model
+ * reading the prompt), `on.token(text)` per `token` event, and resolves to the final answer. `signal`
+ * aborts the request (the server then stops reading or generating).
  */
-export async function askStreaming(input, onToken, signal) {
+export async function askStreaming(input, on, signal) {
   let res;
   try {
     res = await fetch("/v1/ask", {
@@ -111,7 +112,8 @@ export async function askStreaming(input, onToken, signal) {
   if (!res.ok) throw await failure(res);
   for await (const ev of sseEvents(res.body)) {
     const data = JSON.parse(ev.data);
-    if (ev.event === "token") onToken(data.text);
+    if (ev.event === "progress") on.progress(data);
+    else if (ev.event === "token") on.token(data.text);
     else if (ev.event === "answer") return data;
     else if (ev.event === "error") throw new ApiError(500, data.error_type, data.message);
   }

@@ -76,7 +76,7 @@ async function ask() {
   try {
     const answer = await askStreaming(
       { question, scope: sc, route: $("route").value },
-      (text) => view.append(text),
+      { progress: (p) => view.reading(p), token: (text) => view.append(text) },
       running.signal,
     );
     view.finish(answer);
@@ -100,13 +100,18 @@ function startAnswer() {
   $("answer").hidden = false;
   $("route-badge").hidden = true;
   $("route-reason").hidden = true;
-  $("answer-stats").textContent = "Thinking…";
+  $("answer-stats").textContent = "Waiting for the model…";
   $("citations-title").hidden = true;
   $("citations").replaceChildren();
   text.replaceChildren();
   text.classList.add("streaming");
   let streamed = "";
   return {
+    reading(p) {
+      if (streamed) return;
+      const eta = p.eta_ms == null ? "" : ` · about ${seconds(Math.max(p.eta_ms, 1000))}`;
+      $("answer-stats").textContent = `Reading ${count(p.read)} of ${count(p.total)} tokens${eta}`;
+    },
     append(piece) {
       streamed += piece;
       text.textContent = streamed;
@@ -144,10 +149,21 @@ export function renderAnswer(answer) {
   $("citations").replaceChildren(...citations.map(citationItem));
 }
 
+const count = (n) => n.toLocaleString("en-US");
+
+/** Why an answer ended early, in words; empty when the model finished it. */
+const ENDINGS = {
+  length: "Cut off: the answer reached its length limit.",
+  loop: "Ended early: the answer began repeating itself.",
+  cancelled: "Stopped before it was complete.",
+};
+
 function stats(answer) {
   const t = answer.timings || {};
   const u = answer.usage || {};
   const parts = [];
+  const ending = ENDINGS[answer.finish_reason];
+  if (ending) parts.push(ending);
   if (t.first_token_ms != null) parts.push(`first token ${seconds(t.first_token_ms)}`);
   if (t.total_ms != null) parts.push(`total ${seconds(t.total_ms)}`);
   if (u.prompt_tokens != null) {

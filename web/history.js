@@ -35,7 +35,10 @@ async function refreshHistory() {
 }
 
 function item(a) {
-  const text = a.status === "failed" ? `Failed: ${a.error || "unknown error"}` : a.answer || "…";
+  const text =
+    a.status === "failed" ? `Failed: ${a.error || "unknown error"}`
+    : a.status === "stopped" ? "Stopped before it was complete."
+    : a.answer || "…";
   return el("li", {},
     el("button", {
       type: "button",

@@ -6,6 +6,7 @@
 //! from the renormalised distribution. Temperature 0 is greedy (argmax, lowest id on ties). Stop
 //! strings are handled on the decoded text by [`stop::StopStringMatcher`].
 
+pub mod repetition;
 pub mod stop;
 
 use std::collections::HashSet;
@@ -36,6 +37,9 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Strings that end generation; the text before the first one is kept.
     pub stop_strings: Vec<String>,
+    /// End generation when it falls into a loop ([`repetition::repeating_block`]), with
+    /// [`crate::serving::FinishReason::Loop`].
+    pub stop_on_repetition: bool,
 }
 
 impl Default for SamplingParams {
@@ -49,6 +53,7 @@ impl Default for SamplingParams {
             max_tokens: 256,
             stop_token_ids: Vec::new(),
             stop_strings: Vec::new(),
+            stop_on_repetition: false,
         }
     }
 }

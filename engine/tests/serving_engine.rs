@@ -1,6 +1,7 @@
 //! The serving engine on the real SmolLM2 model: batching is exact, prefix caching is exact and real,
 //! cancellation frees blocks, admission control answers with typed errors, sink windows stream with
-//! bounded memory and batch exactly.
+//! bounded memory and batch exactly, prompts read in chunks report their progress, and the repetition
+//! guard ends a looping answer.
 
 use std::path::PathBuf;
 
@@ -9,9 +10,9 @@ use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
 use docqa_engine::kv::manager::SinkWindow;
 use docqa_engine::models::llama::Llama;
-use docqa_engine::sampling::SamplingParams;
+use docqa_engine::sampling::{SamplingParams, repetition};
 use docqa_engine::serving::{
-    EngineConfig, EngineCore, EngineHandle, GenerateRequest, GenerationEvent,
+    EngineConfig, EngineCore, EngineHandle, FinishReason, GenerateRequest, GenerationEvent,
 };
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
@@ -340,5 +341,77 @@ fn a_full_queue_answers_overloaded_and_a_prompt_over_the_context_is_refused() {
             }
         ),
         "{err}"
+    );
+}
+
+/// Runs one request alone; returns its generated tokens, why it finished, and the progress events
+/// (computed, total) it sent before its first token.
+fn run_one(
+    core: &mut EngineCore<CpuBackend>,
+    request: GenerateRequest,
+) -> (Vec<u32>, FinishReason, Vec<(usize, usize)>) {
+    let id = core.add_request(request).unwrap();
+    let (mut tokens, mut progress) = (Vec::new(), Vec::new());
+    while core.has_work() {
+        for (rid, ev) in core.step().unwrap() {
+            assert_eq!(rid, id);
+            match ev {
+                GenerationEvent::Progress { computed, total } => {
+                    assert!(tokens.is_empty(), "progress after the first token");
+                    progress.push((computed, total));
+                }
+                GenerationEvent::Token { id, .. } => tokens.push(id),
+                GenerationEvent::Finished { reason, .. } => return (tokens, reason, progress),
+                GenerationEvent::Failed { message } => panic!("{message}"),
+            }
+        }
+    }
+    panic!("the request never finished");
+}
+
+#[test]
+fn the_repetition_guard_ends_a_looping_answer_where_the_loop_is_first_complete() {
+    let mut core = engine(&EngineConfig::default());
+    let tokenizer = TextTokenizer::from_model_dir(&generator_dir()).unwrap();
+    let prompt = chat(&tokenizer, "List the letter A one hundred times.");
+    let unguarded = GenerateRequest::new(prompt.clone(), greedy(96));
+    let (all, reason, _) = run_one(&mut core, unguarded);
+    assert_eq!(reason, FinishReason::Length);
+    // The model loops (the premise of the test): some prefix of its answer ends in a loop.
+    let first_loop = (1..=all.len())
+        .find(|&n| repetition::repeating_block(&all[..n]).is_some())
+        .unwrap_or_else(|| panic!("no loop in {:?}", tokenizer.decode(&all)));
+    let guarded = GenerateRequest::new(
+        prompt,
+        SamplingParams {
+            stop_on_repetition: true,
+            ..greedy(96)
+        },
+    );
+    let (cut, reason, _) = run_one(&mut core, guarded);
+    assert_eq!(reason, FinishReason::Loop);
+    assert_eq!(
+        cut,
+        all[..first_loop],
+        "the guarded answer is the unguarded one, cut at the loop"
+    );
+}
+
+#[test]
+fn a_prompt_read_in_chunks_reports_each_chunk_but_the_last_as_progress() {
+    let budget = 128;
+    let mut core = engine(&EngineConfig {
+        max_num_batched_tokens: budget,
+        ..EngineConfig::default()
+    });
+    let tokenizer = TextTokenizer::from_model_dir(&generator_dir()).unwrap();
+    let prompt = chat(&tokenizer, &qmsum_text(2000));
+    let n = prompt.len();
+    let (tokens, _, progress) = run_one(&mut core, GenerateRequest::new(prompt, greedy(2)));
+    assert!(!tokens.is_empty());
+    let expected: Vec<(usize, usize)> = (1..n.div_ceil(budget)).map(|c| (c * budget, n)).collect();
+    assert_eq!(
+        progress, expected,
+        "a {n}-token prompt in chunks of {budget}"
     );
 }

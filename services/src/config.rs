@@ -52,15 +52,16 @@ pub struct ServeConfig {
     /// Documents ingested at the same time.
     #[arg(long, env = "DOCQA_INGEST_WORKERS", default_value_t = 1)]
     pub ingest_workers: usize,
-    /// Context window of the RAG path, in tokens (prompt and answer together).
-    #[arg(long, env = "DOCQA_RAG_WINDOW", default_value_t = 8192)]
-    pub rag_window: usize,
+    /// Context window of the RAG path, in tokens (prompt and answer together) [default: 2048 on
+    /// either device].
+    #[arg(long, env = "DOCQA_RAG_WINDOW")]
+    pub rag_window: Option<usize>,
     /// Chunks retrieved per question before the window is filled.
     #[arg(long, env = "DOCQA_RAG_CANDIDATES", default_value_t = 40)]
     pub rag_candidates: usize,
-    /// Default and largest number of answer tokens.
-    #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS", default_value_t = 512)]
-    pub max_answer_tokens: usize,
+    /// Default and largest number of answer tokens [default: 256 on the CPU, 512 on CUDA].
+    #[arg(long, env = "DOCQA_MAX_ANSWER_TOKENS")]
+    pub max_answer_tokens: Option<usize>,
     /// LoRA adapter merged into the generator at load: a PEFT adapter directory, or `none` for the base
     /// model [default: the shipped reader, `docqa-reader` in the models directory, installed on start].
     #[arg(long, env = "DOCQA_ADAPTER", value_name = "DIR|none")]
@@ -123,6 +124,18 @@ pub enum LongContext {
 }
 
 impl ServeConfig {
+    /// The RAG window: as given, else the device's default.
+    pub fn rag_window(&self) -> usize {
+        self.rag_window
+            .unwrap_or_else(|| self.device.defaults().rag_window)
+    }
+
+    /// The answer length cap: as given, else the device's default.
+    pub fn max_answer_tokens(&self) -> usize {
+        self.max_answer_tokens
+            .unwrap_or_else(|| self.device.defaults().max_answer_tokens)
+    }
+
     /// The data directory, resolved.
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(default_data_dir)

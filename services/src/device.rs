@@ -53,7 +53,37 @@ pub enum GeneratorBackend {
     Cuda(Box<CudaBackend>),
 }
 
+/// Settings whose best value depends on where the model runs (BENCHMARKS.md, "Defaults by device").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceDefaults {
+    /// The RAG path's window, in tokens.
+    pub rag_window: usize,
+    /// The default and largest answer length, in tokens.
+    pub max_answer_tokens: usize,
+    /// Prompt tokens read per engine step: a stop or a closed connection takes effect between steps.
+    pub prefill_chunk: usize,
+}
+
 impl Device {
+    /// The defaults for this device. The reader answers best with a 2,048-token RAG window on every
+    /// file measured (EVAL.md, "The reader"), so both devices use it. On the CPU, where decode runs at
+    /// tens of tokens a second, answers are capped at 256 tokens, and prompts are read 256 tokens a step
+    /// (under a second on two cores) so that a stop frees the engine within a second.
+    pub fn defaults(self) -> DeviceDefaults {
+        match self {
+            Device::Cpu => DeviceDefaults {
+                rag_window: 2048,
+                max_answer_tokens: 256,
+                prefill_chunk: 256,
+            },
+            Device::Cuda => DeviceDefaults {
+                rag_window: 2048,
+                max_answer_tokens: 512,
+                prefill_chunk: 512,
+            },
+        }
+    }
+
     /// The KV cache element type: `chosen` when given, else bf16 on either device. On CUDA the
     /// tensor-core attention kernels read bf16 pools; on the CPU bf16 halves the bytes each decode step
     /// reads and doubles the tokens a cache holds, for a perplexity change of 0.006 % against f32

@@ -218,6 +218,7 @@ fn spawn_engine<B: Backend + 'static>(
         kv_cache_bytes: config.kv_cache_mib << 20,
         kv_dtype: config.device.kv_dtype(config.kv_dtype),
         max_waiting: config.max_waiting,
+        max_num_batched_tokens: config.device.defaults().prefill_chunk,
         ..EngineConfig::default()
     };
     let core = EngineCore::new(

@@ -19,7 +19,7 @@ use crate::kv::manager::{
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::workspace::LlamaWorkspace;
 use crate::models::{Batch, FREED_BLOCK, KvPool, LogitsMode, SeqInput};
-use crate::sampling::{Pick, Sampler, StopStringMatcher};
+use crate::sampling::{Pick, Sampler, StopStringMatcher, repetition};
 use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, SeqState};
 use crate::text::{IncrementalDecoder, TextTokenizer};
 
@@ -215,6 +215,14 @@ impl<B: Backend> EngineCore<B> {
             if planned.samples {
                 let token = picked.as_ref().map(|ids| ids[row]);
                 self.sample_one(planned.id, row, token, &mut events)?;
+            } else if let Some(seq) = self.scheduler.get(planned.id) {
+                // A chunk of the prompt (not of a preempted request's recomputation, whose prompt
+                // was read before).
+                let total = seq.num_prompt_tokens;
+                if seq.tokens.len() == total {
+                    let computed = planned.start + planned.num_tokens;
+                    events.push((planned.id, GenerationEvent::Progress { computed, total }));
+                }
             }
         }
         Ok(events)
@@ -343,8 +351,14 @@ impl<B: Backend> EngineCore<B> {
                 top_logprobs,
             },
         ));
+        let looping = active.sampler.params().stop_on_repetition
+            && self.scheduler.get(id).is_some_and(|s| {
+                repetition::repeating_block(&s.tokens[s.num_prompt_tokens..]).is_some()
+            });
         let done = if scan.stopped {
             Some(FinishReason::Stop)
+        } else if looping {
+            Some(FinishReason::Loop)
         } else if generated + 1 >= max_new || (!streaming && len + 1 >= self.max_context()) {
             Some(FinishReason::Length)
         } else {

@@ -55,6 +55,21 @@ pub enum FinishReason {
     Length,
     /// The caller cancelled (or dropped its stream).
     Cancelled,
+    /// The generation fell into a loop, one block of tokens repeated back to back (only with
+    /// `SamplingParams::stop_on_repetition`).
+    Loop,
+}
+
+impl FinishReason {
+    /// The reason as the API names it: `stop`, `length`, `cancelled` or `loop`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Loop => "loop",
+        }
+    }
 }
 
 /// Token accounting and timings of one finished request.
@@ -87,6 +102,15 @@ pub enum GenerationEvent {
         /// The most likely tokens at this step and their log-probabilities (model distribution before
         /// sampling adjustments), most likely first; empty unless asked for.
         top_logprobs: Vec<(u32, f32)>,
+    },
+    /// A chunk of the prompt was read (prefill): `computed` of its `total` tokens are in the KV cache,
+    /// counting those the prefix cache supplied. Sent after each chunk but the last, whose event is the
+    /// first token.
+    Progress {
+        /// Prompt tokens in the KV cache now.
+        computed: usize,
+        /// Tokens in the prompt.
+        total: usize,
     },
     /// The request ended; no event follows.
     Finished {

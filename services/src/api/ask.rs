@@ -15,8 +15,9 @@ use crate::db::rfc3339;
 use crate::qa::{self, AskEvent, AskInput, FinalAnswer};
 use crate::state::AppState;
 
-/// Ask a question. With `stream: true` the answer comes as server-sent events: `token` events
-/// (`{"text": …}`), then one `answer` event with the [`FinalAnswer`] (or an `error` event).
+/// Ask a question. With `stream: true` the answer comes as server-sent events: `progress` events while
+/// the model reads the prompt (`{"read": …, "total": …, "eta_ms": …}`, after each chunk), `token`
+/// events (`{"text": …}`), then one `answer` event with the [`FinalAnswer`] (or an `error` event).
 #[utoipa::path(post, path = "/v1/ask", tag = "questions", request_body = AskInput,
     responses((status = 200, body = FinalAnswer, description = "the answer (or an event stream)"),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
@@ -40,7 +41,7 @@ pub async fn ask(
 pub async fn collect(mut events: mpsc::Receiver<AskEvent>) -> ApiResult<FinalAnswer> {
     while let Some(ev) = events.recv().await {
         match ev {
-            AskEvent::Token(_) => {}
+            AskEvent::Progress(_) | AskEvent::Token(_) => {}
             AskEvent::Done(answer) => return Ok(*answer),
             AskEvent::Error(e) => return Err(e),
         }
@@ -48,11 +49,17 @@ pub async fn collect(mut events: mpsc::Receiver<AskEvent>) -> ApiResult<FinalAns
     Err(ApiError::internal("the answer ended without a result"))
 }
 
+/// Turns answer events into SSE frames. When the response body is dropped (the caller went away),
+/// this stops at once, without waiting for the next event, and dropping `events` stops the answer.
 fn forward(mut events: mpsc::Receiver<AskEvent>) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        while let Some(ev) = events.recv().await {
+        while let Some(ev) = sse::next_event(&mut events, &tx).await {
             let frame = match &ev {
+                AskEvent::Progress(p) => sse::frame(
+                    Some("progress"),
+                    &serde_json::to_string(p).unwrap_or_default(),
+                ),
                 AskEvent::Token(text) => {
                     sse::frame(Some("token"), &json!({ "text": text }).to_string())
                 }
@@ -90,7 +97,7 @@ pub struct AnswerView {
     /// Why.
     #[schema(value_type = Vec<String>)]
     pub route_reasons: Value,
-    /// `running`, `succeeded` or `failed`.
+    /// `running`, `succeeded`, `failed`, or `stopped` (the caller closed the stream first).
     pub status: String,
     /// The answer.
     pub answer: Option<String>,

@@ -186,8 +186,14 @@ fn stream_chunks(
         {
             return;
         }
-        while let Some(ev) = events.recv().await {
+        while let Some(ev) = sse::next_event(&mut events, &tx).await {
             let frames = match ev {
+                // A comment line, which SSE clients skip: it keeps the connection visibly alive
+                // while the prompt is read, and a closed one is noticed at once.
+                AskEvent::Progress(p) => vec![sse::comment(&format!(
+                    "reading {} of {} prompt tokens",
+                    p.read, p.total
+                ))],
                 AskEvent::Token(text) => vec![chunk(json!({ "content": text }), Value::Null, &[])],
                 AskEvent::Done(a) => vec![
                     chunk(

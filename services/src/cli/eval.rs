@@ -54,9 +54,9 @@ pub struct EvalArgs {
     /// API key for `--url`.
     #[arg(long, env = "DOCQA_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// RAG window of the in-process server, in tokens.
-    #[arg(long, default_value_t = 8192)]
-    rag_window: usize,
+    /// RAG window of the in-process server, in tokens [default: the server's for its device].
+    #[arg(long)]
+    rag_window: Option<usize>,
     /// Abstention threshold of the in-process server (`docqa serve --abstention-threshold`; 0 never
     /// abstains) [default: the server's].
     #[arg(long)]
@@ -152,7 +152,10 @@ fn run_header(args: &EvalArgs, results: &[QuestionResult]) -> String {
             Some(u) => format!("server {u}"),
             None => format!(
                 "in-process server, RAG window {}{}",
-                args.rag_window,
+                args.rag_window.map_or_else(
+                    || format!("{} (the device's default)", default_rag_window()),
+                    |w| w.to_string()
+                ),
                 args.abstention_threshold
                     .map(|t| format!(", abstention threshold {t}"))
                     .unwrap_or_default()
@@ -217,8 +220,6 @@ fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
         "0".into(),
         "--max-waiting".into(),
         "1024".into(),
-        "--rag-window".into(),
-        args.rag_window.to_string(),
         "--max-answer-tokens".into(),
         args.max_tokens.max(1).to_string(),
         "--data-dir".into(),
@@ -235,6 +236,10 @@ fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
     if let Some(adapter) = &args.adapter {
         argv.push("--adapter".into());
         argv.push(adapter.to_string());
+    }
+    if let Some(window) = args.rag_window {
+        argv.push("--rag-window".into());
+        argv.push(window.to_string());
     }
     let config = ServeOnly::try_parse_from(argv)?.serve;
     let (tx, rx) = mpsc::channel();
@@ -254,4 +259,12 @@ fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
         .context("the in-process server did not start")?
         .context("the in-process server has no address")?;
     Ok(format!("http://{addr}"))
+}
+
+/// The RAG window the in-process server uses when none is given: its device's default
+/// (`DOCQA_DEVICE`, else the CPU).
+fn default_rag_window() -> usize {
+    ServeOnly::try_parse_from(["serve"])
+        .map(|s| s.serve.rag_window())
+        .unwrap_or_else(|_| crate::device::Device::Cpu.defaults().rag_window)
 }

@@ -117,6 +117,7 @@ fn stream_to_stdout<B: Backend>(core: &mut EngineCore<B>) -> anyhow::Result<Usag
         for (_, event) in core.step()? {
             match event {
                 GenerationEvent::Token { text, .. } => write!(out, "{text}")?,
+                GenerationEvent::Progress { .. } => {}
                 GenerationEvent::Finished { text, usage, .. } => {
                     writeln!(out, "{text}")?;
                     return Ok(usage);

@@ -15,6 +15,8 @@ pub mod status {
     pub const SUCCEEDED: &str = "succeeded";
     /// Failed; `error` says why.
     pub const FAILED: &str = "failed";
+    /// The caller stopped it (closed the stream) before it was complete.
+    pub const STOPPED: &str = "stopped";
 }
 
 /// A stored answer.
@@ -32,7 +34,7 @@ pub struct AnswerRow {
     pub route: Option<String>,
     /// Why that route (JSON array of strings).
     pub route_reasons: Value,
-    /// `running`, `succeeded` or `failed`.
+    /// `running`, `succeeded`, `failed` or `stopped`.
     pub status: String,
     /// The answer text.
     pub text: Option<String>,
@@ -167,8 +169,22 @@ impl Db {
 
     /// Records a failed answer.
     pub async fn fail_answer(&self, id: &str, error: &str) -> Result<(), sqlx::Error> {
+        self.end_answer(id, status::FAILED, Some(error)).await
+    }
+
+    /// Marks an answer stopped by its caller.
+    pub async fn stop_answer(&self, id: &str) -> Result<(), sqlx::Error> {
+        self.end_answer(id, status::STOPPED, None).await
+    }
+
+    async fn end_answer(
+        &self,
+        id: &str,
+        status: &str,
+        error: Option<&str>,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query("UPDATE answers SET status = $1, error = $2, finished_at = $3 WHERE id = $4")
-            .bind(status::FAILED)
+            .bind(status)
             .bind(error)
             .bind(now_ms())
             .bind(id)

@@ -13,6 +13,7 @@ pub mod abstention;
 pub mod citations;
 pub mod long_tokens;
 pub mod plan;
+pub mod progress;
 pub mod prompt;
 pub mod router;
 pub mod scope;
@@ -44,7 +45,7 @@ pub async fn start(
     input: AskInput,
 ) -> Result<mpsc::Receiver<AskEvent>, ApiError> {
     let started = Instant::now();
-    let max_tokens = input.validate(state.config.max_answer_tokens)?;
+    let max_tokens = input.validate(state.config.max_answer_tokens())?;
     let docs = scope::resolve(&state, &tenant_id, &input.scope).await?;
     let plan = plan::plan(&state, &tenant_id, &input, &docs, max_tokens).await?;
     let first = first_prompt(&plan)?;
@@ -52,6 +53,7 @@ pub async fn start(
         temperature: input.temperature.unwrap_or(0.0),
         max_tokens,
         seed: input.seed,
+        stop_on_repetition: true,
         ..SamplingParams::default()
     };
     let answer_id = crate::db::new_id();
@@ -186,11 +188,7 @@ impl Answering {
         let event = match result {
             Ok(answered) => self.finish(answered, gen_start).await,
             Err(Stop::Disconnected) => {
-                let _ = self
-                    .state
-                    .db
-                    .fail_answer(&self.answer_id, "the caller disconnected")
-                    .await;
+                let _ = self.state.db.stop_answer(&self.answer_id).await;
                 return;
             }
             Err(Stop::Failed(err)) => {
@@ -235,7 +233,7 @@ impl Answering {
     ) -> Result<Answered, Stop> {
         let first = first_prompt(&self.plan).map_err(Stop::Failed)?;
         if self.plan.decision != Decision::SelfRoute {
-            let generated = self.generate(stream, Some(tx)).await?;
+            let generated = self.generate(stream, tx, true).await?;
             let refused = self.refuses(first.route, &generated);
             return Ok(Answered {
                 prepared: first,
@@ -244,7 +242,7 @@ impl Answering {
                 refused,
             });
         }
-        let attempt = self.generate(stream, None).await?;
+        let attempt = self.generate(stream, tx, false).await?;
         let attempt_refused = self.refuses(first.route, &attempt);
         let long = self.plan.long.clone();
         match long {
@@ -256,7 +254,7 @@ impl Answering {
                 let stream = admit(&self.state, &self.tenant_id, &long, &self.params)
                     .await
                     .map_err(Stop::Failed)?;
-                let generated = self.generate(stream, Some(tx)).await?;
+                let generated = self.generate(stream, tx, true).await?;
                 let refused = self.refuses(long.route, &generated);
                 Ok(Answered {
                     prepared: long,
@@ -292,16 +290,31 @@ impl Answering {
         }
     }
 
-    /// Runs one generation, sending its text as it comes when `tx` is given.
+    /// Runs one generation, sending its reading progress, and its text as it comes when
+    /// `stream_text` (a caller that went away ends it: [`Stop::Disconnected`]).
     async fn generate(
         &mut self,
         mut stream: TokenStream,
-        tx: Option<&mpsc::Sender<AskEvent>>,
+        tx: &mpsc::Sender<AskEvent>,
+        stream_text: bool,
     ) -> Result<Generated, Stop> {
         let mut text = String::new();
         let mut steps = Vec::new();
-        while let Some(event) = stream.next().await {
+        let mut reading = progress::Reading::default();
+        loop {
+            // A caller that goes away ends the generation at once, not at its next event.
+            let event = tokio::select! {
+                event = stream.next() => event,
+                () = tx.closed() => return Err(Stop::Disconnected),
+            };
+            let Some(event) = event else { break };
             match event {
+                GenerationEvent::Progress { computed, total } => {
+                    let read = reading.note(computed, total, Instant::now());
+                    if tx.send(AskEvent::Progress(read)).await.is_err() {
+                        return Err(Stop::Disconnected);
+                    }
+                }
                 GenerationEvent::Token {
                     id,
                     text: piece,
@@ -315,7 +328,7 @@ impl Answering {
                         continue;
                     }
                     text.push_str(&piece);
-                    if let Some(tx) = tx {
+                    if stream_text {
                         self.first_token_ms.get_or_insert_with(|| ms(self.started));
                         if tx.send(AskEvent::Token(piece)).await.is_err() {
                             return Err(Stop::Disconnected);
@@ -327,7 +340,7 @@ impl Answering {
                     text: tail,
                     usage,
                 } => {
-                    if let (Some(tx), false) = (tx, tail.is_empty()) {
+                    if stream_text && !tail.is_empty() {
                         let _ = tx.send(AskEvent::Token(tail.clone())).await;
                     }
                     text.push_str(&tail);
@@ -399,12 +412,7 @@ impl Answering {
                     page_end: s.chunk.page_end,
                 })
                 .collect(),
-            finish_reason: match generated.reason {
-                FinishReason::Stop => "stop",
-                FinishReason::Length => "length",
-                FinishReason::Cancelled => "cancelled",
-            }
-            .to_string(),
+            finish_reason: generated.reason.as_str().to_string(),
             timings,
             usage: self.usage,
         };

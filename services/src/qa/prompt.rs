@@ -180,7 +180,7 @@ pub fn long_user(documents: &str, question: &str) -> String {
 
 /// The RAG window in tokens (prompt and answer).
 pub fn rag_window(state: &AppState) -> usize {
-    state.config.rag_window.min(state.max_context)
+    state.config.rag_window().min(state.max_context)
 }
 
 /// Prompt tokens left for passages in the RAG window.

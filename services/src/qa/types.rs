@@ -218,7 +218,8 @@ pub struct FinalAnswer {
     pub citations: Vec<Citation>,
     /// The passages the RAG prompt held, in prompt (document) order; empty on the long path.
     pub passages: Vec<Passage>,
-    /// `stop` or `length`.
+    /// Why generation ended: `stop` (the model finished), `length` (the answer cap, or the model's
+    /// window, was reached), `loop` (the answer began repeating itself and was ended) or `cancelled`.
     pub finish_reason: String,
     /// Timings.
     pub timings: Timings,
@@ -226,9 +227,23 @@ pub struct FinalAnswer {
     pub usage: Usage,
 }
 
+/// How far the model has read a prompt (prefill), sent after each chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct ReadProgress {
+    /// Prompt tokens read (the KV prefix cache's included).
+    pub read: usize,
+    /// Tokens in the prompt.
+    pub total: usize,
+    /// The time left to read the rest, in milliseconds, at the rate of this prompt's chunks so far
+    /// (absent after the first chunk).
+    pub eta_ms: Option<u64>,
+}
+
 /// What an answering task sends.
 #[derive(Debug)]
 pub enum AskEvent {
+    /// The model read another chunk of the prompt.
+    Progress(ReadProgress),
     /// Answer text as it is generated.
     Token(String),
     /// The complete answer (last event).

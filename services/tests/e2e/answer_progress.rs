@@ -1,0 +1,162 @@
+//! First contact with a slow answer: while the model reads a long prompt the stream says how far it is,
+//! and a caller who stops (closes the stream) frees the engine at the next chunk, with the answer kept in
+//! the history as stopped, not failed.
+
+use crate::support;
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Database, Options, Server};
+
+/// The engine's running generations, from `/metrics`.
+fn running_generations(server: &Server) -> i64 {
+    let text = reqwest::blocking::get(server.url("/metrics"))
+        .and_then(|r| r.text())
+        .expect("metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix("docqa_engine_running_requests "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("docqa_engine_running_requests in /metrics")
+}
+
+/// Reads SSE frames until the first `progress` event and returns its data, leaving the stream open.
+fn first_progress(lines: &mut impl Iterator<Item = String>) -> Value {
+    let mut name = String::new();
+    for line in lines {
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            assert_ne!(name, "token", "a token came before any progress event");
+            if name == "progress" {
+                return serde_json::from_str(d).expect("progress json");
+            }
+        }
+    }
+    panic!("the stream ended without a progress event");
+}
+
+#[test]
+fn a_long_prompt_streams_its_reading_progress_and_a_stop_frees_the_engine_at_the_next_chunk() {
+    let server = Server::start(Options::new(Database::Sqlite).arg("--adapter", "none"));
+    let (_, key) = server.tenant("t");
+    let (title, text, questions) = support::squad_article(0);
+    let (doc, job) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let question = &questions[0].0;
+    let body = json!({ "question": question, "route": "long", "stream": true, "max_tokens": 8,
+        "scope": { "document_ids": [doc] } });
+
+    // A whole streamed answer: progress events rise, stay below the total, and all come first.
+    let res = server
+        .req(reqwest::Method::POST, "/v1/ask", Some(&key))
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let events = support::read_events(res);
+    let answer: Value = serde_json::from_str(&events.last().expect("events").1).unwrap();
+    let prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().unwrap();
+    let progress: Vec<Value> = events
+        .iter()
+        .filter(|(n, _)| n == "progress")
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        progress.len() >= 3,
+        "a {prompt_tokens}-token prompt read in few chunks: {progress:?}"
+    );
+    let reads: Vec<u64> = progress
+        .iter()
+        .map(|p| p["read"].as_u64().unwrap())
+        .collect();
+    assert!(reads.windows(2).all(|w| w[0] < w[1]), "{reads:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["total"].as_u64() == Some(prompt_tokens))
+    );
+    assert!(*reads.last().unwrap() < prompt_tokens);
+    assert!(
+        progress[0]["eta_ms"].is_null() && progress[1]["eta_ms"].is_u64(),
+        "{progress:?}"
+    );
+    let first_token = events
+        .iter()
+        .position(|(n, _)| n == "token")
+        .unwrap_or(events.len());
+    assert!(events[first_token..].iter().all(|(n, _)| n != "progress"));
+    assert!(["stop", "length", "loop"].contains(&answer["finish_reason"].as_str().unwrap()));
+
+    // Stop the next question while its prompt is read (the document's cached KV dropped first, or
+    // the prefix cache would serve most of it at once).
+    let body = json!({ "question": questions[1].0, "route": "long", "stream": true, "max_tokens": 8,
+        "scope": { "document_ids": [doc] } });
+    let forget = server
+        .req(
+            reqwest::Method::DELETE,
+            &format!("/v1/documents/{doc}/kv-cache"),
+            Some(&key),
+        )
+        .send()
+        .unwrap();
+    assert!(forget.status().is_success(), "{}", forget.status());
+    let res = server
+        .req(reqwest::Method::POST, "/v1/ask", Some(&key))
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut lines = BufReader::new(res).lines().map(|l| l.expect("line"));
+    let reading = first_progress(&mut lines);
+    assert!(
+        reading["read"].as_u64() < reading["total"].as_u64(),
+        "{reading}"
+    );
+    assert_eq!(running_generations(&server), 1);
+    let stopped_at = Instant::now();
+    drop(lines); // the caller stops: the connection closes
+    let freed = loop {
+        if running_generations(&server) == 0 {
+            break stopped_at.elapsed();
+        }
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(30),
+            "the engine kept the request"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "the engine let the stopped request go {} ms after the stop",
+        freed.as_millis()
+    );
+    assert!(freed < Duration::from_secs(2), "freed only after {freed:?}");
+
+    // History keeps it as stopped.
+    let history_of = || -> Value {
+        server
+            .get(&format!("/v1/documents/{doc}/answers"), &key)
+            .json()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut history = history_of();
+    while !history.to_string().contains("\"stopped\"") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        history = history_of();
+    }
+    let items = history["answers"].as_array().expect("answers");
+    let stopped: Vec<&Value> = items
+        .iter()
+        .filter(|a| a["question"] == questions[1].0)
+        .collect();
+    assert_eq!(stopped.len(), 1, "{history}");
+    assert_eq!(stopped[0]["status"], "stopped", "{history}");
+    assert!(stopped[0]["error"].is_null(), "{history}");
+}
