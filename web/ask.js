@@ -86,6 +86,7 @@ async function ask() {
   } finally {
     running = null;
     setBusy(false);
+    emit("question-ended");
   }
 }
 

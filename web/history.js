@@ -7,9 +7,13 @@ import { renderAnswer } from "./ask.js";
 
 const $ = (id) => document.getElementById(id);
 
+/** How often the list is read again while one of its answers is still running. */
+const RUNNING_POLL_MS = 1500;
+let poll = null;
+
 export function initHistory() {
   on("selection", refreshHistory);
-  on("answered", refreshHistory);
+  on("question-ended", refreshHistory);
 }
 
 async function refreshHistory() {
@@ -27,6 +31,9 @@ async function refreshHistory() {
     hint.hidden = history.answers.length > 0;
     hint.textContent = "No questions about this document yet.";
     list.replaceChildren(...history.answers.map(item));
+    // An answer stopped or still being written ends on the server a moment later: look again.
+    clearTimeout(poll);
+    if (history.answers.some((a) => a.status === "running")) poll = setTimeout(refreshHistory, RUNNING_POLL_MS);
   } catch (e) {
     list.replaceChildren();
     hint.hidden = false;

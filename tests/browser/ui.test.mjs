@@ -185,6 +185,40 @@ test("the document's history lists the question and shows its answer again", asy
   await page.locator("#route-badge").waitFor();
 });
 
+test("a stop while the model reads the prompt frees the server within a second and history says so", async () => {
+  const auth = { Authorization: `Bearer ${apiKey}` };
+  const docs = await (await fetch(`${base}/v1/documents`, { headers: auth })).json();
+  const doc = docs.documents.find((d) => d.title === title);
+  // Nothing of the document cached, so the whole prompt is read, chunk by chunk.
+  await fetch(`${base}/v1/documents/${doc.id}/kv-cache`, { method: "DELETE", headers: auth });
+  const stopped = `${question} Answer in one word.`;
+  await page.getByLabel("Route").selectOption("long");
+  await page.getByLabel("Question").fill(stopped);
+  await page.getByRole("button", { name: "Ask", exact: true }).click();
+  await page.waitForFunction(
+    () => /^Reading [\d,]+ of [\d,]+ tokens/.test(document.getElementById("answer-stats").textContent),
+    null,
+    { timeout: LONG },
+  );
+  await shot("06b-reading-progress");
+  const clicked = Date.now();
+  await page.getByRole("button", { name: "Stop", exact: true }).click();
+  let running = null;
+  while (running !== 0 && Date.now() - clicked < 30_000) {
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    running = Number(/^docqa_engine_running_requests (\d+)/m.exec(metrics)[1]);
+  }
+  const freed = Date.now() - clicked;
+  console.log(`the engine let the stopped answer go ${freed} ms after Stop`);
+  assert.equal(running, 0, "the engine still runs the stopped answer");
+  assert.ok(freed < 2000, `the engine was freed only ${freed} ms after Stop`);
+  assert.match(await page.locator("#ask-error").textContent(), /Stopped/);
+  const item = page.locator("#history li", { hasText: stopped });
+  await item.locator(".a", { hasText: "Stopped before it was complete." }).waitFor();
+  await shot("06c-stopped");
+  await page.getByLabel("Route").selectOption("auto");
+});
+
 test("a phone-sized window in dark mode keeps everything inside the screen", async () => {
   await page.emulateMedia({ colorScheme: "dark" });
   await page.setViewportSize({ width: 390, height: 844 });
