@@ -185,7 +185,7 @@ test("the document's history lists the question and shows its answer again", asy
   await page.locator("#route-badge").waitFor();
 });
 
-test("a stop while the model reads the prompt frees the server within a second and history says so", async () => {
+test("a stop while the model reads the prompt frees the engine at its next chunks and history says so", async () => {
   const auth = { Authorization: `Bearer ${apiKey}` };
   const docs = await (await fetch(`${base}/v1/documents`, { headers: auth })).json();
   const doc = docs.documents.find((d) => d.title === title);
@@ -201,17 +201,24 @@ test("a stop while the model reads the prompt frees the server within a second a
     { timeout: LONG },
   );
   await shot("06b-reading-progress");
+  // The engine must drop the answer at its next prompt chunks, not after the whole prompt: counted in
+  // tokens the engine computed after Stop (at most three 256-token CPU chunks), so that a loaded machine
+  // does not make the check flaky; the time is printed (BENCHMARKS.md records it on a quiet machine).
+  const engine = async () => {
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    const value = (name) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(metrics)[1]);
+    return { running: value("docqa_engine_running_requests"), computed: value("docqa_engine_computed_tokens") };
+  };
+  const before = await engine();
   const clicked = Date.now();
   await page.getByRole("button", { name: "Stop", exact: true }).click();
-  let running = null;
-  while (running !== 0 && Date.now() - clicked < 30_000) {
-    const metrics = await (await fetch(`${base}/metrics`)).text();
-    running = Number(/^docqa_engine_running_requests (\d+)/m.exec(metrics)[1]);
-  }
+  let now = before;
+  while (now.running !== 0 && Date.now() - clicked < 60_000) now = await engine();
   const freed = Date.now() - clicked;
-  console.log(`the engine let the stopped answer go ${freed} ms after Stop`);
-  assert.equal(running, 0, "the engine still runs the stopped answer");
-  assert.ok(freed < 2000, `the engine was freed only ${freed} ms after Stop`);
+  const after = now.computed - before.computed;
+  console.log(`the engine let the stopped answer go ${freed} ms and ${after} tokens after Stop`);
+  assert.equal(now.running, 0, "the engine still runs the stopped answer");
+  assert.ok(after <= 3 * 256, `the engine computed ${after} more tokens after Stop`);
   assert.match(await page.locator("#ask-error").textContent(), /Stopped/);
   const item = page.locator("#history li", { hasText: stopped });
   await item.locator(".a", { hasText: "Stopped before it was complete." }).waitFor();

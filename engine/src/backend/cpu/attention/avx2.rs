@@ -248,9 +248,10 @@ fn hmax8(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_max_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
 }
 
-/// The sum of the eight lanes, in one fixed order.
+/// The sum of the eight lanes, in one fixed order: halves, then pairs, then the last two (also the
+/// AVX2 matmul's reduction).
 #[target_feature(enable = "avx2")]
-fn hsum8(v: __m256) -> f32 {
+pub(crate) fn hsum8(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))

@@ -14,6 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::{MatmulDims, OutPtr, WeightSlice, for_each_task, run_tiles};
+use crate::backend::cpu::attention::avx2::hsum8;
 
 /// Whether this CPU has the instructions the kernels use.
 pub(super) fn available() -> bool {
@@ -193,15 +194,4 @@ fn tail<T: Copy + Default, const N: usize>(p: *const T, k: usize, from: usize) -
         }
     }
     rows
-}
-
-/// The sum of the eight lanes, in one fixed order: halves, then pairs, then the last two.
-#[inline(always)]
-fn hsum8(v: __m256) -> f32 {
-    // SAFETY: only reached from kernels that run with AVX2 (checked by their callers).
-    unsafe {
-        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)))
-    }
 }
