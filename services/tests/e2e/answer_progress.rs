@@ -27,6 +27,17 @@ fn engine_now(server: &Server) -> (i64, i64) {
     )
 }
 
+/// POSTs a streamed question; the response, once it answered 200.
+fn ask_streaming(server: &Server, key: &str, body: &Value) -> reqwest::blocking::Response {
+    let res = server
+        .req(reqwest::Method::POST, "/v1/ask", Some(key))
+        .json(body)
+        .send()
+        .expect("POST /v1/ask");
+    assert_eq!(res.status(), 200);
+    res
+}
+
 /// Reads SSE frames until the first `progress` event and returns its data, leaving the stream open.
 fn first_progress(lines: &mut impl Iterator<Item = String>) -> Value {
     let mut name = String::new();
@@ -47,26 +58,13 @@ fn first_progress(lines: &mut impl Iterator<Item = String>) -> Value {
 fn a_long_prompt_streams_its_reading_progress_and_a_stop_frees_the_engine_at_its_next_chunks() {
     let server = Server::start(Options::new(Database::Sqlite).arg("--adapter", "none"));
     let (_, key) = server.tenant("t");
-    let (title, text, questions) = support::squad_article(0);
-    let (doc, job) = server.ingest(
-        &key,
-        &format!("{title}.txt"),
-        text.into_bytes(),
-        "text/plain",
-    );
-    assert_eq!(job["status"], "succeeded", "{job}");
+    let (doc, questions) = server.ingest_squad_article(&key, 0);
     let question = &questions[0].0;
     let body = json!({ "question": question, "route": "long", "stream": true, "max_tokens": 8,
         "scope": { "document_ids": [doc] } });
 
     // A whole streamed answer: progress events rise, stay below the total, and all come first.
-    let res = server
-        .req(reqwest::Method::POST, "/v1/ask", Some(&key))
-        .json(&body)
-        .send()
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let events = support::read_events(res);
+    let events = support::read_events(ask_streaming(&server, &key, &body));
     let answer: Value = serde_json::from_str(&events.last().expect("events").1).unwrap();
     let prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().unwrap();
     let progress: Vec<Value> = events
@@ -113,12 +111,7 @@ fn a_long_prompt_streams_its_reading_progress_and_a_stop_frees_the_engine_at_its
         .send()
         .unwrap();
     assert!(forget.status().is_success(), "{}", forget.status());
-    let res = server
-        .req(reqwest::Method::POST, "/v1/ask", Some(&key))
-        .json(&body)
-        .send()
-        .unwrap();
-    assert_eq!(res.status(), 200);
+    let res = ask_streaming(&server, &key, &body);
     let mut lines = BufReader::new(res).lines().map(|l| l.expect("line"));
     let reading = first_progress(&mut lines);
     assert!(

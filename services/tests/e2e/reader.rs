@@ -17,14 +17,7 @@ fn the_served_reader_answers_with_the_gold_span_and_refuses_what_the_article_doe
     let (_, key) = server.tenant("reader");
     let info: serde_json::Value = server.get("/v1/info", &key).json().expect("json");
     assert_eq!(info["adapter"]["name"], "docqa-reader", "{info}");
-    let (title, text, _) = support::squad_article(ARTICLE);
-    let (doc, job) = server.ingest(
-        &key,
-        &format!("{title}.txt"),
-        text.into_bytes(),
-        "text/plain",
-    );
-    assert_eq!(job["status"], "succeeded", "{job}");
+    let (doc, _) = server.ingest_squad_article(&key, ARTICLE);
 
     let answered = server.ask(&key, (&doc, "rag"), "Who bought the rights?", 24);
     assert_eq!(answered["answerable"], true, "{answered}");

@@ -367,6 +367,24 @@ impl Server {
         (doc, self.wait_job(key, &job))
     }
 
+    /// Ingests SQuAD 2.0 dev article `index` as `TITLE.txt` and requires its job to succeed; returns
+    /// the document id and the article's answerable questions with their answers.
+    pub fn ingest_squad_article(
+        &self,
+        key: &str,
+        index: usize,
+    ) -> (String, Vec<(String, Vec<String>)>) {
+        let (title, text, questions) = squad_article(index);
+        let (doc, job) = self.ingest(
+            key,
+            &format!("{title}.txt"),
+            text.into_bytes(),
+            "text/plain",
+        );
+        assert_eq!(job["status"], "succeeded", "{job}");
+        (doc, questions)
+    }
+
     /// Polls a job until it has ended; returns its last state.
     pub fn wait_job(&self, key: &str, job_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(600);

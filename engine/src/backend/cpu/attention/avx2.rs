@@ -6,51 +6,13 @@
 
 use std::arch::x86_64::*;
 
-use super::KeyValues;
-use super::blocked::{self, ChunkUpdate, Finish, KB, Span};
-use crate::backend::AttnShape;
+use super::blocked::{self, KB};
 
-/// The AVX2 and FMA instruction sets.
-pub(crate) struct Avx2;
-
-impl ChunkUpdate for Avx2 {
-    #[inline(always)]
-    unsafe fn update(
-        q: &[f32],
-        tiles: (&[f32], &[f32], bool),
-        keys: (usize, usize),
-        scale: f32,
-        acc: &mut [f32],
-        ml: &mut [f32],
-    ) {
-        // SAFETY: forwarded from the caller.
-        unsafe { update(q, tiles, keys, scale, acc, ml) }
-    }
-}
+blocked::blocked_kernel!(Avx2, "avx2,fma");
 
 /// Whether this CPU has the instructions the kernel uses.
 pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-}
-
-/// [`blocked::task`] compiled for AVX2 and FMA.
-///
-/// # Safety
-/// As [`blocked::task`], with AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn task<S: KeyValues>(
-    q: (&[f32], &[f32]),
-    finish: Finish<'_>,
-    kv: &S,
-    span: Span,
-    ranges: (std::ops::Range<usize>, std::ops::Range<usize>),
-    g: usize,
-    shape: AttnShape,
-    causal: bool,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { blocked::task::<Avx2, S>(q, finish, kv, span, ranges, g, shape, causal) }
 }
 
 /// Scores of 16 keys stored transposed `[hd, 16]`, as keys 0–7 and 8–15: one broadcast FMA per

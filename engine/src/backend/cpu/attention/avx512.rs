@@ -5,47 +5,9 @@
 
 use std::arch::x86_64::*;
 
-use super::KeyValues;
-use super::blocked::{self, ChunkUpdate, Finish, KB, Span};
-use crate::backend::AttnShape;
+use super::blocked::{self, KB};
 
-/// The AVX-512F instruction set.
-pub(crate) struct Avx512;
-
-impl ChunkUpdate for Avx512 {
-    #[inline(always)]
-    unsafe fn update(
-        q: &[f32],
-        tiles: (&[f32], &[f32], bool),
-        keys: (usize, usize),
-        scale: f32,
-        acc: &mut [f32],
-        ml: &mut [f32],
-    ) {
-        // SAFETY: forwarded from the caller.
-        unsafe { update(q, tiles, keys, scale, acc, ml) }
-    }
-}
-
-/// [`blocked::task`] compiled for AVX-512F.
-///
-/// # Safety
-/// As [`blocked::task`], with AVX-512F.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn task<S: KeyValues>(
-    q: (&[f32], &[f32]),
-    finish: Finish<'_>,
-    kv: &S,
-    span: Span,
-    ranges: (std::ops::Range<usize>, std::ops::Range<usize>),
-    g: usize,
-    shape: AttnShape,
-    causal: bool,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { blocked::task::<Avx512, S>(q, finish, kv, span, ranges, g, shape, causal) }
-}
+blocked::blocked_kernel!(Avx512, "avx512f");
 
 /// Scores of 16 keys stored transposed `[hd, 16]`: one broadcast FMA per dimension, in eight
 /// independent chains so FMA latency does not bound the loop.

@@ -33,6 +33,57 @@ pub(crate) trait ChunkUpdate {
     );
 }
 
+/// Declares an instruction set's blocked kernel in a module that defines its chunk update as
+/// `unsafe fn update(…)` (the signature of [`ChunkUpdate::update`]): a unit struct `$set` implementing
+/// [`ChunkUpdate`] with it, and `task`, [`task`] compiled with the set's target features.
+macro_rules! blocked_kernel {
+    ($set:ident, $features:literal) => {
+        /// The instruction set named by the struct.
+        pub(crate) struct $set;
+
+        impl $crate::backend::cpu::attention::blocked::ChunkUpdate for $set {
+            #[inline(always)]
+            unsafe fn update(
+                q: &[f32],
+                tiles: (&[f32], &[f32], bool),
+                keys: (usize, usize),
+                scale: f32,
+                acc: &mut [f32],
+                ml: &mut [f32],
+            ) {
+                // SAFETY: forwarded from the caller.
+                unsafe { update(q, tiles, keys, scale, acc, ml) }
+            }
+        }
+
+        /// [`blocked::task`](crate::backend::cpu::attention::blocked::task) compiled for this
+        /// module's instruction set.
+        ///
+        /// # Safety
+        /// As that function, on a CPU with these features.
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) unsafe fn task<S: $crate::backend::cpu::attention::KeyValues>(
+            q: (&[f32], &[f32]),
+            finish: $crate::backend::cpu::attention::blocked::Finish<'_>,
+            kv: &S,
+            span: $crate::backend::cpu::attention::blocked::Span,
+            ranges: (std::ops::Range<usize>, std::ops::Range<usize>),
+            g: usize,
+            shape: $crate::backend::AttnShape,
+            causal: bool,
+        ) {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                $crate::backend::cpu::attention::blocked::task::<$set, S>(
+                    q, finish, kv, span, ranges, g, shape, causal,
+                )
+            }
+        }
+    };
+}
+pub(crate) use blocked_kernel;
+
 /// Keys per chunk (one vector of scores).
 pub(crate) const KB: usize = 16;
 /// Query rows per task.
