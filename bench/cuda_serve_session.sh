@@ -33,7 +33,7 @@ grep -i "generator on\|embedder on\|models loaded" "$out/serve.log" || true
 
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 uploaded=$(date +%s.%N)
-id=$(curl -sf -F "file=@$document" "$base/v1/documents" | field "['document_id']")
+id=$(curl -sf -F "file=@$document" "$base/v1/documents?allow_duplicate=true" | field "['document_id']")
 for _ in $(seq 1 3000); do
     status=$(curl -sf "$base/v1/documents/$id" | field "['status']")
     [ "$status" = ready ] && break

@@ -38,7 +38,7 @@ def upload(base, name, text):
         f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
         f"Content-Type: text/plain\r\n\r\n{text}\r\n--{boundary}--\r\n"
     ).encode()
-    req = urllib.request.Request(base + "/v1/documents", data=body, method="POST")
+    req = urllib.request.Request(base + "/v1/documents?allow_duplicate=true", data=body, method="POST")
     req.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
     return json.load(urllib.request.urlopen(req, timeout=600))
 

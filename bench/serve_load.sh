@@ -45,7 +45,7 @@ json.dump(qs, open(f"{work}/questions.json", "w"))
 PY
 sed -i "s/MAXTOK/$MAX_TOKENS/" "$work/ask.lua"
 for f in "$work"/doc*.txt; do
-    job=$(curl -s -F "file=@$f" "$base/v1/documents" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
+    job=$(curl -s -F "file=@$f" "$base/v1/documents?allow_duplicate=true" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
     until curl -s "$base/v1/jobs/$job" | grep -q '"status":"succeeded"'; do sleep 0.5; done
 done
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); commit $(git rev-parse --short HEAD)"

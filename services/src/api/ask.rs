@@ -119,6 +119,8 @@ pub struct AnswerView {
     pub created_at: String,
     /// Finished at (RFC 3339).
     pub finished_at: Option<String>,
+    /// The documents the question was asked about.
+    pub document_ids: Vec<String>,
 }
 
 /// A stored answer, by id.
@@ -134,11 +136,14 @@ pub async fn get_answer(
         .answer(&caller.tenant_id, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("answer", &id))?;
-    Ok(web::Json(AnswerView::from(a)))
+    let mut documents = state.db.documents_of_answers(&[a.id.clone()]).await?;
+    let document_ids = documents.remove(&a.id).unwrap_or_default();
+    Ok(web::Json(AnswerView::new(a, document_ids)))
 }
 
-impl From<AnswerRow> for AnswerView {
-    fn from(a: AnswerRow) -> Self {
+impl AnswerView {
+    /// The view of a stored answer asked about `document_ids`.
+    pub fn new(a: AnswerRow, document_ids: Vec<String>) -> Self {
         AnswerView {
             answer_id: a.id,
             question: a.question,
@@ -156,6 +161,7 @@ impl From<AnswerRow> for AnswerView {
             error: a.error,
             created_at: rfc3339(a.created_at),
             finished_at: a.finished_at.map(rfc3339),
+            document_ids,
         }
     }
 }

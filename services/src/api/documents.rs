@@ -1,5 +1,6 @@
 //! `/v1/documents`: upload (multipart, several files, optional collection), list with filters and
-//! paging, get, download the original, delete (chunks, index entries and the original go too).
+//! paging, get, download the original, delete (chunks, index entries and the original go too). Renames
+//! are in [`super::document_title`], duplicate uploads in [`super::duplicates`].
 
 use actix_multipart::Multipart;
 use actix_web::http::StatusCode;
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantCaller;
+use super::duplicates::{DuplicateUpload, UploadParams, find_duplicates, refusal};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::upload::{Received, ReceivedFile, receive};
 use crate::db::documents::{Document, DocumentQuery, NewDocument};
@@ -68,15 +70,17 @@ pub struct DocumentList {
     pub offset: i64,
 }
 
-/// Upload documents (multipart `file` parts, optional `collection` field).
-#[utoipa::path(post, path = "/v1/documents", tag = "documents",
+/// Upload documents (multipart `file` parts, optional `collection` field). A file with the same content
+/// as one of the tenant's documents is refused (`409`, nothing stored) unless `allow_duplicate=true`.
+#[utoipa::path(post, path = "/v1/documents", tag = "documents", params(UploadParams),
     request_body(content_type = "multipart/form-data", description = "one or more files, and optionally a `collection` text field"),
-    responses((status = 202, body = UploadResponse), (status = 413, body = ErrorBody),
+    responses((status = 202, body = UploadResponse), (status = 409, body = DuplicateUpload), (status = 413, body = ErrorBody),
         (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn upload(
     state: web::Data<AppState>,
     caller: TenantCaller,
     req: HttpRequest,
+    params: web::Query<UploadParams>,
     payload: Multipart,
 ) -> ApiResult<HttpResponse> {
     let max = state.config.max_upload_bytes;
@@ -103,6 +107,19 @@ pub async fn upload(
     if let Err(e) = check_types(&received) {
         received.discard().await;
         return Err(e);
+    }
+    if !params.allow_duplicate {
+        let duplicates = match find_duplicates(&state, &caller.tenant_id, &received).await {
+            Ok(found) => found,
+            Err(e) => {
+                received.discard().await;
+                return Err(e);
+            }
+        };
+        if !duplicates.is_empty() {
+            received.discard().await;
+            return Ok(refusal(duplicates));
+        }
     }
     let mut accepted = Vec::new();
     for file in &received.files {

@@ -17,6 +17,8 @@ pub struct ServerInfo {
     pub local_mode: bool,
     /// Largest upload (all files of one request together), in bytes.
     pub max_upload_bytes: u64,
+    /// Longest question, in characters.
+    pub max_question_chars: usize,
     /// Tokens of the RAG path's window.
     pub rag_window: usize,
     /// Most tokens an answer may have.
@@ -39,6 +41,7 @@ pub async fn info(state: web::Data<AppState>) -> web::Json<ServerInfo> {
         version: env!("CARGO_PKG_VERSION"),
         local_mode: state.local_mode,
         max_upload_bytes: state.config.max_upload_bytes,
+        max_question_chars: crate::qa::MAX_QUESTION_CHARS,
         rag_window: state.config.rag_window(),
         max_answer_tokens: state.config.max_answer_tokens(),
         max_context: state.max_context,

@@ -6,7 +6,9 @@ pub mod admin;
 pub mod ask;
 pub mod auth;
 pub mod document_text;
+pub mod document_title;
 pub mod documents;
+pub mod duplicates;
 pub mod error;
 pub mod health;
 pub mod history;
@@ -44,6 +46,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .error_handler(|err, _| extraction_error(format!("invalid path: {err}"))),
     )
     .configure(documents::routes)
+    .configure(document_title::routes)
     .configure(kv_cache::routes)
     .configure(document_text::routes)
     .configure(history::routes)

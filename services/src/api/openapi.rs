@@ -6,8 +6,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    admin, ask, document_text, documents, health, history, info, jobs, kv_cache, openai, search,
-    stats,
+    admin, ask, document_text, document_title, documents, health, history, info, jobs, kv_cache,
+    openai, search, stats,
 };
 
 /// The API description.
@@ -17,8 +17,8 @@ use super::{
         follow their ingestion, ask questions answered with citations by a RAG path or a \
         long-context path. Every error has the body `{\"error_type\", \"message\"}`."),
     paths(
-        documents::upload, documents::list, documents::get, documents::download, documents::delete,
-        kv_cache::drop_cache, kv_cache::drop_tenant_cache, document_text::document_text, history::document_answers,
+        documents::upload, documents::list, documents::get, document_title::rename, documents::download, documents::delete,
+        kv_cache::drop_cache, kv_cache::drop_tenant_cache, document_text::document_text, history::document_answers, history::answers,
         jobs::get, jobs::cancel,
         ask::ask, ask::get_answer, search::search, stats::stats,
         openai::chat_completions, openai::models,

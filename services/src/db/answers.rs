@@ -1,9 +1,11 @@
 //! Questions and their answers: the question, its scope, the route taken and why, the answer text,
 //! citations, timings and token counts. JSON-shaped parts are stored as JSON text.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Row};
 
 use super::{Db, now_ms};
 
@@ -207,23 +209,66 @@ impl Db {
         row.as_ref().map(answer_from).transpose()
     }
 
-    /// A tenant's answers about one document, newest first.
-    pub async fn answers_of_document(
+    /// A tenant's answers, newest first: those asked about any of `document_ids`, or all of them when
+    /// the list is empty.
+    pub async fn answers_about(
         &self,
         tenant_id: &str,
-        document_id: &str,
+        document_ids: &[String],
         limit: i64,
     ) -> Result<Vec<AnswerRow>, sqlx::Error> {
-        let rows = sqlx::query(
-            "SELECT a.* FROM answers a JOIN answer_documents d ON d.answer_id = a.id \
-             WHERE a.tenant_id = $1 AND d.document_id = $2 ORDER BY a.created_at DESC, a.id DESC \
-             LIMIT $3",
-        )
-        .bind(tenant_id)
-        .bind(document_id)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
+        let sql = if document_ids.is_empty() {
+            "SELECT a.* FROM answers a WHERE a.tenant_id = $1 \
+             ORDER BY a.created_at DESC, a.id DESC LIMIT $2"
+                .to_string()
+        } else {
+            format!(
+                "SELECT a.* FROM answers a WHERE a.tenant_id = $1 AND a.id IN \
+                 (SELECT d.answer_id FROM answer_documents d WHERE d.document_id IN ({})) \
+                 ORDER BY a.created_at DESC, a.id DESC LIMIT $2",
+                placeholders(3, document_ids.len())
+            )
+        };
+        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(tenant_id).bind(limit);
+        for id in document_ids {
+            query = query.bind(id);
+        }
+        let rows = query.fetch_all(self.pool()).await?;
         rows.iter().map(answer_from).collect()
     }
+
+    /// The documents each of these answers was asked about, by answer id.
+    pub async fn documents_of_answers(
+        &self,
+        answer_ids: &[String],
+    ) -> Result<HashMap<String, Vec<String>>, sqlx::Error> {
+        let mut by_answer: HashMap<String, Vec<String>> = HashMap::new();
+        if answer_ids.is_empty() {
+            return Ok(by_answer);
+        }
+        let sql = format!(
+            "SELECT answer_id, document_id FROM answer_documents WHERE answer_id IN ({}) \
+             ORDER BY answer_id, document_id",
+            placeholders(1, answer_ids.len())
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for id in answer_ids {
+            query = query.bind(id);
+        }
+        for row in query.fetch_all(self.pool()).await? {
+            by_answer
+                .entry(row.try_get("answer_id")?)
+                .or_default()
+                .push(row.try_get("document_id")?);
+        }
+        Ok(by_answer)
+    }
+}
+
+/// `$first, $first+1, …`: `n` numbered bind parameters.
+fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

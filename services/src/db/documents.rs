@@ -106,7 +106,7 @@ pub struct DocumentFacts {
 }
 
 const DOC_COLUMNS: &str = "d.id, c.name AS collection, d.file_name, d.content_type, d.size_bytes, d.sha256, \
-     d.status, d.error, d.format, d.title, d.page_count, d.char_count, d.token_count, d.chunk_count, \
+     d.status, d.error, d.format, COALESCE(d.user_title, d.title) AS title, d.page_count, d.char_count, d.token_count, d.chunk_count, \
      d.created_at, d.updated_at";
 
 fn document_from(r: &AnyRow) -> Result<Document, sqlx::Error> {
@@ -210,6 +210,44 @@ impl Db {
         row.as_ref().map(document_from).transpose()
     }
 
+    /// A tenant's documents whose original has this SHA-256, oldest first.
+    pub async fn documents_with_checksum(
+        &self,
+        tenant_id: &str,
+        sha256: &str,
+    ) -> Result<Vec<Document>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {DOC_COLUMNS} FROM documents d LEFT JOIN collections c ON c.id = d.collection_id \
+             WHERE d.tenant_id = $1 AND d.sha256 = $2 ORDER BY d.created_at, d.id"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(tenant_id)
+            .bind(sha256)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(document_from).collect()
+    }
+
+    /// Gives a tenant's document the title the user chose (it then wins over the file's own title);
+    /// false when there is no such document.
+    pub async fn set_user_title(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        title: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(
+            "UPDATE documents SET user_title = $1, updated_at = $2 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(title)
+        .bind(now_ms())
+        .bind(tenant_id)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// A page of a tenant's documents, newest first, and the total matching the filters.
     pub async fn list_documents(
         &self,
@@ -218,7 +256,7 @@ impl Db {
     ) -> Result<(Vec<Document>, i64), sqlx::Error> {
         let filter = "FROM documents d LEFT JOIN collections c ON c.id = d.collection_id \
              WHERE d.tenant_id = $1 AND ($2 IS NULL OR c.name = $2) AND ($3 IS NULL OR d.status = $3) \
-             AND ($4 IS NULL OR LOWER(d.file_name) LIKE $4 OR LOWER(COALESCE(d.title, '')) LIKE $4)";
+             AND ($4 IS NULL OR LOWER(d.file_name) LIKE $4 OR LOWER(COALESCE(d.user_title, d.title, '')) LIKE $4)";
         let like = q.search.as_ref().map(|s| format!("%{}%", s.to_lowercase()));
         let total: i64 = sqlx::query(AssertSqlSafe(format!("SELECT COUNT(*) AS n {filter}")))
             .bind(tenant_id)

@@ -158,11 +158,14 @@ pub fn check(
 /// The reason given with an answer its check abstained on.
 pub fn reason(c: &AbstentionCheck) -> String {
     format!(
-        "the model gave its answer's first token a probability of {:.3}, below the abstention \
-         threshold of {}: the {} answer is not supported",
+        "the model was unsure of its answer (it gave the first word a probability of {:.3}, \
+         below the abstention threshold of {}), so it counts as not found in the {}",
         c.support,
         c.threshold,
-        c.route.as_str()
+        match c.route {
+            Route::Rag => "passages",
+            Route::Long => "document",
+        }
     )
 }
 

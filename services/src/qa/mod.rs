@@ -36,7 +36,9 @@ use crate::state::AppState;
 use plan::Plan;
 use prompt::Prepared;
 use router::Decision;
-pub use types::{AskEvent, AskInput, FinalAnswer, RouteChoice, Scope, Timings, Usage};
+pub use types::{
+    AskEvent, AskInput, FinalAnswer, MAX_QUESTION_CHARS, RouteChoice, Scope, Timings, Usage,
+};
 
 /// Validates, plans, admits the first generation, then answers on a background task.
 pub async fn start(
@@ -248,7 +250,7 @@ impl Answering {
         match long {
             Some(long) if attempt_refused => {
                 self.plan.reasons.push(
-                    "the retrieved passages could not answer, so the whole document was read"
+                    "the most relevant passages did not hold the answer, so the whole document was read"
                         .into(),
                 );
                 let stream = admit(&self.state, &self.tenant_id, &long, &self.params)
@@ -265,11 +267,11 @@ impl Answering {
             }
             long => {
                 self.plan.reasons.push(if long.is_none() && attempt_refused {
-                    "the retrieved passages could not answer, and the whole scope does not fit the \
-                     model's window"
+                    "the most relevant passages did not hold the answer, and the whole text is too \
+                     long for the model to read at once"
                         .into()
                 } else {
-                    "the retrieved passages answered the self-check".into()
+                    "the most relevant passages held the answer".into()
                 });
                 self.first_token_ms.get_or_insert_with(|| ms(self.started));
                 if !attempt.text.is_empty()

@@ -62,9 +62,9 @@ async fn long_prompt(
 fn long_context_reason(state: &AppState, long: &Prepared, max_tokens: usize) -> Option<String> {
     if let Some(w) = long.sink_window {
         return Some(format!(
-            "the scope does not fit the model's window of {} tokens, so the long path reads it \
-             through a sliding window (StreamingLLM): it keeps the first {} tokens and the last {}, and \
-             answers from the end of the text",
+            "the text is longer than the model can hold ({} tokens), so it is read through a \
+             sliding window: the model keeps the first {} tokens and the last {}, and answers from the \
+             end of the text",
             state.max_context.min(state.kv_capacity_tokens),
             w.num_sink_tokens,
             w.window
@@ -72,8 +72,8 @@ fn long_context_reason(state: &AppState, long: &Prepared, max_tokens: usize) -> 
     }
     (long.prompt.len() + max_tokens > state.trained_context).then(|| {
         format!(
-            "the scope is longer than the model's trained context of {} tokens, so positions are \
-             stretched with YaRN RoPE scaling (×{}, up to {} tokens)",
+            "the text is longer than the model was trained to read ({} tokens), so its positions \
+             are stretched (YaRN RoPE scaling ×{}, up to {} tokens)",
             state.trained_context, state.config.rope_factor, state.max_context
         )
     })

@@ -98,19 +98,16 @@ pub fn decide(choice: RouteChoice, s: &Signals) -> (Decision, Vec<String>) {
     let mut reasons = Vec::new();
     let decision = match choice {
         RouteChoice::Rag => {
-            reasons.push("the RAG path was asked for".into());
+            reasons.push("you asked for an answer from the most relevant passages".into());
             Decision::Route(Route::Rag)
         }
         RouteChoice::Long => {
-            reasons.push("the long-context path was asked for".into());
+            reasons.push("you asked for the whole document to be read".into());
             Decision::Route(Route::Long)
         }
         RouteChoice::Auto => {
             let d = auto(s, &mut reasons);
-            reasons.push(format!(
-                "cost estimate: RAG computes about {} prompt tokens, long {} (after {} cached)",
-                s.rag_cost_tokens, s.long_cost_tokens, s.cached_long_tokens
-            ));
+            reasons.push(cost_in_words(s));
             d
         }
     };
@@ -120,42 +117,76 @@ pub fn decide(choice: RouteChoice, s: &Signals) -> (Decision, Vec<String>) {
 fn auto(s: &Signals, reasons: &mut Vec<String>) -> Decision {
     if s.fits_rag_budget && s.fits_model_window {
         reasons.push(format!(
-            "the scope's {} tokens fit the RAG budget of {} tokens: it is read whole",
-            s.scope_tokens, s.rag_budget
+            "the document is short ({} tokens, within the {}-token reading budget), so it is read \
+             whole",
+            thousands(s.scope_tokens),
+            thousands(s.rag_budget)
         ));
         return Decision::Route(Route::Long);
     }
     if !s.fits_model_window {
         reasons.push(format!(
-            "the scope's {} tokens do not fit the model's window: retrieval picks the passages",
-            s.scope_tokens
+            "the text ({} tokens) is too long for the model to read at once, so the most relevant \
+             passages are picked",
+            thousands(s.scope_tokens)
         ));
         return Decision::Route(Route::Rag);
     }
     if s.global_question {
         reasons
-            .push("the question is about the whole document (summary, count or comparison)".into());
+            .push("the question is about the whole document (a summary, a count or a comparison), so it is read whole".into());
         return Decision::Route(Route::Long);
     }
     let cached_share =
         s.cached_long_tokens as f64 / (s.long_cost_tokens + s.cached_long_tokens).max(1) as f64;
     if cached_share >= CACHED_SHARE {
         reasons.push(format!(
-            "{:.0}% of the document's prompt is already in the KV cache, so reading it whole is cheap",
+            "{:.0}% of the document was already read for an earlier question, so reading it whole is quick",
             cached_share * 100.0
         ));
         return Decision::Route(Route::Long);
     }
     if s.top_bm25_score.is_some_and(|b| b < WEAK_RETRIEVAL_SCORE) {
-        reasons.push("retrieval found no passage sharing the question's words".into());
+        reasons
+            .push("no passage shares the question's words, so the whole document is read".into());
         return Decision::Route(Route::Long);
     }
     reasons.push(
-        "Self-Route: answer from retrieved passages with a self-check, and read the whole document \
-         if the passages cannot answer"
+        "the answer is sought first in the most relevant passages, and the whole document is read \
+         if they do not hold it"
             .into(),
     );
     Decision::SelfRoute
+}
+
+/// The two paths' costs, as the user reads them.
+fn cost_in_words(s: &Signals) -> String {
+    let cached = if s.cached_long_tokens > 0 {
+        format!(
+            " ({} more were already read for an earlier question)",
+            thousands(s.cached_long_tokens)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "work to do: about {} tokens to read the passages, {} to read the whole document{cached}",
+        thousands(s.rag_cost_tokens),
+        thousands(s.long_cost_tokens)
+    )
+}
+
+/// `12345` as `12,345`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -249,5 +280,25 @@ mod tests {
             assert!(is_global_question(q), "{q}");
         }
         assert!(!is_global_question("In what country is Normandy located?"));
+    }
+
+    #[test]
+    fn reasons_are_plain_words_with_grouped_numbers_and_no_internal_names() {
+        let mut s = signals();
+        s.cached_long_tokens = 12_345;
+        let (_, reasons) = decide(RouteChoice::Auto, &s);
+        let cost = reasons.last().unwrap();
+        assert_eq!(
+            cost,
+            "work to do: about 1,000 tokens to read the passages, 6,100 to read the whole document \
+             (12,345 more were already read for an earlier question)"
+        );
+        for r in &reasons {
+            for internal in ["RAG", "KV", "Self-Route", "scope", "long "] {
+                assert!(!r.contains(internal), "{internal:?} in {r:?}");
+            }
+        }
+        assert_eq!(thousands(7), "7");
+        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }

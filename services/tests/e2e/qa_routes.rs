@@ -75,7 +75,11 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
     // A specific question on a document larger than the budget: Self-Route, RAG tried first.
     let (question, _) = &questions[0];
     let a = ask(&server, &key, &article, question, "auto");
-    assert!(reasons(&a).contains("Self-Route"), "{}", reasons(&a));
+    assert!(
+        reasons(&a).contains("sought first in the most relevant passages"),
+        "{}",
+        reasons(&a)
+    );
     let s = &a["signals"];
     assert_eq!(s["fits_rag_budget"], false);
     assert_eq!(s["fits_model_window"], true);
@@ -138,7 +142,7 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
     let second = ask(&server, &key, &article, question, "auto");
     assert_eq!(second["route"], "long", "{}", reasons(&second));
     assert!(
-        reasons(&second).contains("KV cache"),
+        reasons(&second).contains("already read for an earlier question"),
         "{}",
         reasons(&second)
     );
@@ -264,7 +268,7 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
     let a = ask(&server, &key, &doc, question, "auto");
     assert_eq!(a["route"], "rag");
     assert!(
-        reasons(&a).contains("do not fit the model's window"),
+        reasons(&a).contains("too long for the model to read at once"),
         "{}",
         reasons(&a)
     );
