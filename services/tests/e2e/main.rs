@@ -10,6 +10,7 @@ mod abstention;
 mod answer_progress;
 mod api_crash;
 mod api_errors;
+mod api_library;
 mod api_lifecycle;
 mod api_openai;
 mod api_operations;
