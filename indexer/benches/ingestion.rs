@@ -54,7 +54,7 @@ fn main() -> BoxResult<()> {
     if let Some(dir) = std::env::var_os(REOPEN_ENV) {
         return measure_reopened(Path::new(&dir));
     }
-    let (mut docs, _) = corpus::qa_corpus(&corpus::data_dir())?;
+    let (mut docs, _) = corpus::qa_corpus(&corpus::data_dir()?)?;
     if let Some(n) = std::env::var("DOCQA_BENCH_DOCUMENTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -187,7 +187,7 @@ fn report_footprint(dir: &Path, tokens: usize) -> BoxResult<()> {
 fn measure_reopened(dir: &Path) -> BoxResult<()> {
     let embedder: Arc<dyn Embedder> =
         Arc::new(EngineEmbedder::load(&corpus::embedder_dir(), false)?);
-    let (_, questions) = corpus::qa_corpus(&corpus::data_dir())?;
+    let (_, questions) = corpus::qa_corpus(&corpus::data_dir()?)?;
     let mut seen = std::collections::HashSet::new();
     let questions: Vec<_> = questions
         .iter()

@@ -55,7 +55,7 @@ struct Query {
 }
 
 fn main() -> BoxResult<()> {
-    let data = corpus::data_dir();
+    let data = corpus::data_dir()?;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache");
     let engine = EngineEmbedder::load(&corpus::embedder_dir(), true)?;
     let dim = engine.dim();

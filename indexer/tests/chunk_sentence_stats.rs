@@ -1,5 +1,5 @@
 //! Measurement, not a check (ignored by default): how docqa's sentence rules change UAX #29 on
-//! the real QA documents. Run with
+//! every document of the evaluation data's QA files (`chunk_support::test_data`). Run with
 //! `cargo test -p docqa-indexer --release --test chunk_sentence_stats -- --ignored --nocapture`.
 
 mod chunk_support;
@@ -20,11 +20,14 @@ fn sentence_rules_change_uax29_on_the_real_documents() {
         "squality_dev.jsonl",
         "leval_dev.jsonl",
     ] {
-        let n = chunk_support::qa_len(file);
+        let Some(path) = chunk_support::test_data::evaluation_data(&format!("qa/{file}")) else {
+            return;
+        };
+        let n = chunk_support::qa_len(&path);
         let (mut uax, mut ours, mut chars, mut over_budget, mut tokens) = (0, 0, 0, 0, 0);
         let start = std::time::Instant::now();
         let docs: Vec<_> = (0..n)
-            .filter_map(|i| chunk_support::qa_document(file, i))
+            .map(|i| chunk_support::qa_document(&path, i))
             .collect();
         for doc in &docs {
             uax += doc.text.unicode_sentences().count();

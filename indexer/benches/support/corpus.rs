@@ -2,8 +2,9 @@
 //! SciFact passages, the QA questions as queries, and the generator's tokenizer to count tokens
 //! the way the service does.
 //!
-//! The data folder is `$DOCQA_DATA`, else `../shared/data` beside the checkout; the models folder is
-//! the engine's (`$DOCQA_MODELS_DIR`, else the user's cache).
+//! The data folder is the evaluation data's (`$DOCQA_DATA`, else `../shared/data` beside the checkout;
+//! see `tests/support/test_data.rs`); the models folder is the engine's (`$DOCQA_MODELS_DIR`, else the
+//! user's cache).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -22,11 +23,20 @@ pub struct Question {
     pub text: String,
 }
 
-/// `$DOCQA_DATA`, else `../shared/data` beside the checkout.
-pub fn data_dir() -> PathBuf {
-    std::env::var_os("DOCQA_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
+#[path = "../../../tests/support/test_data.rs"]
+mod test_data;
+
+/// The evaluation data folder, or why it cannot be read.
+pub fn data_dir() -> Result<PathBuf, String> {
+    let dir = test_data::evaluation_dir();
+    if dir.join("qa").is_dir() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "the evaluation data is not at {} (set DOCQA_DATA)",
+            dir.display()
+        ))
+    }
 }
 
 /// The QA files of `data/qa`, in name order.

@@ -7,14 +7,18 @@
 //!
 //! ```text
 //! cargo run -p docqa-indexer --release --example eval_retrieval -- \
-//!     [--dataset ../shared/data/retrieval/scifact] [--qa FILE]... [--model DIR] [--cache DIR] [--chunk-chars N]
+//!     [--dataset DIR] [--qa FILE]... [--model DIR] [--cache DIR] [--chunk-chars N]
 //! ```
+//! `--dataset` defaults to `retrieval/scifact` in the evaluation data (`$DOCQA_DATA`, else
+//! `../shared/data` beside the checkout).
 //! `--model` defaults to `all-minilm-l6-v2` in the engine's models directory (`DOCQA_MODELS_DIR`).
 
 mod cache;
 #[path = "../../benches/support/engine_embedder.rs"]
 #[allow(dead_code)]
 mod engine_embedder;
+#[path = "../../../tests/support/test_data.rs"]
+mod test_data;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,7 +42,7 @@ struct Args {
 fn parse_args() -> std::result::Result<Args, String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut args = Args {
-        dataset: root.join("../shared/data/retrieval/scifact"),
+        dataset: test_data::evaluation_dir().join("retrieval/scifact"),
         qa: Vec::new(),
         model: docqa_engine::fetch::default_models_dir().join("all-minilm-l6-v2"),
         cache: root.join(".cache"),

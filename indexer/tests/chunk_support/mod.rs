@@ -7,12 +7,15 @@
 //! 3. [`ApproxCounter`], a documented stand-in: one token per CJK character, per punctuation
 //!    mark, and per started group of 4 characters of each run of letters and digits.
 //!
-//! Documents come from `../shared/data/qa/` relative to the checkout (`$DOCQA_DATA_DIR`
-//! overrides the `data` directory).
+//! Documents come from the QA fixtures (`tests/fixtures/qa/`), or from the full QA files of the
+//! evaluation data for the tests that read every document (see [`test_data`]).
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+#[path = "../../../tests/support/test_data.rs"]
+pub mod test_data;
+
+use std::path::{Path, PathBuf};
 
 use docqa_indexer::{ParsedDocument, TokenCounter, parse_document};
 
@@ -94,21 +97,10 @@ pub fn counter() -> (Box<dyn TokenCounter>, String) {
     )
 }
 
-/// `../shared/data` of the checkout, or `$DOCQA_DATA_DIR`.
-pub fn data_dir() -> PathBuf {
-    std::env::var_os("DOCQA_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
-}
-
-/// The `i`-th document of a QA file, parsed as a plain-text upload; `None` only when the data
-/// set is not there (a record that is there but cannot be read fails the test).
-pub fn qa_document(file: &str, i: usize) -> Option<ParsedDocument> {
-    let path = data_dir().join("qa").join(file);
-    let Ok(content) = std::fs::read_to_string(&path) else {
-        eprintln!("SKIPPED: {} not found", path.display());
-        return None;
-    };
+/// The `i`-th document of a QA file (fixture or evaluation data), parsed as a plain-text upload.
+pub fn qa_document(path: &Path, i: usize) -> ParsedDocument {
+    let content =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let line = content
         .lines()
         .nth(i)
@@ -117,10 +109,18 @@ pub fn qa_document(file: &str, i: usize) -> Option<ParsedDocument> {
     let text = record["text"].as_str().expect("a text field");
     let title = record["title"].as_str().unwrap_or("doc");
     let name = format!("{title}.txt");
-    Some(parse_document(text.as_bytes(), Some(&name), Some("text/plain")).expect("parses"))
+    parse_document(text.as_bytes(), Some(&name), Some("text/plain")).expect("parses")
 }
 
-/// Number of documents in a QA file (0 when absent).
-pub fn qa_len(file: &str) -> usize {
-    std::fs::read_to_string(data_dir().join("qa").join(file)).map_or(0, |c| c.lines().count())
+/// The `i`-th document of a QA fixture, `tests/fixtures/qa/<file>`.
+pub fn fixture_document(file: &str, i: usize) -> ParsedDocument {
+    qa_document(&test_data::fixture(&format!("qa/{file}")), i)
+}
+
+/// Number of documents in a QA file.
+pub fn qa_len(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .count()
 }

@@ -1,22 +1,11 @@
-//! Helpers shared by the integration tests: where the evaluation data lives, small fixtures.
+//! Helpers shared by the integration tests: where the fixtures and the evaluation data live
+//! ([`test_data`]), small chunk records and random vectors.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+#[path = "../../../tests/support/test_data.rs"]
+pub mod test_data;
 
 use docqa_indexer::ChunkRecord;
-
-/// The shared evaluation data: `$DOCQA_DATA`, else `../shared/data` beside the checkout.
-pub fn data_dir() -> PathBuf {
-    let dir = std::env::var_os("DOCQA_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"));
-    assert!(
-        dir.is_dir(),
-        "evaluation data not found at {} (set DOCQA_DATA)",
-        dir.display()
-    );
-    dir
-}
 
 /// A chunk record in the default collection.
 pub fn chunk(chunk_id: u64, document_id: &str, text: &str) -> ChunkRecord {
