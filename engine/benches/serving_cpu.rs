@@ -8,6 +8,9 @@
 //! Run: `cargo bench -p docqa-engine --bench serving_cpu` (models are fetched on first use; threads follow
 //! `RAYON_NUM_THREADS`, default all cores).
 
+#[path = "../../tests/support/test_data.rs"]
+mod test_data;
+
 use std::time::{Duration, Instant};
 
 use docqa_engine::backend::cpu::CpuBackend;
@@ -127,11 +130,9 @@ fn first_token(core: &mut Core, prompt: Vec<u32>) -> Result<Duration, Box<dyn st
     Ok(start.elapsed())
 }
 
+/// The first `chars` characters of the QMSum fixture's meeting transcript (`tests/fixtures/qa/`).
 fn document_text(chars: usize) -> Result<String, Box<dyn std::error::Error>> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/qa/qmsum_val.jsonl"
-    );
+    let path = test_data::fixture("qa/qmsum_val.jsonl");
     let line = std::fs::read_to_string(path)?
         .lines()
         .next()

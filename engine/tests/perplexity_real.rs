@@ -1,6 +1,6 @@
-//! Perplexity of the real SmolLM2 model over a real transcript (QMSum): an int8 KV cache stays within 1% of
-//! f32, a sink window wider than the text reads it as dense attention does, and a narrow one streams with
-//! bounded blocks.
+//! Perplexity of the real SmolLM2 model over a real transcript (the QMSum fixture's meeting): an int8 KV
+//! cache stays within 1% of f32, a sink window wider than the text reads it as dense attention does, and a
+//! narrow one streams with bounded blocks.
 
 mod common;
 
@@ -12,15 +12,8 @@ use docqa_engine::models::perplexity::{PerplexityOptions, perplexity};
 use docqa_engine::text::TextTokenizer;
 
 fn transcript_tokens(tokenizer: &TextTokenizer, n: usize) -> Vec<u32> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/qa/qmsum_val.jsonl"
-    );
-    let line = std::fs::read_to_string(path).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
-    let mut tokens = tokenizer
-        .encode(doc["text"].as_str().unwrap(), false)
-        .unwrap();
+    let text = common::fixture_text("qmsum_val.jsonl");
+    let mut tokens = tokenizer.encode(&text, false).unwrap();
     assert!(tokens.len() >= n);
     tokens.truncate(n);
     tokens

@@ -1,7 +1,9 @@
 //! The serving engine on the real SmolLM2 model: batching is exact, prefix caching is exact and real,
 //! cancellation frees blocks, admission control answers with typed errors, sink windows stream with
 //! bounded memory and batch exactly, prompts read in chunks report their progress, and the repetition
-//! guard ends a looping answer.
+//! guard ends a looping answer. Documents are the QMSum fixture's transcript (`tests/fixtures/qa/`).
+
+mod common;
 
 use std::path::PathBuf;
 
@@ -73,19 +75,11 @@ fn run_all(core: &mut EngineCore<CpuBackend>, requests: Vec<GenerateRequest>) ->
     out
 }
 
+/// The first `chars` characters of the QMSum fixture's meeting transcript.
 fn qmsum_text(chars: usize) -> String {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/qa/qmsum_val.jsonl"
-    );
-    let line = std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .to_owned();
-    let doc: serde_json::Value = serde_json::from_str(&line).unwrap();
-    doc["text"].as_str().unwrap().chars().take(chars).collect()
+    let text = common::fixture_text("qmsum_val.jsonl");
+    assert!(text.chars().count() >= chars, "the fixture is shorter");
+    text.chars().take(chars).collect()
 }
 
 #[test]

@@ -1,7 +1,11 @@
 //! Helpers shared by the engine's integration tests: a seeded random source that is fresh per run
 //! (the seed is printed so a failure can be replayed with `DOCQA_TEST_SEED`), the real model
-//! directories (fetched once if missing), and a writer for tiny random Llama checkpoints.
+//! directories (fetched once if missing), the texts of the QA fixtures ([`test_data`]), and a writer
+//! for tiny random Llama checkpoints.
 #![allow(dead_code)]
+
+#[path = "../../../tests/support/test_data.rs"]
+pub mod test_data;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -19,6 +23,15 @@ pub fn models() -> &'static ModelPaths {
         fetch::ensure_models(&dir, &fetch::NoProgress)
             .unwrap_or_else(|e| panic!("models unavailable in {}: {e}", dir.display()))
     })
+}
+
+/// The text of the first document of the QA fixture `tests/fixtures/qa/<file>`.
+pub fn fixture_text(file: &str) -> String {
+    let path = test_data::fixture(&format!("qa/{file}"));
+    let content = std::fs::read_to_string(&path).unwrap();
+    let first = content.lines().next().expect("a document");
+    let doc: serde_json::Value = serde_json::from_str(first).unwrap();
+    doc["text"].as_str().expect("a text field").to_owned()
 }
 
 /// A tensor to write: name, shape, f32 values (stored as `dtype`).
