@@ -58,6 +58,7 @@ pub async fn run_with(
     let local_mode = config.local_mode_enabled();
     if local_mode {
         db.ensure_local_tenant().await?;
+        bootstrap_local_key(&db).await?;
     }
     let started = Instant::now();
     let adapter = crate::adapter::load(config.adapter.as_ref(), Some(&models.reader))?;
@@ -164,6 +165,28 @@ async fn bootstrap_keys(db: &Db, config: &ServeConfig) -> anyhow::Result<()> {
         db.insert_key(&key, None, "admin (bootstrap)", true).await?;
         eprintln!("docqa: created the admin API key; it is shown only this once:\n\n    {key}\n");
     }
+    Ok(())
+}
+
+/// Gives the local user a key on first start, printed once: clients that always send a key (the OpenAI
+/// SDK) need one even in local mode. `docqa keys create` makes more.
+async fn bootstrap_local_key(db: &Db) -> anyhow::Result<()> {
+    if !db.list_keys(Some(tenants::LOCAL_TENANT)).await?.is_empty() {
+        return Ok(());
+    }
+    let key = tenants::generate_key();
+    db.insert_key(
+        &key,
+        Some(tenants::LOCAL_TENANT),
+        "local (first start)",
+        false,
+    )
+    .await?;
+    eprintln!(
+        "docqa: created an API key for the local user, for clients that always send one (such as \
+         the OpenAI SDK); it is shown only this once (`docqa keys create` makes another):\n\n    \
+         {key}\n"
+    );
     Ok(())
 }
 

@@ -3,11 +3,13 @@
 //! To add a subcommand, add a file with an `Args` struct and a `run` function, and one variant to
 //! [`Command`].
 
+mod database;
 mod embed;
 mod eval;
 mod eval_retrieval;
 mod generate;
 mod generator;
+mod keys;
 pub mod models;
 mod perplexity;
 mod perplexity_plot;
@@ -38,6 +40,8 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Answer quality against latency per route (rag, long, auto) on QA datasets, with reports.
     Eval(eval::EvalArgs),
+    /// Create or list API keys on the server's database (a key for the local user by default).
+    Keys(keys::KeysArgs),
     /// Rebuild the search indexes from the database's chunks and stored vectors.
     Reindex(reindex::ReindexArgs),
     /// Retrieval quality (nDCG@10, recall@100) of BM25, dense and hybrid on a BEIR-style dataset.
@@ -58,6 +62,7 @@ impl Cli {
             Command::Serve(config) => serve::run(config),
             Command::Eval(args) => eval::run(args),
             Command::Reindex(args) => reindex::run(args),
+            Command::Keys(args) => keys::run(args),
             Command::Models(args) => models::run(args),
             Command::Generate(args) => generate::run(args),
             Command::Embed(args) => embed::run(args),

@@ -10,19 +10,15 @@ use anyhow::Context;
 use clap::Args;
 use docqa_engine::models::bert::BertEmbedder;
 
-use crate::db::Db;
+use super::database::DatabaseArgs;
 use crate::embedder::EngineEmbedder;
 use crate::indexes::{TenantIndexes, rebuild};
 
 /// `docqa reindex`.
 #[derive(Debug, Args)]
 pub struct ReindexArgs {
-    /// The server's data directory [default: $XDG_DATA_HOME/docqa or ~/.local/share/docqa].
-    #[arg(long, env = "DOCQA_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Database URL [default: SQLite file `docqa.db` in the data directory].
-    #[arg(long, env = "DOCQA_DATABASE_URL")]
-    database_url: Option<String>,
+    #[command(flatten)]
+    database: DatabaseArgs,
     /// Only this tenant.
     #[arg(long)]
     tenant: Option<String>,
@@ -37,14 +33,8 @@ pub fn run(args: ReindexArgs) -> anyhow::Result<()> {
 }
 
 async fn reindex(args: ReindexArgs) -> anyhow::Result<()> {
-    let data_dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(crate::config::default_data_dir);
-    let db = match &args.database_url {
-        Some(url) => Db::connect(url).await?,
-        None => Db::open_sqlite(&data_dir.join("docqa.db")).await?,
-    };
+    let data_dir = args.database.data_dir();
+    let db = args.database.open().await?;
     let models = super::models::fetch_with_progress(&super::models::models_dir_or_default(
         args.models_dir.clone(),
     ))?;
