@@ -8,7 +8,8 @@
 //!
 //! The split is at a pre-token boundary: the byte-level pre-tokenizer starts a new piece at `:` and at
 //! the space before the question's first word, so the two parts' tokens are exactly the whole prompt's
-//! tokens (tested against the real tokenizer on every question of the QA datasets).
+//! tokens (tested against the real tokenizer on the questions of the QA fixtures and, when it is there,
+//! of the evaluation data).
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -104,6 +105,10 @@ impl LongPromptTokens {
 }
 
 #[cfg(test)]
+#[path = "../../../tests/support/test_data.rs"]
+mod test_data;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
@@ -122,14 +127,10 @@ mod tests {
             .unwrap()
     }
 
-    /// Every document and question of the QA datasets beside the project.
-    fn datasets() -> Vec<(String, Vec<String>)> {
-        let data = std::env::var_os("DOCQA_DATA").map_or_else(
-            || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
-            std::path::PathBuf::from,
-        );
+    /// Every document and question of the QA files in `qa_dir`.
+    fn datasets(qa_dir: &std::path::Path) -> Vec<(String, Vec<String>)> {
         let mut out = Vec::new();
-        for entry in std::fs::read_dir(data.join("qa")).expect("the QA datasets") {
+        for entry in std::fs::read_dir(qa_dir).expect("the QA files") {
             let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
             for line in text.lines() {
                 let doc: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -143,13 +144,14 @@ mod tests {
         out
     }
 
-    #[test]
-    fn the_split_prompt_tokenizes_exactly_like_the_whole_prompt_for_every_dataset_question() {
+    /// Checks the split against the whole prompt for each document's first 40 questions and a few
+    /// unusual ones; returns how many were checked.
+    fn check_every_question(qa_dir: &std::path::Path) -> usize {
         let t = tokenizer();
         let cache = LongPromptTokens::default();
         let system = "Answer from the document.";
         let mut checked = 0;
-        for (text, questions) in datasets() {
+        for (text, questions) in datasets(qa_dir) {
             // The document's start and end are enough to exercise the boundary, and keep this quick.
             let excerpt: String = text.chars().take(400).collect();
             let documents = format!("Document: a title\n\n{}\n\nQuestion:", excerpt.trim());
@@ -169,7 +171,21 @@ mod tests {
                 checked += 1;
             }
         }
-        assert!(checked > 1000, "{checked} questions checked");
+        checked
+    }
+
+    #[test]
+    fn the_split_prompt_tokenizes_exactly_like_the_whole_prompt_for_every_fixture_question() {
+        let checked = check_every_question(&super::test_data::fixture("qa"));
+        assert!(checked > 150, "{checked} questions checked");
+    }
+
+    #[test]
+    fn the_split_prompt_tokenizes_exactly_like_the_whole_prompt_for_every_dataset_question() {
+        if let Some(qa_dir) = super::test_data::evaluation_data("qa") {
+            let checked = check_every_question(&qa_dir);
+            assert!(checked > 1000, "{checked} questions checked");
+        }
     }
 
     #[test]

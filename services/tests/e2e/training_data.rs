@@ -1,7 +1,8 @@
 //! The reader's training data against the evaluation data: `training/data/overlap.py check` compares
-//! the committed fingerprints of every training document and question with `../shared/data` and must
-//! find no copied passage or question (training/data/DATA_CARD.md), and the check's own tests show it
-//! catches a planted one. Python 3's standard library is all they need.
+//! the committed fingerprints of every training document and question with the evaluation data
+//! (`$DOCQA_DATA`, else `../shared/data`; the test runs when it is there) and must find no copied
+//! passage or question (training/data/DATA_CARD.md), and the check's own tests show it catches a
+//! planted one. Python 3's standard library is all they need.
 
 use std::process::Command;
 
@@ -30,7 +31,10 @@ fn run(args: &[String]) -> String {
 
 #[test]
 fn no_training_document_or_question_overlaps_the_evaluation_data() {
-    let shared = crate::support::data_dir();
+    let Some(qa) = crate::support::test_data::evaluation_data("qa") else {
+        return;
+    };
+    let shared = qa.parent().expect("the evaluation data folder");
     let printed = run(&[
         repo("training/data/overlap.py"),
         "check".into(),

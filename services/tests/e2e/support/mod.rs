@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -417,21 +417,25 @@ impl Drop for Server {
     }
 }
 
-/// The shared data directory (`$DOCQA_DATA`, else `../shared/data` from the workspace root).
-pub fn data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("DOCQA_DATA") {
-        return PathBuf::from(d);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+#[path = "../../../../tests/support/test_data.rs"]
+pub mod test_data;
+
+/// SQuAD 2.0 dev article `index` (its number in the full dev file) from the QA fixture, which holds
+/// the articles the tests ingest, each whole with its first questions of each kind.
+fn squad_record(index: usize) -> Value {
+    let path = test_data::fixture("qa/squad2_articles_dev.jsonl");
+    let id = format!("squad2-dev-article-{index:02}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("json line"))
+        .find(|v| v["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} is not in {} (tests/fixtures/cut.py)", path.display()))
 }
 
-/// One article of the SQuAD 2.0 dev set: (title, text, questions with their answers).
+/// One article of the SQuAD 2.0 dev set: (title, text, answerable questions with their answers).
 pub fn squad_article(index: usize) -> (String, String, Vec<(String, Vec<String>)>) {
-    let path = data_dir().join("qa/squad2_articles_dev.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (the shared datasets are needed)", path.display()));
-    let line = text.lines().nth(index).expect("article exists");
-    let v: Value = serde_json::from_str(line).expect("json line");
+    let v = squad_record(index);
     let questions = v["questions"]
         .as_array()
         .expect("questions")
@@ -455,12 +459,7 @@ pub fn squad_article(index: usize) -> (String, String, Vec<(String, Vec<String>)
 
 /// The unanswerable questions of SQuAD 2.0 dev article `index` (those without answers), in file order.
 pub fn squad_unanswerable(index: usize) -> Vec<String> {
-    let path = data_dir().join("qa/squad2_articles_dev.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (the shared datasets are needed)", path.display()));
-    let line = text.lines().nth(index).expect("article exists");
-    let v: Value = serde_json::from_str(line).expect("json line");
-    v["questions"]
+    squad_record(index)["questions"]
         .as_array()
         .expect("questions")
         .iter()
