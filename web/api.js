@@ -3,12 +3,13 @@
 
 const KEY_STORAGE = "docqa.apiKey";
 
-/** A failed call: the HTTP status and the server's `{error_type, message}`. */
+/** A failed call: the HTTP status, the server's `{error_type, message}` and its whole body (`details`). */
 export class ApiError extends Error {
-  constructor(status, type, message) {
+  constructor(status, type, message, details = null) {
     super(message);
     this.status = status;
     this.type = type;
+    this.details = details;
   }
 }
 
@@ -29,14 +30,15 @@ function headers(extra = {}) {
 async function failure(res) {
   let type = "http_error";
   let message = `${res.status} ${res.statusText}`;
+  let details = null;
   try {
-    const body = await res.json();
-    type = body.error_type || type;
-    message = body.message || message;
+    details = await res.json();
+    type = details.error_type || type;
+    message = details.message || message;
   } catch {
     // not the API's JSON body: keep the status line
   }
-  return new ApiError(res.status, type, message);
+  return new ApiError(res.status, type, message, details);
 }
 
 /** A JSON request; resolves to the parsed body (or null for 204). */
@@ -57,16 +59,17 @@ export async function call(method, path, body) {
 }
 
 /**
- * Uploads files as multipart form data, reporting progress (0..1). XMLHttpRequest, because fetch has
- * no upload progress.
+ * Uploads files as multipart form data, reporting progress (0..1). A file the tenant already has is
+ * refused (409, `details.duplicates`) unless `allowDuplicate`. XMLHttpRequest, because fetch has no
+ * upload progress.
  */
-export function upload(files, collection, onProgress) {
+export function upload(files, collection, onProgress, { allowDuplicate = false } = {}) {
   const form = new FormData();
   if (collection) form.append("collection", collection);
   for (const f of files) form.append("file", f, f.name);
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", "/v1/documents");
+    xhr.open("POST", allowDuplicate ? "/v1/documents?allow_duplicate=true" : "/v1/documents");
     for (const [k, v] of Object.entries(headers())) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => e.lengthComputable && onProgress(e.loaded / e.total);
     xhr.onerror = () => reject(new ApiError(0, "network", "the upload was interrupted"));
@@ -84,6 +87,7 @@ export function upload(files, collection, onProgress) {
             xhr.status,
             body?.error_type || "http_error",
             body?.message || `upload failed: HTTP ${xhr.status}`,
+            body,
           ),
         );
     };

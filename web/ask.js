@@ -1,14 +1,20 @@
-// Asking: the question, its scope (selected documents, a collection, or everything), the route choice, and
-// the answer streamed in as it is generated, then shown with its route badge and reason, its timings and
-// token counts, numbered citation markers and the list of sources.
+// Asking: the question (counted against the server's limit), its scope (selected documents, a collection,
+// or everything), the route choice, and the answer streamed in as it is generated, then shown with its
+// route badge and reason, its timings and token counts. Sources are numbered 1…n in the order the answer
+// first cites them, each marker a superscript link to its passage; sources it did not cite are listed apart.
 
 import { ApiError, askStreaming } from "./api.js";
-import { docTitle, el, seconds, showError } from "./format.js";
+import {
+  count, docTitle, el, fold, markerSegments, readingNumbers, seconds, showError, unfold,
+} from "./format.js";
 import { emit, on, state } from "./state.js";
 import { openDocument } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
+/** The limit when the server does not say. */
+const DEFAULT_MAX_QUESTION_CHARS = 4000;
 let running = null;
+let tooLong = false;
 
 export function initAsk() {
   $("ask-form").addEventListener("submit", (e) => {
@@ -21,6 +27,7 @@ export function initAsk() {
       ask();
     }
   });
+  $("question").addEventListener("input", checkLength);
   $("stop-button").addEventListener("click", () => running?.abort());
   $("scope").addEventListener("change", describeScope);
   $("scope-collection").addEventListener("change", describeScope);
@@ -31,6 +38,27 @@ export function initAsk() {
     describeScope();
   });
   describeScope();
+  checkLength();
+}
+
+function maxQuestionChars() {
+  return state.info?.max_question_chars || DEFAULT_MAX_QUESTION_CHARS;
+}
+
+/** Counts the question as the server does (characters, spaces around it left out) against the limit. */
+function checkLength() {
+  const limit = maxQuestionChars();
+  const length = [...$("question").value.trim()].length;
+  const over = length - limit;
+  tooLong = over > 0;
+  const counter = $("question-count");
+  counter.textContent = `${count(length)} / ${count(limit)} characters${tooLong ? ` · ${count(over)} over` : ""}`;
+  counter.classList.toggle("over", tooLong);
+  showError(
+    $("question-limit"),
+    tooLong ? `A question can have at most ${count(limit)} characters: shorten it by ${count(over)}.` : "",
+  );
+  setBusy(Boolean(running));
 }
 
 /** The request's scope, or a reason why there is none. */
@@ -65,7 +93,7 @@ function describeScope() {
 }
 
 async function ask() {
-  if (running) return;
+  if (running || tooLong) return;
   const question = $("question").value.trim();
   const { scope: sc, error } = scope();
   showError($("ask-error"), question ? error : "Write a question first.");
@@ -91,7 +119,7 @@ async function ask() {
 }
 
 function setBusy(busy) {
-  $("ask-button").disabled = busy;
+  $("ask-button").disabled = busy || tooLong;
   $("ask-button").textContent = busy ? "Answering…" : "Ask";
   $("stop-button").hidden = !busy;
 }
@@ -102,8 +130,8 @@ function startAnswer() {
   $("route-badge").hidden = true;
   $("route-reason").hidden = true;
   $("answer-stats").textContent = "Waiting for the model…";
-  $("citations-title").hidden = true;
-  $("citations").replaceChildren();
+  showSources([], []);
+  unfold(text, $("answer-fold"));
   text.replaceChildren();
   text.classList.add("streaming");
   let streamed = "";
@@ -115,7 +143,7 @@ function startAnswer() {
     },
     append(piece) {
       streamed += piece;
-      text.textContent = streamed;
+      text.replaceChildren(...streamingText(streamed));
       $("answer-stats").textContent = "Streaming…";
     },
     finish(answer) {
@@ -144,13 +172,11 @@ export function renderAnswer(answer) {
   $("route-reason").hidden = reasons.length === 0;
   $("route-reason").textContent = `Why: ${reasons.join("; ")}`;
   $("answer-stats").textContent = stats(answer);
-  const citations = answer.citations || [];
-  $("answer-text").replaceChildren(...withMarkers(answer.answer ?? "", citations));
-  $("citations-title").hidden = citations.length === 0;
-  $("citations").replaceChildren(...citations.map(citationItem));
+  const cited = citedText(answer.answer ?? "", answer.citations || []);
+  $("answer-text").replaceChildren(...cited.nodes);
+  showSources(cited.sources, cited.uncited);
+  fold($("answer-text"), $("answer-fold"));
 }
-
-const count = (n) => n.toLocaleString("en-US");
 
 /** Why an answer ended early, in words; empty when the model finished it. */
 const ENDINGS = {
@@ -174,39 +200,96 @@ function stats(answer) {
   return parts.join(" · ");
 }
 
-function marker(citation) {
-  return el("button", {
-    type: "button",
-    class: "cite-marker",
-    "aria-label": `Source ${citation.source}: ${citation.title}, page ${citation.page_start}`,
-    onclick: () => openCitation(citation),
-  }, `${citation.source}`);
+/**
+ * A finished answer's text with its markers as superscript links, numbered as the reader meets them:
+ * `{nodes, sources, uncited}`, `sources` being the cited ones in that order. A marker can only name a
+ * source the server found named in the text (`cited_in_text`); the others were matched to the answer.
+ */
+export function citedText(text, citations) {
+  const nameable = new Map(citations.filter((c) => c.cited_in_text !== false).map((c) => [c.source, c]));
+  const segments = markerSegments(text);
+  const numbers = readingNumbers(segments, (n) => nameable.has(n));
+  const sources = [...numbers.keys()].map((n) => nameable.get(n));
+  const uncited = citations.filter((c) => !sources.includes(c));
+  const marker = (n) => markerLink(numbers.get(n), nameable.get(n));
+  return { nodes: withMarkers(segments, numbers, marker), sources, uncited };
 }
 
-/** The answer's text with `[n]` turned into buttons; sources it does not name are marked at the end. */
-function withMarkers(text, citations) {
-  const bySource = new Map(citations.map((c) => [c.source, c]));
+/** Text still being written: markers numbered as they come, to be linked when the sources arrive. */
+function streamingText(text) {
+  const segments = markerSegments(text);
+  const numbers = readingNumbers(segments);
+  const marker = (n) => el("span", { class: "cite-marker pending" }, `${numbers.get(n)}`);
+  return withMarkers(segments, numbers, marker);
+}
+
+/**
+ * Nodes of the text with each run of adjacent markers as one superscript group (`¹,²`), a marker per
+ * numbered source; a marker naming no known source stays as written.
+ */
+function withMarkers(segments, numbers, marker) {
   const nodes = [];
-  const named = new Set();
-  let last = 0;
-  for (const m of text.matchAll(/\[(\d+)\]/g)) {
-    const c = bySource.get(Number(m[1]));
-    if (!c) continue;
-    nodes.push(text.slice(last, m.index), marker(c));
-    named.add(c.source);
-    last = m.index + m[0].length;
+  let group = null;
+  for (const s of segments) {
+    if (typeof s === "string") {
+      group = null;
+      nodes.push(s);
+      continue;
+    }
+    const named = s.numbers.filter((n) => numbers.has(n));
+    if (!named.length) {
+      group = null;
+      nodes.push(s.raw);
+      continue;
+    }
+    if (!group) {
+      group = { node: el("sup", { class: "cites" }), shown: new Set() };
+      nodes.push(group.node);
+    }
+    for (const n of named) addToGroup(group, numbers.get(n), marker(n));
   }
-  nodes.push(text.slice(last));
-  const rest = citations.filter((c) => !named.has(c.source));
-  if (rest.length) nodes.push(" ", ...rest.map(marker));
   return nodes;
 }
 
-function citationItem(c) {
-  const pages = c.page_end > c.page_start ? `pp. ${c.page_start}–${c.page_end}` : `p. ${c.page_start}`;
-  return el("li", { value: c.source },
+function addToGroup(group, reading, node) {
+  if (group.shown.has(reading)) return;
+  if (group.shown.size) group.node.append(el("span", { class: "cite-sep", "aria-hidden": "true" }, ","));
+  group.node.append(node);
+  group.shown.add(reading);
+}
+
+/** A marker: a link to its source in the list, opening the document at the cited passage. */
+function markerLink(reading, citation) {
+  return el("a", {
+    href: `#source-${reading}`,
+    class: "cite-marker",
+    "aria-label": `Source ${reading}: ${citation.title}, ${pages(citation)}`,
+    onclick: (e) => {
+      e.preventDefault();
+      openCitation(citation);
+    },
+  }, `${reading}`);
+}
+
+/** The cited sources (numbered as read) and, under their own heading, those the answer did not cite. */
+function showSources(cited, uncited) {
+  $("citations-title").hidden = cited.length === 0;
+  $("citations").replaceChildren(...cited.map((c, i) => citationItem(c, i + 1)));
+  $("uncited-title").hidden = uncited.length === 0;
+  $("uncited-title").textContent = cited.length
+    ? "Also retrieved, not cited"
+    : "Not cited in the answer: the passages closest to it";
+  $("uncited").replaceChildren(...uncited.map((c) => citationItem(c)));
+}
+
+function pages(c) {
+  return c.page_end > c.page_start ? `pp. ${c.page_start}–${c.page_end}` : `p. ${c.page_start}`;
+}
+
+function citationItem(c, reading) {
+  return el("li", { value: reading, id: reading && `source-${reading}` },
     el("button", { type: "button", class: "link", onclick: () => openCitation(c) },
-      el("span", { class: "where" }, `${c.title} · ${pages}`),
+      el("span", { class: "where" }, `${c.title} · ${pages(c)}`),
       el("span", { class: "quote" }, c.quote || c.snippet)));
 }
 

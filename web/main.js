@@ -2,7 +2,7 @@
 // in local single-user mode), then starts the upload, document, ask, history and viewer parts.
 
 import { call, saveKey, savedKey } from "./api.js";
-import { showError } from "./format.js";
+import { refold, showError } from "./format.js";
 import { state } from "./state.js";
 import { initAsk } from "./ask.js";
 import { initDocuments, refreshDocuments } from "./documents.js";
@@ -26,6 +26,7 @@ async function start() {
   initViewer();
   $("sign-in-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", signOut);
+  window.addEventListener("resize", refold);
   if (await accepted()) enter();
   else showSignIn("");
 }

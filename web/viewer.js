@@ -1,13 +1,22 @@
 // The document view: the document's extracted text, page by page, opened from its title or from a
-// citation; a citation's quoted passage is highlighted and scrolled into view.
+// citation; a citation's quoted passage is highlighted and scrolled into view, and the header says which
+// page is on screen as the reader scrolls.
 
 import { call } from "./api.js";
 import { docTitle, el } from "./format.js";
 
 const $ = (id) => document.getElementById(id);
 
+/** How far below the top of the view a page's label may be and still count as the page on screen. */
+const TOP_SLACK_PX = 24;
+let pageFrame = 0;
+
 export function initViewer() {
   $("viewer-close").addEventListener("click", () => $("viewer").close());
+  $("viewer-body").addEventListener("scroll", () => {
+    cancelAnimationFrame(pageFrame);
+    pageFrame = requestAnimationFrame(showPageOnScreen);
+  });
 }
 
 /** Opens a document; with a citation, highlights its passage. */
@@ -16,18 +25,22 @@ export async function openDocument(documentId, citation) {
   const body = $("viewer-body");
   $("viewer-title").textContent = citation?.title || "Loading…";
   $("viewer-meta").textContent = "";
+  $("viewer-page").hidden = true;
+  body.dataset.pages = 0;
   body.replaceChildren(el("p", { class: "muted" }, "Loading the text…"));
   if (!dialog.open) dialog.showModal();
   try {
     const text = await call("GET", `/v1/documents/${encodeURIComponent(documentId)}/text`);
     $("viewer-title").textContent = docTitle(text.document);
     const pages = text.document.page_count;
-    $("viewer-meta").textContent = pages ? `${pages} page${pages === 1 ? "" : "s"}` : "";
+    // Several pages: the page indicator says how many.
+    $("viewer-meta").textContent = pages === 1 ? "1 page" : "";
     const chars = [...text.text];
     render(body, chars, text.page_starts, citation ? markRange(chars, citation) : null);
     const mark = body.querySelector("mark.cited");
     if (mark) mark.scrollIntoView({ block: "center" });
     else body.scrollTop = 0;
+    showPageOnScreen();
     body.focus();
   } catch (e) {
     body.replaceChildren(el("p", { class: "error", role: "alert" }, `The text cannot be shown: ${e.message}`));
@@ -69,7 +82,7 @@ function render(body, chars, pageStarts, mark) {
     const at = points[i];
     if (labels.has(at)) {
       const page = labels.get(at);
-      nodes.push(el("span", { class: "page-label", id: `page-${page}` }, `Page ${page}`));
+      nodes.push(el("span", { class: "page-label", id: `page-${page}`, dataset: { page } }, `Page ${page}`));
     }
     if (i + 1 === points.length) break;
     const piece = chars.slice(at, points[i + 1]).join("");
@@ -77,4 +90,26 @@ function render(body, chars, pageStarts, mark) {
     nodes.push(marked ? el("mark", { class: "cited" }, piece) : piece);
   }
   body.replaceChildren(...nodes);
+  body.dataset.pages = pageStarts.length;
+}
+
+/**
+ * "Page 3 of 17" for the page whose text is at the top of the view (the last page once the view reaches
+ * the end); nothing for a document of one page.
+ */
+function showPageOnScreen() {
+  const body = $("viewer-body");
+  const labels = [...body.querySelectorAll(".page-label")];
+  const indicator = $("viewer-page");
+  const total = Number(body.dataset.pages || 0);
+  indicator.hidden = total < 2 || labels.length === 0;
+  if (indicator.hidden) return;
+  const view = body.getBoundingClientRect();
+  const atEnd = body.scrollTop + body.clientHeight >= body.scrollHeight - 2;
+  const line = atEnd ? view.bottom : view.top + TOP_SLACK_PX;
+  let page = 1;
+  for (const label of labels) {
+    if (label.getBoundingClientRect().top <= line) page = Number(label.dataset.page);
+  }
+  indicator.textContent = `Page ${page} of ${total}`;
 }
