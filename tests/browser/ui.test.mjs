@@ -1,10 +1,13 @@
 // docqa's page in headless Chromium against a running `docqa serve` with the real models: sign-in, upload
-// and ingestion, the failure messages, a streamed answer with its route badge and citations, the
-// highlighted passage in the document view, history, a phone-sized dark window, and deletion.
+// and ingestion, duplicate uploads, the failure messages, the question's length limit, a streamed answer
+// with its route badge and its sources numbered as read, the highlighted passage and the page indicator in
+// the document view, folded long answers, history over any selection, renaming, a phone-sized window in
+// light and dark, and deletion.
 //
 // Run by the service's end-to-end tests (services/tests/e2e/web_ui.rs), which start the server and pass:
-// DOCQA_BASE_URL, DOCQA_API_KEY, DOCQA_DOCUMENT (a text file to upload), DOCQA_QUESTION,
-// DOCQA_SCREENSHOTS (a folder for the screenshots) and optionally DOCQA_CHROMIUM (the browser).
+// DOCQA_BASE_URL, DOCQA_API_KEY, DOCQA_DOCUMENT (a text file to upload), DOCQA_QUESTION (about it),
+// DOCQA_PAGED_DOCUMENT (a text file of several pages, split by form feeds), DOCQA_PAGED_QUESTION (about
+// that one), DOCQA_SCREENSHOTS (a folder for the screenshots) and optionally DOCQA_CHROMIUM (the browser).
 
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -21,9 +24,15 @@ const base = env("DOCQA_BASE_URL");
 const apiKey = env("DOCQA_API_KEY");
 const documentPath = env("DOCQA_DOCUMENT");
 const question = env("DOCQA_QUESTION");
+const pagedPath = env("DOCQA_PAGED_DOCUMENT");
+const pagedQuestion = env("DOCQA_PAGED_QUESTION");
 const shots = env("DOCQA_SCREENSHOTS");
 const title = basename(documentPath).replace(/\.txt$/, "");
+const pagedName = basename(pagedPath);
+const pagedTitle = pagedName.replace(/\.txt$/, "");
 const LONG = 240_000;
+const auth = { Authorization: `Bearer ${apiKey}` };
+const number = (n) => n.toLocaleString("en-US");
 
 let browser;
 let page;
@@ -43,8 +52,9 @@ after(async () => {
   await browser?.close();
 });
 
-async function shot(name) {
-  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+/** Saves a screenshot: the whole page, or only the window (for a dialog over it). */
+async function shot(name, { fullPage = true } = {}) {
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage });
 }
 
 /** The part of `selector` inside the viewport, as a fraction of its area. */
@@ -56,6 +66,44 @@ async function visibleFraction(selector) {
     return r.width * r.height > 0 ? (w * h) / (r.width * r.height) : 0;
   });
 }
+
+/** A call to the API as this test's tenant; resolves to the parsed body (null for 204). */
+async function api(method, path) {
+  const res = await fetch(`${base}${path}`, { method, headers: auth });
+  assert.ok(res.ok, `${method} ${path}: HTTP ${res.status}`);
+  return res.status === 204 ? null : res.json();
+}
+
+async function documentsNamed(fileName) {
+  const list = await api("GET", "/v1/documents?limit=500");
+  return list.documents.filter((d) => d.file_name === fileName);
+}
+
+/** The library's rows of the documents uploaded as `fileName` (their titles may have changed). */
+function rowsOfFile(fileName) {
+  const exactly = new RegExp(`^${fileName.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`);
+  return page.locator("#documents tbody tr", { has: page.locator(".file-name", { hasText: exactly }) });
+}
+
+/** The answer's markers as shown, its cited sources and the uncited ones. */
+async function citationsShown() {
+  return page.evaluate(() => ({
+    markers: [...document.querySelectorAll("#answer-text .cite-marker")].map((m) => m.textContent),
+    cited: [...document.querySelectorAll("#citations li")].map((li) => ({
+      value: li.value,
+      quote: li.querySelector(".quote").textContent,
+    })),
+    uncited: [...document.querySelectorAll("#uncited li .quote")].map((q) => q.textContent),
+    rawMarkers: /\[\d+(?:\s*[-,;]\s*\d+)*\]/.test(document.getElementById("answer-text").textContent),
+  }));
+}
+
+/** The distinct numbers of `markers` in order of first appearance. */
+function firstMentions(markers) {
+  return [...new Set(markers.map(Number))];
+}
+
+const oneToN = (n) => Array.from({ length: n }, (_, i) => i + 1);
 
 async function noHorizontalOverflow() {
   const { scroll, width } = await page.evaluate(() => ({
@@ -96,15 +144,61 @@ test("every form control has a label", async () => {
   assert.deepEqual(unlabelled, []);
 });
 
-test("an uploaded document is followed until its job is done and it is listed as ready", async () => {
-  await page.locator("#file-input").setInputFiles(documentPath);
-  const name = basename(documentPath);
-  const row = page.locator(".job", { hasText: name });
-  await row.waitFor();
-  await row.locator(".status.succeeded").waitFor({ timeout: LONG });
-  const listed = page.locator("#documents tbody tr", { hasText: title });
-  await listed.locator(".status.ready").waitFor({ timeout: LONG });
+test("uploaded documents are followed until ready; each row shows its title and its file name", async () => {
+  await page.locator("#file-input").setInputFiles([documentPath, pagedPath]);
+  const names = [basename(documentPath), pagedName];
+  await Promise.all(
+    names.map((name) => page.locator(".job", { hasText: name }).locator(".status.succeeded").waitFor({ timeout: LONG })),
+  );
+  for (const [name, shown] of [[basename(documentPath), title], [pagedName, pagedTitle]]) {
+    const row = rowsOfFile(name);
+    await row.locator(".status.ready").waitFor({ timeout: LONG });
+    assert.equal((await row.locator(".doc-title").textContent()).trim(), shown);
+    assert.ok(await row.locator(".file-name").isVisible(), `${name} is shown, not only a tooltip`);
+  }
   await shot("03-library");
+});
+
+test("the same file uploaded again asks first: keep the existing document, or add it anyway", async () => {
+  const file = {
+    name: "Duplicate check.txt",
+    mimeType: "text/plain",
+    buffer: Buffer.from("The duplicate check is a short note. It is uploaded three times by the browser test.\n"),
+  };
+  await page.locator("#file-input").setInputFiles(file);
+  const rows = rowsOfFile(file.name);
+  await rows.locator(".status.ready").waitFor({ timeout: LONG });
+  const [original] = await documentsNamed(file.name);
+  const dialog = page.locator("#duplicate");
+
+  await page.locator("#file-input").setInputFiles(file);
+  await dialog.waitFor();
+  assert.match(
+    await page.locator("#duplicate-list").textContent(),
+    /“Duplicate check\.txt” is the same file as “Duplicate check”/,
+  );
+  await shot("03b-duplicate", { fullPage: false });
+  await page.getByRole("button", { name: "Keep the existing one" }).click();
+  await dialog.waitFor({ state: "hidden" });
+  await page.waitForFunction(
+    (id) => document.querySelector(`#documents tr[data-id="${id}"] input[type=checkbox]`)?.checked,
+    original.id,
+  );
+  assert.match(await page.locator("#scope-summary").textContent(), /Duplicate check/);
+  assert.equal((await documentsNamed(file.name)).length, 1, "nothing was stored");
+  assert.equal(await rows.count(), 1);
+
+  await page.locator("#file-input").setInputFiles(file);
+  await dialog.waitFor();
+  await page.getByRole("button", { name: "Add anyway" }).click();
+  await rows.nth(1).waitFor({ timeout: LONG });
+  const copies = await documentsNamed(file.name);
+  assert.equal(copies.length, 2, "the copy was stored");
+  for (const copy of copies) await api("DELETE", `/v1/documents/${copy.id}`);
+  await page.reload();
+  await page.locator("#app").waitFor();
+  await rowsOfFile(pagedName).waitFor();
+  assert.equal(await rows.count(), 0);
 });
 
 test("an unsupported file type shows the server's reason", async () => {
@@ -138,9 +232,43 @@ test("an upload over the size limit is refused with the limit named", async () =
   await shot("05-too-large");
 });
 
-test("a question streams its answer, then shows the route badge, timings and citations", async () => {
-  const row = page.locator("#documents tbody tr", { hasText: title });
-  await row.getByRole("checkbox").check();
+test("a question over the server's limit is counted, not cut, and cannot be sent", async () => {
+  const info = await (await fetch(`${base}/v1/info`)).json();
+  const limit = info.max_question_chars ?? 4000;
+  const box = page.getByLabel("Question");
+  const counter = page.locator("#question-count");
+  const askButton = page.getByRole("button", { name: "Ask", exact: true });
+  await box.fill("x".repeat(1234));
+  assert.equal(await counter.textContent(), `1,234 / ${number(limit)} characters`);
+  assert.equal(await askButton.isDisabled(), false);
+
+  await box.fill("x".repeat(limit + 1));
+  assert.equal(await counter.textContent(), `${number(limit + 1)} / ${number(limit)} characters · 1 over`);
+  assert.equal(await askButton.isDisabled(), true);
+  const message = page.locator("#question-limit");
+  assert.ok(await message.isVisible());
+  assert.match(await message.textContent(), new RegExp(`at most ${number(limit)} characters`));
+
+  const pasted = "The contract renews each year unless either party gives notice three months ahead. ";
+  await box.fill(`${pasted.repeat(200).slice(0, 10_999)}…`);
+  assert.equal((await box.inputValue()).length, 11_000, "the question is not cut");
+  assert.match(await counter.textContent(), new RegExp(`· ${number(11_000 - limit)} over$`));
+  let asked = 0;
+  const countAsks = (r) => r.url().endsWith("/v1/ask") && (asked += 1);
+  page.on("request", countAsks);
+  await box.press("Control+Enter");
+  await page.waitForTimeout(300);
+  page.off("request", countAsks);
+  assert.equal(asked, 0, "Ctrl+Enter does not send a question over the limit");
+  await shot("05b-question-too-long");
+
+  await box.fill("");
+  assert.equal(await askButton.isDisabled(), false);
+  assert.equal(await message.isVisible(), false);
+});
+
+test("a question streams its answer, then shows the route badge, timings and its sources numbered as read", async () => {
+  await rowsOfFile(basename(documentPath)).getByRole("checkbox").check();
   await page.getByLabel("Question").fill(question);
   await page.getByRole("button", { name: "Ask", exact: true }).click();
   // Text appears while the answer is still being generated.
@@ -158,13 +286,16 @@ test("a question streams its answer, then shows the route badge, timings and cit
   assert.match(await page.locator("#route-reason").textContent(), /^Why: .+/);
   assert.match(await page.locator("#answer-stats").textContent(), /first token .* total .* prompt tokens/);
   assert.ok((await page.locator("#answer-text").textContent()).trim().length > 0);
-  assert.ok((await page.locator("#citations li").count()) >= 1, "at least one citation");
-  assert.ok((await page.locator("#answer-text .cite-marker").count()) >= 1, "numbered markers");
+  const shown = await citationsShown();
+  console.log(`the answer's markers: [${shown.markers}]; ${shown.cited.length} cited, ${shown.uncited.length} not`);
+  assert.ok(shown.cited.length + shown.uncited.length >= 1, "at least one source");
+  assert.deepEqual(firstMentions(shown.markers), oneToN(shown.cited.length), "markers are 1..n as first cited");
+  assert.deepEqual(shown.cited.map((c) => c.value), oneToN(shown.cited.length));
   await shot("06-answer");
 });
 
 test("clicking a citation opens the document with the passage highlighted in view", async () => {
-  const first = page.locator("#citations li").first();
+  const first = page.locator("#answer .citations li").first();
   const quote = (await first.locator(".quote").textContent()).trim();
   await first.getByRole("button").click();
   const mark = page.locator("#viewer mark.cited");
@@ -173,20 +304,269 @@ test("clicking a citation opens the document with the passage highlighted in vie
   assert.ok(marked.length > 0);
   assert.ok(quote.includes(marked) || marked.includes(quote.slice(0, 40)), `"${marked}" vs "${quote}"`);
   assert.ok((await visibleFraction("#viewer mark.cited")) > 0.5, "the passage is scrolled into view");
-  await shot("07-document-view");
+  await shot("07-document-view", { fullPage: false });
   await page.keyboard.press("Escape");
   await page.locator("#viewer").waitFor({ state: "hidden" });
 });
 
-test("the document's history lists the question and shows its answer again", async () => {
+/**
+ * An answer as /v1/ask streams it, naming the prompt's sources 24, 18 and 8 in that order (11 is marked
+ * cited but named nowhere in the text; 3 and 5 were matched to it), with twenty more lines; `final`
+ * false leaves out the closing answer event.
+ */
+async function scriptedAnswer(documentId, final) {
+  const text = (await api("GET", `/v1/documents/${documentId}/text`)).text;
+  const codePoints = (upTo) => [...text.slice(0, upTo)].length;
+  // The sentence after offset `near`, quoted from a span around it (offsets in code points).
+  const cite = (source, near, inText) => {
+    const start = text.indexOf(". ", near) + 2;
+    const end = text.indexOf(". ", start) + 1;
+    return {
+      source,
+      document_id: documentId,
+      title,
+      chunk_id: source,
+      page_start: 1,
+      page_end: 1,
+      char_start: codePoints(start - 80),
+      char_end: codePoints(end + 80),
+      snippet: text.slice(start - 80, start + 160),
+      quote: text.slice(start, end),
+      cited_in_text: inText,
+    };
+  };
+  const lines = Array.from({ length: 20 }, (_, i) => `Line ${i + 1} of a long answer about the Normans [8].`);
+  const tokens = ["The Normans came", " from Normandy [2", "4][18], in", " France [8, 24].", `\n${lines.join("\n")}`];
+  const answer = {
+    answer_id: "scripted",
+    question: "Where did the Normans come from?",
+    answer: tokens.join(""),
+    answerable: true,
+    route: "rag",
+    route_reasons: ["a scripted answer"],
+    citations: [cite(3, 9000, false), cite(24, 1000, true), cite(8, 5000, true), cite(18, 3000, true),
+      cite(11, 7000, true), cite(5, 11000, false)],
+    passages: [],
+    finish_reason: "stop",
+    timings: { first_token_ms: 900, total_ms: 2100 },
+    usage: { prompt_tokens: 980, cached_prompt_tokens: 0, completion_tokens: 240 },
+  };
+  const frames = tokens.map((t) => `event: token\ndata: ${JSON.stringify({ text: t })}\n\n`);
+  if (final) frames.push(`event: answer\ndata: ${JSON.stringify(answer)}\n\n`);
+  return { body: frames.join(""), answer };
+}
+
+test("sources are renumbered 1…n as the answer cites them; uncited ones are listed apart", async () => {
+  const [doc] = await documentsNamed(basename(documentPath));
+  const isAsk = (url) => url.pathname === "/v1/ask";
+  const ask = async (final) => {
+    const scripted = await scriptedAnswer(doc.id, final);
+    await page.unroute(isAsk);
+    await page.route(isAsk, (route) =>
+      route.fulfill({ status: 200, headers: { "content-type": "text/event-stream" }, body: scripted.body }),
+    );
+    await page.getByLabel("Question").fill(scripted.answer.question);
+    await page.getByRole("button", { name: "Ask", exact: true }).click();
+    return scripted.answer;
+  };
+
+  // While streaming (a stream cut before its answer event keeps what was streamed), markers are already
+  // numbered as read, before their sources are known.
+  await ask(false);
+  await page.locator("#ask-error", { hasText: "ended early" }).waitFor();
+  const streamed = await page.locator("#answer-text .cite-marker.pending").allTextContents();
+  assert.deepEqual(streamed.slice(0, 4), ["1", "2", "3", "1"]);
+  assert.equal((await citationsShown()).rawMarkers, false);
+
+  const answer = await ask(true);
+  await page.locator("#route-badge").waitFor();
+  const shown = await citationsShown();
+  assert.deepEqual(shown.markers.slice(0, 4), ["1", "2", "3", "1"]);
+  assert.deepEqual(firstMentions(shown.markers), [1, 2, 3]);
+  const quoteOf = (n) => answer.citations.find((c) => c.source === n).quote;
+  assert.deepEqual(shown.cited, [24, 18, 8].map((n, i) => ({ value: i + 1, quote: quoteOf(n) })));
+  assert.deepEqual(shown.uncited, [3, 11, 5].map(quoteOf));
+  const heading = page.locator("#uncited-title");
+  assert.equal(await heading.textContent(), "Also retrieved, not cited");
+  const citedBox = await page.locator("#citations").boundingBox();
+  const headingBox = await heading.boundingBox();
+  assert.ok(headingBox.y >= citedBox.y + citedBox.height, "the uncited sources come after the cited ones");
+  assert.equal(await page.locator("#citations #uncited-title, #citations #uncited").count(), 0);
+
+  // Adjacent markers stay apart: "¹,²", never "12".
+  const group = page.locator("#answer-text sup.cites").first();
+  assert.equal(await group.textContent(), "1,2");
+  const [one, two] = await group.locator(".cite-marker").evaluateAll((ms) =>
+    ms.map((m) => m.getBoundingClientRect().toJSON()),
+  );
+  assert.ok(two.left - one.right >= 2, `markers ${two.left - one.right}px apart`);
+  const word = await page.locator("#answer-text").evaluate((t) => {
+    const range = document.createRange();
+    range.setStart(t.firstChild, 0);
+    range.setEnd(t.firstChild, 3);
+    return range.getBoundingClientRect().toJSON();
+  });
+  assert.ok(one.top < word.top && one.bottom < word.bottom, "markers are superscripts");
+
+  // The long answer is folded; its button opens and closes it from the keyboard.
+  const toggle = page.locator("#answer-fold");
+  const text = page.locator("#answer-text");
+  assert.equal(await toggle.textContent(), "Show more");
+  assert.equal(await toggle.getAttribute("aria-expanded"), "false");
+  const folded = (await text.boundingBox()).height;
+  assert.ok(folded < 12 * 22.5, `folded to ${folded}px`);
+  await shot("06d-citations");
+  await toggle.focus();
+  await page.keyboard.press("Enter");
+  assert.equal(await toggle.textContent(), "Show less");
+  assert.equal(await toggle.getAttribute("aria-expanded"), "true");
+  assert.ok((await text.boundingBox()).height > 20 * 22.5, "the whole answer is shown");
+  await page.keyboard.press("Space");
+  assert.equal(await toggle.textContent(), "Show more");
+
+  // A marker opens the document at the passage it cites.
+  await page.locator("#answer-text .cite-marker", { hasText: /^2$/ }).first().click();
+  const mark = page.locator("#viewer mark.cited");
+  await mark.waitFor();
+  assert.equal((await mark.textContent()).trim(), quoteOf(18));
+  await page.keyboard.press("Escape");
+  await page.locator("#viewer").waitFor({ state: "hidden" });
+  await page.unroute(isAsk);
+});
+
+test("the document view says which page is on screen as the reader scrolls", async () => {
+  const [paged] = await documentsNamed(pagedName);
+  const pages = paged.page_count;
+  assert.ok(pages >= 5, `${pagedName} has ${pages} pages`);
+  await rowsOfFile(pagedName).locator(".doc-title").click();
+  const indicator = page.locator("#viewer-page");
+  await indicator.waitFor();
+  assert.equal(await indicator.textContent(), `Page 1 of ${pages}`);
+  const says = (want) =>
+    page.waitForFunction((w) => document.getElementById("viewer-page").textContent === w, want);
+  await page.locator("#viewer #page-3").evaluate((label) => label.scrollIntoView({ block: "start" }));
+  await says(`Page 3 of ${pages}`);
+  await shot("07b-page-indicator", { fullPage: false });
+  await page.locator("#viewer-body").evaluate((body) => body.scrollTo(0, body.scrollHeight));
+  await says(`Page ${pages} of ${pages}`);
+  await page.keyboard.press("Escape");
+  await page.locator("#viewer").waitFor({ state: "hidden" });
+  // A document of one page has no indicator.
+  await rowsOfFile(basename(documentPath)).locator(".doc-title").click();
+  await page.locator("#viewer-meta", { hasText: "1 page" }).waitFor();
+  assert.equal(await indicator.isVisible(), false);
+  await page.keyboard.press("Escape");
+  await page.locator("#viewer").waitFor({ state: "hidden" });
+});
+
+test("the history lists the question with the document it was about and shows its answer again", async () => {
   const item = page.locator("#history li", { hasText: question });
   await item.waitFor();
-  await item.getByRole("button").click();
+  assert.equal(await item.locator(".about").textContent(), `About “${title}”`);
+  assert.equal(await page.locator("#history-scope").textContent(), `Questions about “${title}”.`);
+  await item.getByRole("button", { name: question, exact: true }).click();
   await page.locator("#route-badge").waitFor();
+  assert.equal(await page.locator("#answer-text").textContent(), await item.locator(".a").textContent());
+});
+
+test("with two documents selected the history shows the answers about either, each naming its document", async () => {
+  const first = rowsOfFile(basename(documentPath)).getByRole("checkbox");
+  const second = rowsOfFile(pagedName).getByRole("checkbox");
+  await first.uncheck();
+  await second.check();
+  await page.getByLabel("Question").fill(pagedQuestion);
+  await page.getByRole("button", { name: "Ask", exact: true }).click();
+  await page.locator("#history li", { hasText: pagedQuestion }).waitFor({ timeout: LONG });
+  await page.getByRole("button", { name: "Ask", exact: true }).waitFor({ timeout: LONG });
+  assert.equal(await page.locator("#history li", { hasText: question }).count(), 0, "only the selected one's");
+
+  await first.check();
+  const aboutFirst = page.locator("#history li", { hasText: question });
+  const aboutSecond = page.locator("#history li", { hasText: pagedQuestion });
+  await aboutFirst.waitFor();
+  await aboutSecond.waitFor();
+  assert.equal(await aboutFirst.locator(".about").textContent(), `About “${title}”`);
+  assert.equal(await aboutSecond.locator(".about").textContent(), `About “${pagedTitle}”`);
+  assert.equal(await page.locator("#history-scope").textContent(), "Questions about any of the 2 selected documents.");
+  await shot("10-history-two-documents");
+
+  // With nothing selected, every answer of the tenant.
+  await first.uncheck();
+  await second.uncheck();
+  await page.locator("#history-scope", { hasText: "any document" }).waitFor();
+  await aboutFirst.waitFor();
+  await aboutSecond.waitFor();
+  await first.check();
+});
+
+test("a long answer is folded in the history too, and opens from the keyboard", async () => {
+  await page.locator("#history-scope", { hasText: `“${title}”` }).waitFor();
+  await page.locator("#history li", { hasText: question }).first().waitFor();
+  const isHistory = (url) => url.pathname === "/v1/answers";
+  const long = Array.from({ length: 30 }, (_, i) => `Sentence ${i + 1} of a long stored answer.`).join("\n");
+  await page.route(isHistory, async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    const stored = { ...body.answers[0], answer_id: "long-answer", question: "A question with a long answer" };
+    body.answers.unshift({ ...stored, answer: long, status: "succeeded", citations: [] });
+    await route.fulfill({ response, json: body });
+  });
+  const second = rowsOfFile(pagedName).getByRole("checkbox");
+  await second.check();
+  const item = page.locator('#history li[data-answer="long-answer"]');
+  await item.waitFor();
+  const height = () => item.locator(".a").evaluate((a) => a.getBoundingClientRect().height);
+  const toggle = item.locator("button.fold");
+  assert.equal(await toggle.textContent(), "Show more");
+  assert.equal(await toggle.getAttribute("aria-expanded"), "false");
+  assert.ok((await height()) < 12 * 22.5, "folded");
+  await toggle.focus();
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(
+    () => document.querySelector('#history li[data-answer="long-answer"] button.fold')?.textContent === "Show less",
+  );
+  assert.equal(await toggle.getAttribute("aria-expanded"), "true");
+  assert.ok((await height()) > 25 * 22.5, "unfolded");
+  // The short answers of the list have nothing to fold.
+  assert.equal(await page.locator("#history li", { hasText: question }).locator("button.fold").isVisible(), false);
+  await page.unroute(isHistory);
+  await second.uncheck();
+  await item.waitFor({ state: "detached" });
+});
+
+test("a document is renamed in place, the title is kept across a reload, and a refused title says why", async () => {
+  const [doc] = await documentsNamed(pagedName);
+  const row = page.locator(`#documents tr[data-id="${doc.id}"]`);
+  await row.getByRole("button", { name: `Rename ${pagedTitle}` }).click();
+  const input = row.getByLabel(`New title for ${pagedTitle}`);
+  assert.equal(await input.inputValue(), pagedTitle);
+  await input.fill("   ");
+  await row.getByRole("button", { name: "Save" }).click();
+  const refusal = row.locator("form.rename .error");
+  await refusal.waitFor();
+  assert.match(await refusal.textContent(), /The title was not changed: .*title/);
+  await input.press("Escape");
+  assert.equal((await row.locator(".doc-title").textContent()).trim(), pagedTitle);
+
+  const renamed = `${pagedTitle}: the region, its counties and cities, its economy and its people, as the ` +
+    "encyclopaedia describes them, paragraph by paragraph, with a title long enough to wrap";
+  await row.getByRole("button", { name: `Rename ${pagedTitle}` }).click();
+  await input.fill(renamed);
+  await input.press("Enter");
+  await row.locator(".doc-title", { hasText: renamed }).waitFor();
+  await page.reload();
+  await page.locator("#app").waitFor();
+  const titleButton = row.locator(".doc-title");
+  await titleButton.waitFor();
+  assert.equal((await titleButton.textContent()).trim(), renamed, "the new title is kept");
+  assert.equal(await titleButton.getAttribute("title"), renamed, "the whole title is at hand");
+  assert.equal((await row.locator(".file-name").textContent()).trim(), pagedName);
+  assert.equal((await documentsNamed(pagedName))[0].title, renamed);
+  await noHorizontalOverflow();
+  await rowsOfFile(basename(documentPath)).getByRole("checkbox").check();
 });
 
 test("a stop while the model reads the prompt frees the engine at its next chunks and history says so", async () => {
-  const auth = { Authorization: `Bearer ${apiKey}` };
   const docs = await (await fetch(`${base}/v1/documents`, { headers: auth })).json();
   const doc = docs.documents.find((d) => d.title === title);
   // Nothing of the document cached, so the whole prompt is read, chunk by chunk.
@@ -226,16 +606,23 @@ test("a stop while the model reads the prompt frees the engine at its next chunk
   await page.getByLabel("Route").selectOption("auto");
 });
 
-test("a phone-sized window in dark mode keeps everything inside the screen", async () => {
+test("a phone-sized window, dark or light, keeps everything inside the screen", async () => {
+  await page.locator("#history li", { hasText: question }).getByRole("button", { name: question, exact: true }).click();
+  await page.locator("#route-badge").waitFor();
   await page.emulateMedia({ colorScheme: "dark" });
   await page.setViewportSize({ width: 390, height: 844 });
   await noHorizontalOverflow();
   const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   assert.notEqual(background, "rgb(246, 247, 249)", "the dark palette is used");
   await shot("08-phone-dark");
-  await page.setViewportSize({ width: 1366, height: 900 });
   await page.emulateMedia({ colorScheme: "light" });
   await noHorizontalOverflow();
+  await shot("08b-phone-light");
+  await page.setViewportSize({ width: 1366, height: 900 });
+  await page.emulateMedia({ colorScheme: "dark" });
+  await noHorizontalOverflow();
+  await shot("08c-desktop-dark");
+  await page.emulateMedia({ colorScheme: "light" });
 });
 
 test("deleting a document asks for confirmation, then removes it", async () => {
@@ -245,7 +632,7 @@ test("deleting a document asks for confirmation, then removes it", async () => {
   await row.getByRole("button", { name: /^Delete/ }).click();
   const dialog = page.locator("#confirm");
   await dialog.waitFor();
-  await shot("09-confirm-delete");
+  await shot("09-confirm-delete", { fullPage: false });
   await page.locator("#confirm-ok").click();
   await row.waitFor({ state: "detached" });
   assert.equal(await rows.count(), before - 1);

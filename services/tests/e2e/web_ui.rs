@@ -1,7 +1,8 @@
 //! The web UI in headless Chromium (`tests/browser/ui.test.mjs`, Playwright's `playwright-core` driving
 //! Debian's `chromium`) against a real server with the real models. Without node, the browser or the
 //! package the test says so and returns, unless `DOCQA_REQUIRE_BROWSER=1` (set by `.ci/run`).
-//! Screenshots of each screen land in `target/tmp/browser-screenshots/`.
+//! Two documents are uploaded: SQuAD 2.0 dev article 0 as one page, and article 2 in pages of a few
+//! paragraphs. Screenshots of each screen land in `target/tmp/browser-screenshots/`.
 
 use crate::support;
 
@@ -45,6 +46,23 @@ fn browser_available() -> bool {
     false
 }
 
+/// Paragraphs per page of the paged document.
+const PARAGRAPHS_PER_PAGE: usize = 3;
+
+/// An article as a document of pages (form feeds between them, as text files give pages), a few
+/// paragraphs each, for the viewer's page indicator.
+fn in_pages(text: &str) -> String {
+    let paragraphs: Vec<&str> = text
+        .split("\n\n")
+        .filter(|p| !p.trim().is_empty())
+        .collect();
+    paragraphs
+        .chunks(PARAGRAPHS_PER_PAGE)
+        .map(|page| page.join("\n\n"))
+        .collect::<Vec<_>>()
+        .join("\u{0C}")
+}
+
 #[test]
 fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
     if !browser_available() {
@@ -61,6 +79,9 @@ fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
     let (title, text, questions) = support::squad_article(0);
     let document = server.data_dir.join(format!("{title}.txt"));
     std::fs::write(&document, text).expect("document written");
+    let (paged_title, paged_text, paged_questions) = support::squad_article(2);
+    let paged = server.data_dir.join(format!("{paged_title}.txt"));
+    std::fs::write(&paged, in_pages(&paged_text)).expect("paged document written");
     let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser-screenshots");
     let out = Command::new("node")
         .arg("--test")
@@ -71,6 +92,8 @@ fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
         .env("DOCQA_API_KEY", &key)
         .env("DOCQA_DOCUMENT", &document)
         .env("DOCQA_QUESTION", &questions[0].0)
+        .env("DOCQA_PAGED_DOCUMENT", &paged)
+        .env("DOCQA_PAGED_QUESTION", &paged_questions[0].0)
         .env("DOCQA_SCREENSHOTS", &screenshots)
         .env("DOCQA_CHROMIUM", chromium())
         .output()
@@ -86,9 +109,16 @@ fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
     for shot in [
         "01-sign-in",
         "03-library",
+        "03b-duplicate",
+        "05b-question-too-long",
         "06-answer",
+        "06d-citations",
         "07-document-view",
+        "07b-page-indicator",
         "08-phone-dark",
+        "08b-phone-light",
+        "08c-desktop-dark",
+        "10-history-two-documents",
     ] {
         assert!(
             screenshots.join(format!("{shot}.png")).exists(),
