@@ -121,6 +121,8 @@ pub struct AnswerView {
     pub finished_at: Option<String>,
     /// The documents the question was asked about.
     pub document_ids: Vec<String>,
+    /// The answer this question followed up.
+    pub follow_up_of: Option<String>,
 }
 
 /// A stored answer, by id.
@@ -136,7 +138,10 @@ pub async fn get_answer(
         .answer(&caller.tenant_id, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("answer", &id))?;
-    let mut documents = state.db.documents_of_answers(&[a.id.clone()]).await?;
+    let mut documents = state
+        .db
+        .documents_of_answers(std::slice::from_ref(&a.id))
+        .await?;
     let document_ids = documents.remove(&a.id).unwrap_or_default();
     Ok(web::Json(AnswerView::new(a, document_ids)))
 }
@@ -162,6 +167,7 @@ impl AnswerView {
             created_at: rfc3339(a.created_at),
             finished_at: a.finished_at.map(rfc3339),
             document_ids,
+            follow_up_of: a.follow_up_of,
         }
     }
 }

@@ -18,6 +18,7 @@ use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::sse;
 use crate::db::now_ms;
+use crate::qa::conversation::Turn;
 use crate::qa::{self, AskEvent, AskInput, FinalAnswer, RouteChoice, Scope};
 use crate::state::AppState;
 
@@ -43,7 +44,8 @@ pub struct ChatMessageIn {
 pub struct ChatRequest {
     /// `docqa`, `docqa-rag` or `docqa-long`.
     pub model: String,
-    /// The conversation; the last user message is the question.
+    /// The conversation; the last user message is the question, and the user/assistant pairs before it
+    /// are the turns it follows up.
     pub messages: Vec<ChatMessageIn>,
     /// Stream chunks as server-sent events.
     #[serde(default)]
@@ -85,22 +87,34 @@ fn ask_input(req: &ChatRequest) -> ApiResult<AskInput> {
                 req.model
             ))
         })?;
-    let question = req
+    let last_user = req
         .messages
         .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| text_of(&m.content))
+        .rposition(|m| m.role == "user")
         .ok_or_else(|| ApiError::validation("`messages` holds no user message"))?;
     Ok(AskInput {
-        question,
+        question: text_of(&req.messages[last_user].content),
         scope: req.docqa.clone().unwrap_or_default(),
         route,
         stream: req.stream,
         max_tokens: req.max_tokens,
         temperature: req.temperature,
         seed: req.seed,
+        follow_up_of: None,
+        turns: earlier_turns(&req.messages[..last_user]),
     })
+}
+
+/// The chat before the question as turns: each assistant message with the user message before it.
+fn earlier_turns(messages: &[ChatMessageIn]) -> Vec<Turn> {
+    messages
+        .windows(2)
+        .filter(|pair| pair[0].role == "user" && pair[1].role == "assistant")
+        .map(|pair| Turn {
+            question: text_of(&pair[0].content),
+            answer: text_of(&pair[1].content),
+        })
+        .collect()
 }
 
 fn extension(a: &FinalAnswer) -> Value {

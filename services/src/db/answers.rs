@@ -56,6 +56,21 @@ pub struct AnswerRow {
     pub created_at: i64,
     /// Finished at (Unix ms).
     pub finished_at: Option<i64>,
+    /// The answer this question follows up.
+    pub follow_up_of: Option<String>,
+}
+
+/// A question as asked.
+#[derive(Debug, Clone)]
+pub struct NewQuestion<'a> {
+    /// Its text.
+    pub text: &'a str,
+    /// Scope as asked (JSON).
+    pub scope: &'a Value,
+    /// Route asked for.
+    pub route_requested: &'a str,
+    /// The answer it follows up.
+    pub follow_up_of: Option<&'a str>,
 }
 
 /// What a finished answer records.
@@ -104,6 +119,7 @@ fn answer_from(r: &AnyRow) -> Result<AnswerRow, sqlx::Error> {
         error: r.try_get("error")?,
         created_at: r.try_get("created_at")?,
         finished_at: r.try_get("finished_at")?,
+        follow_up_of: r.try_get("follow_up_of")?,
     })
 }
 
@@ -113,23 +129,22 @@ impl Db {
         &self,
         id: &str,
         tenant_id: &str,
-        question: &str,
-        scope: &Value,
-        route_requested: &str,
+        question: &NewQuestion<'_>,
         document_ids: &[&str],
     ) -> Result<(), sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         sqlx::query(
-            "INSERT INTO answers (id, tenant_id, question, scope, route_requested, status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO answers (id, tenant_id, question, scope, route_requested, status, created_at, \
+             follow_up_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(id)
         .bind(tenant_id)
-        .bind(question)
-        .bind(scope.to_string())
-        .bind(route_requested)
+        .bind(question.text)
+        .bind(question.scope.to_string())
+        .bind(question.route_requested)
         .bind(status::RUNNING)
         .bind(now_ms())
+        .bind(question.follow_up_of)
         .execute(&mut *tx)
         .await?;
         for document_id in document_ids {

@@ -15,8 +15,25 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use docqa_engine::text::{ChatMessage, TextTokenizer};
+
+use super::conversation::Turn;
 use lru::LruCache;
 use sha2::{Digest, Sha256};
+
+/// The long path's chat: the system message, then `documents` followed by a space and the first
+/// question (the conversation's first, else `question`), then each earlier answer and the question after
+/// it.
+fn long_chat(system: &str, documents: &str, turns: &[Turn], question: &str) -> Vec<ChatMessage> {
+    let mut chat = vec![ChatMessage::new("system", system)];
+    let first = turns.first().map_or(question, |t| t.question.as_str());
+    chat.push(ChatMessage::new("user", format!("{documents} {first}")));
+    for (i, t) in turns.iter().enumerate() {
+        chat.push(ChatMessage::new("assistant", t.answer.as_str()));
+        let next = turns.get(i + 1).map_or(question, |n| n.question.as_str());
+        chat.push(ChatMessage::new("user", next));
+    }
+    chat
+}
 
 /// Document prefixes kept.
 const CAPACITY: usize = 32;
@@ -41,26 +58,30 @@ impl Default for LongPromptTokens {
 impl LongPromptTokens {
     /// The tokens of the chat prompt whose system message is `system` and whose user message is
     /// `documents` (ending in `Question:`), a space and `question`; the documents' tokens come from
-    /// the cache when the documents with ids `document_ids` were read before.
+    /// the cache when the documents with ids `document_ids` were read before. After earlier `turns`,
+    /// the first turn's question follows the documents, and each answer and next question follow as
+    /// chat messages, so the document part is the same.
     pub fn encode(
         &self,
         tokenizer: &TextTokenizer,
         document_ids: &[&str],
         system: &str,
         documents: &str,
+        turns: &[Turn],
         question: &str,
     ) -> docqa_engine::Result<Vec<u32>> {
-        let messages = [
-            ChatMessage::new("system", system),
-            ChatMessage::new("user", format!("{documents}{QUESTION_MARK}")),
-        ];
-        let text = tokenizer.apply_chat_template(&messages, true)?;
+        let text = tokenizer.apply_chat_template(
+            &long_chat(
+                system,
+                &format!("{documents}{QUESTION_MARK}"),
+                turns,
+                question,
+            ),
+            true,
+        )?;
         let Some(at) = text.find(QUESTION_MARK) else {
             // A template that rewrites the message: tokenize the whole prompt, uncached.
-            let whole = [
-                ChatMessage::new("system", system),
-                ChatMessage::new("user", format!("{documents} {question}")),
-            ];
+            let whole = long_chat(system, documents, turns, question);
             return tokenizer.encode(&tokenizer.apply_chat_template(&whole, true)?, false);
         };
         let (prefix, rest) = (&text[..at], &text[at + QUESTION_MARK.len()..]);
@@ -68,7 +89,7 @@ impl LongPromptTokens {
             .prefix_tokens(tokenizer, document_ids, prefix)?
             .as_ref()
             .clone();
-        tokens.extend(tokenizer.encode(&format!(" {question}{rest}"), false)?);
+        tokens.extend(tokenizer.encode(rest, false)?);
         Ok(tokens)
     }
 
@@ -164,7 +185,9 @@ mod tests {
             ];
             for q in questions.iter().take(40).map(String::as_str).chain(unusual) {
                 assert_eq!(
-                    cache.encode(&t, &["d"], system, &documents, q).unwrap(),
+                    cache
+                        .encode(&t, &["d"], system, &documents, &[], q)
+                        .unwrap(),
                     whole(&t, system, &documents, q),
                     "{q:?}"
                 );
@@ -194,10 +217,10 @@ mod tests {
         let cache = LongPromptTokens::default();
         let documents = "Document: Paris\n\nParis is the capital of France.\n\nQuestion:";
         let first = cache
-            .encode(&t, &["a"], "S", documents, "What is Paris?")
+            .encode(&t, &["a"], "S", documents, &[], "What is Paris?")
             .unwrap();
         let second = cache
-            .encode(&t, &["a"], "S", documents, "Which country?")
+            .encode(&t, &["a"], "S", documents, &[], "Which country?")
             .unwrap();
         assert_eq!(cache.held(), 1);
         let shared = first
@@ -211,13 +234,44 @@ mod tests {
             first.len()
         );
         let rome = "Document: Rome\n\nRome.\n\nQuestion:";
-        cache.encode(&t, &["b"], "S", rome, "Where?").unwrap();
+        cache.encode(&t, &["b"], "S", rome, &[], "Where?").unwrap();
         assert_eq!(cache.held(), 2);
         // The same text under another tenant's document id is tokenized for that document anew.
         let other = cache
-            .encode(&t, &["c"], "S", documents, "Which country?")
+            .encode(&t, &["c"], "S", documents, &[], "Which country?")
             .unwrap();
         assert_eq!(other, second);
         assert_eq!(cache.held(), 3);
+    }
+
+    #[test]
+    fn a_follow_up_keeps_the_document_tokens_and_tokenizes_like_the_whole_conversation() {
+        let t = tokenizer();
+        let cache = LongPromptTokens::default();
+        let documents =
+            "Document: Lease\n\nThe lease ends in 2031. The rent is 4,100 euros.\n\nQuestion:";
+        let first = cache
+            .encode(&t, &["a"], "S", documents, &[], "When does it end?")
+            .unwrap();
+        let turns = [Turn {
+            question: "When does it end?".into(),
+            answer: "In 2031.".into(),
+        }];
+        let follow_up = cache
+            .encode(&t, &["a"], "S", documents, &turns, "And the rent?")
+            .unwrap();
+        assert_eq!(cache.held(), 1);
+        assert_eq!(follow_up[..first.len() - 3], first[..first.len() - 3]);
+        let chat = long_chat("S", documents, &turns, "And the rent?");
+        let whole = t
+            .encode(&t.apply_chat_template(&chat, true).unwrap(), false)
+            .unwrap();
+        assert_eq!(follow_up, whole);
+        let text = t.decode(&follow_up).unwrap();
+        let (answer, question) = (
+            text.find("In 2031.").unwrap(),
+            text.find("And the rent?").unwrap(),
+        );
+        assert!(answer < question, "{text}");
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod abstention;
 pub mod citations;
+pub mod conversation;
 pub mod long_tokens;
 pub mod plan;
 pub mod progress;
@@ -31,7 +32,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::api::error::ApiError;
-use crate::db::answers::AnswerOutcome;
+use crate::db::answers::{AnswerOutcome, NewQuestion};
 use crate::state::AppState;
 use plan::Plan;
 use prompt::Prepared;
@@ -48,6 +49,10 @@ pub async fn start(
 ) -> Result<mpsc::Receiver<AskEvent>, ApiError> {
     let started = Instant::now();
     let max_tokens = input.validate(state.config.max_answer_tokens())?;
+    let mut input = input;
+    if let Some(earlier) = &input.follow_up_of {
+        input.turns = conversation::turns_ending_with(&state, &tenant_id, earlier).await?;
+    }
     let docs = scope::resolve(&state, &tenant_id, &input.scope).await?;
     let plan = plan::plan(&state, &tenant_id, &input, &docs, max_tokens).await?;
     let first = first_prompt(&plan)?;
@@ -61,16 +66,15 @@ pub async fn start(
     let answer_id = crate::db::new_id();
     let scope_json = serde_json::to_value(&input.scope).unwrap_or_default();
     let document_ids: Vec<&str> = docs.iter().map(|d| d.id.as_str()).collect();
+    let question = NewQuestion {
+        text: &input.question,
+        scope: &scope_json,
+        route_requested: input.route.as_str(),
+        follow_up_of: input.follow_up_of.as_deref(),
+    };
     state
         .db
-        .insert_answer(
-            &answer_id,
-            &tenant_id,
-            &input.question,
-            &scope_json,
-            input.route.as_str(),
-            &document_ids,
-        )
+        .insert_answer(&answer_id, &tenant_id, &question, &document_ids)
         .await?;
     let stream = match admit(&state, &tenant_id, &first, &params).await {
         Ok(s) => s,

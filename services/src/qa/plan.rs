@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::prompt::{self, Prepared, Retrieval};
+use super::conversation;
+use super::prompt::{self, Asked, Prepared, Retrieval};
 use super::router::{self, Decision, Signals};
 use super::types::{AskInput, RouteChoice};
 use crate::api::error::ApiError;
@@ -38,7 +39,7 @@ pub struct Plan {
 /// window.
 async fn long_prompt(
     state: &Arc<AppState>,
-    question: &str,
+    question: &Asked<'_>,
     docs: &[Document],
     max_tokens: usize,
     window: usize,
@@ -87,26 +88,31 @@ pub async fn plan(
     docs: &[Document],
     max_tokens: usize,
 ) -> Result<Plan, ApiError> {
-    let question = input.question.as_str();
+    let turns = conversation::prompt_turns(&input.turns);
+    let question = Asked {
+        question: &input.question,
+        turns: &turns,
+    };
     let scope_tokens: usize = docs
         .iter()
         .map(|d| d.token_count.unwrap_or(0) as usize)
         .sum();
     let estimate = scope_tokens + PER_DOCUMENT_OVERHEAD * docs.len() + LONG_OVERHEAD + max_tokens;
-    let rag_budget = prompt::rag_budget(state, question, max_tokens)?;
+    let rag_budget = prompt::rag_budget(state, &question, max_tokens)?;
     let (retrieval, rag) = if input.route == RouteChoice::Long {
         (Retrieval::default(), None)
     } else {
-        let r = prompt::retrieve(state, tenant_id, question, docs).await?;
-        let p = prompt::rag(state, question, docs, &r, max_tokens)?;
+        let query = conversation::retrieval_query(&input.turns, &input.question);
+        let r = prompt::retrieve(state, tenant_id, &query, docs).await?;
+        let p = prompt::rag(state, &question, docs, &r, max_tokens)?;
         (r, Some(p))
     };
     let window = state.max_context.min(state.kv_capacity_tokens);
     let long = match input.route {
         RouteChoice::Rag => None,
-        RouteChoice::Long => Some(long_prompt(state, question, docs, max_tokens, window).await?),
+        RouteChoice::Long => Some(long_prompt(state, &question, docs, max_tokens, window).await?),
         RouteChoice::Auto if estimate <= window + LONG_OVERHEAD => {
-            Some(prompt::long(state, question, docs).await?)
+            Some(prompt::long(state, &question, docs).await?)
                 .filter(|l| l.prompt.len() + max_tokens <= window)
         }
         RouteChoice::Auto => None,
@@ -131,7 +137,7 @@ pub async fn plan(
         rag_budget,
         fits_rag_budget: scope_tokens + PER_DOCUMENT_OVERHEAD * docs.len() <= rag_budget,
         fits_model_window: long.as_ref().is_some_and(|l| l.sink_window.is_none()),
-        global_question: router::is_global_question(question),
+        global_question: router::is_global_question(&input.question),
         cached_long_tokens,
         top_bm25_score: rag.as_ref().map(|_| retrieval.top_bm25),
         rag_cost_tokens: rag

@@ -13,6 +13,7 @@ use docqa_engine::serving::EngineConfig;
 use docqa_engine::text::ChatMessage;
 use docqa_indexer::{Retriever, SearchFilter, SearchMode};
 
+use super::conversation::Turn;
 use super::templates::{TEXTS, fill};
 use super::types::Route;
 use crate::api::error::ApiError;
@@ -63,6 +64,25 @@ pub struct Prepared {
     pub sink_window: Option<SinkWindow>,
 }
 
+/// A question as a prompt asks it: its text, and the conversation turns it follows (oldest first).
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    /// The question.
+    pub question: &'a str,
+    /// Earlier turns, as [`super::conversation::prompt_turns`] keeps them.
+    pub turns: &'a [Turn],
+}
+
+impl<'a> Asked<'a> {
+    /// A question that follows nothing.
+    pub fn alone(question: &'a str) -> Self {
+        Asked {
+            question,
+            turns: &[],
+        }
+    }
+}
+
 /// The two chat messages of a prompt.
 pub fn messages(system: &str, user: String) -> [ChatMessage; 2] {
     [
@@ -71,10 +91,27 @@ pub fn messages(system: &str, user: String) -> [ChatMessage; 2] {
     ]
 }
 
-fn encode(state: &AppState, system: &str, user: String) -> Result<Vec<u32>, ApiError> {
+/// The chat messages of a prompt that follows earlier turns: the system message, each turn's question
+/// and answer, then `user`.
+pub fn conversation(system: &str, turns: &[Turn], user: String) -> Vec<ChatMessage> {
+    let mut chat = vec![ChatMessage::new("system", system)];
+    for t in turns {
+        chat.push(ChatMessage::new("user", t.question.as_str()));
+        chat.push(ChatMessage::new("assistant", t.answer.as_str()));
+    }
+    chat.push(ChatMessage::new("user", user));
+    chat
+}
+
+fn encode(
+    state: &AppState,
+    system: &str,
+    turns: &[Turn],
+    user: String,
+) -> Result<Vec<u32>, ApiError> {
     let text = state
         .tokenizer
-        .apply_chat_template(&messages(system, user), true)
+        .apply_chat_template(&conversation(system, turns, user), true)
         .map_err(ApiError::internal)?;
     state
         .tokenizer
@@ -184,22 +221,27 @@ pub fn rag_window(state: &AppState) -> usize {
 }
 
 /// Prompt tokens left for passages in the RAG window.
-pub fn rag_budget(state: &AppState, question: &str, max_tokens: usize) -> Result<usize, ApiError> {
-    let base = encode(state, rag_system(), rag_user("", question))?.len();
+pub fn rag_budget(
+    state: &AppState,
+    asked: &Asked<'_>,
+    max_tokens: usize,
+) -> Result<usize, ApiError> {
+    let user = rag_user("", asked.question);
+    let base = encode(state, rag_system(), asked.turns, user)?.len();
     Ok(rag_window(state).saturating_sub(max_tokens + base))
 }
 
 /// The RAG prompt: the best candidates that fit the budget, laid out in document order.
 pub fn rag(
     state: &AppState,
-    question: &str,
+    asked: &Asked<'_>,
     docs: &[Document],
     retrieval: &Retrieval,
     max_tokens: usize,
 ) -> Result<Prepared, ApiError> {
     let started = Instant::now();
     let window = rag_window(state);
-    let budget = rag_budget(state, question, max_tokens)?;
+    let budget = rag_budget(state, asked, max_tokens)?;
     if budget == 0 {
         return Err(ApiError::validation(format!(
             "the question and {max_tokens} answer tokens leave no room for sources in the \
@@ -241,7 +283,12 @@ pub fn rag(
             .iter()
             .map(|s| chunk_block(s.number, &s.title, &s.chunk))
             .collect();
-        encode(state, rag_system(), rag_user(&blocks, question))
+        encode(
+            state,
+            rag_system(),
+            asked.turns,
+            rag_user(&blocks, asked.question),
+        )
     };
     let mut prompt = render(&sources)?;
     // Tokens can merge across block boundaries: never exceed the window.
@@ -300,10 +347,11 @@ async fn texts(state: &AppState, docs: &[Document]) -> Result<Vec<(String, Strin
     Ok(out)
 }
 
-/// The long prompt: every document of the scope, oldest first, then the question.
+/// The long prompt: every document of the scope, oldest first, then the question (after the documents:
+/// the conversation's first question, then its turns).
 pub async fn long(
     state: &AppState,
-    question: &str,
+    asked: &Asked<'_>,
     docs: &[Document],
 ) -> Result<Prepared, ApiError> {
     let started = Instant::now();
@@ -318,7 +366,8 @@ pub async fn long(
             &ids,
             long_system(),
             &documents,
-            question.trim(),
+            asked.turns,
+            asked.question.trim(),
         )
         .map_err(ApiError::internal)?;
     Ok(Prepared {
@@ -355,7 +404,9 @@ pub fn streaming_window(state: &AppState) -> SinkWindow {
 /// The tokens a long prompt over `doc` alone starts with (everything before the question), whose
 /// cached KV is dropped when the document is deleted.
 pub async fn long_prefix(state: &AppState, doc: &Document) -> Result<Vec<u32>, ApiError> {
-    let mut prompt = long(state, "", std::slice::from_ref(doc)).await?.prompt;
+    let mut prompt = long(state, &Asked::alone(""), std::slice::from_ref(doc))
+        .await?
+        .prompt;
     // The question and the chat template's closing markers follow the document: drop a block's worth
     // so only tokens shared with every question on this document remain.
     prompt.truncate(prompt.len().saturating_sub(32));

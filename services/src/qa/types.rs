@@ -85,6 +85,13 @@ pub struct AskInput {
     /// Random seed for sampling.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The id of an earlier answer this question follows up: the conversation up to it goes into the
+    /// prompt (its last few turns), so "and the rent?" is understood.
+    #[serde(default)]
+    pub follow_up_of: Option<String>,
+    /// The conversation so far, oldest first (from `follow_up_of`, or an OpenAI chat's messages).
+    #[serde(skip)]
+    pub turns: Vec<super::conversation::Turn>,
 }
 
 /// Most characters accepted in a question.

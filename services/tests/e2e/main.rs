@@ -16,6 +16,7 @@ mod api_openai;
 mod api_operations;
 mod api_tenants;
 mod eval_cli;
+mod follow_ups;
 mod local_keys;
 mod prompts;
 mod qa_routes;
