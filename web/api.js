@@ -1,5 +1,6 @@
 // The docqa REST API as the page uses it: the key kept in this browser, JSON calls whose failures become
-// `ApiError`s carrying the server's message, uploads with progress, and the server-sent events of /v1/ask.
+// `ApiError`s carrying the server's message, file downloads, uploads with progress, and the server-sent
+// events of /v1/ask.
 
 const KEY_STORAGE = "docqa.apiKey";
 
@@ -56,6 +57,18 @@ export async function call(method, path, body) {
   }
   if (!res.ok) throw await failure(res);
   return res.status === 204 ? null : res.json();
+}
+
+/** A file's bytes (an ArrayBuffer), with this browser's key: a document's original, for instance. */
+export async function download(path) {
+  let res;
+  try {
+    res = await fetch(path, { headers: headers() });
+  } catch (e) {
+    throw new ApiError(0, "network", `the server cannot be reached (${e.message})`);
+  }
+  if (!res.ok) throw await failure(res);
+  return res.arrayBuffer();
 }
 
 /**

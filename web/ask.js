@@ -2,12 +2,14 @@
 // or everything), the route choice, and the answer streamed in as it is generated, then shown with its
 // route badge and reason, its timings and token counts. Sources are numbered 1…n in the order the answer
 // first cites them, each marker a superscript link to its passage; sources it did not cite are listed apart.
+// A question can follow up an answer: the conversation's earlier turns are shown above its answer.
 
 import { ApiError, askStreaming } from "./api.js";
 import {
   count, docTitle, el, fold, markerSegments, readingNumbers, seconds, showError, unfold,
 } from "./format.js";
 import { emit, on, state } from "./state.js";
+import { endFollowUp, followUpTarget, initThread, startFollowUp } from "./thread.js";
 import { openDocument } from "./viewer.js";
 
 const $ = (id) => document.getElementById(id);
@@ -15,6 +17,8 @@ const $ = (id) => document.getElementById(id);
 const DEFAULT_MAX_QUESTION_CHARS = 4000;
 let running = null;
 let tooLong = false;
+/** The answer on show with the turns before it, for its "Follow up" button: `{answer, earlier}`. */
+let shownAnswer = null;
 
 export function initAsk() {
   $("ask-form").addEventListener("submit", (e) => {
@@ -29,6 +33,10 @@ export function initAsk() {
   });
   $("question").addEventListener("input", checkLength);
   $("stop-button").addEventListener("click", () => running?.abort());
+  $("follow-up-button").addEventListener("click", () => {
+    if (shownAnswer) startFollowUp(shownAnswer.answer, shownAnswer.earlier);
+  });
+  initThread();
   $("scope").addEventListener("change", describeScope);
   $("scope-collection").addEventListener("change", describeScope);
   on("selection", describeScope);
@@ -98,19 +106,24 @@ async function ask() {
   const { scope: sc, error } = scope();
   showError($("ask-error"), question ? error : "Write a question first.");
   if (!question || error) return;
-  const view = startAnswer();
+  const followUp = followUpTarget();
+  const earlier = followUp?.turns || [];
+  const view = startAnswer(question, earlier);
   running = new AbortController();
   setBusy(true);
   try {
+    const input = { question, scope: sc, route: $("route").value };
+    if (followUp) input.follow_up_of = followUp.answer.answer_id;
     const answer = await askStreaming(
-      { question, scope: sc, route: $("route").value },
+      input,
       { progress: (p) => view.reading(p), token: (text) => view.append(text) },
       running.signal,
     );
-    view.finish(answer);
+    if (followUp === followUpTarget()) endFollowUp();
+    view.finish(answer, earlier);
     emit("answered", answer);
   } catch (e) {
-    view.fail(e);
+    view.fail(e, followUp);
   } finally {
     running = null;
     setBusy(false);
@@ -124,9 +137,12 @@ function setBusy(busy) {
   $("stop-button").hidden = !busy;
 }
 
-function startAnswer() {
+function startAnswer(question, earlier) {
   const text = $("answer-text");
   $("answer").hidden = false;
+  showThread(earlier, question);
+  shownAnswer = null;
+  $("follow-up-button").hidden = true;
   $("route-badge").hidden = true;
   $("route-reason").hidden = true;
   $("answer-stats").textContent = "Waiting for the model…";
@@ -146,23 +162,41 @@ function startAnswer() {
       text.replaceChildren(...streamingText(streamed));
       $("answer-stats").textContent = "Streaming…";
     },
-    finish(answer) {
+    finish(answer, turns) {
       text.classList.remove("streaming");
-      renderAnswer(answer);
+      renderAnswer(answer, turns);
     },
-    fail(e) {
+    fail(e, followUp) {
       text.classList.remove("streaming");
       $("answer-stats").textContent = "";
       const stopped = e.name === "AbortError";
       if (!streamed) $("answer").hidden = true;
-      showError($("ask-error"), stopped ? "Stopped." : `No answer: ${e instanceof ApiError ? e.message : e}`);
+      showError($("ask-error"), stopped ? "Stopped." : `No answer: ${whyNoAnswer(e, followUp)}`);
     },
   };
 }
 
-/** Shows a finished answer (also used by the history). */
-export function renderAnswer(answer) {
+/** Why a question got no answer, in words; a follow-up's own refusals say what to do. */
+function whyNoAnswer(e, followUp) {
+  if (!(e instanceof ApiError)) return String(e);
+  if (followUp && e.status === 404) {
+    return `the answer followed up no longer exists (${e.message}). Ask a new question instead.`;
+  }
+  if (followUp && e.status === 409) {
+    return `the answer followed up is still being written (${e.message}). Ask again once it is finished.`;
+  }
+  return e.message;
+}
+
+/**
+ * Shows a finished answer (also used by the history), below `earlier`: the turns of the conversation
+ * before it, oldest first.
+ */
+export function renderAnswer(answer, earlier = []) {
   $("answer").hidden = false;
+  showThread(earlier, answer.question);
+  shownAnswer = answer.answer_id ? { answer, earlier } : null;
+  $("follow-up-button").hidden = !shownAnswer;
   const badge = $("route-badge");
   badge.hidden = false;
   badge.className = `badge ${answer.route}`;
@@ -269,6 +303,33 @@ function markerLink(reading, citation) {
       openCitation(citation);
     },
   }, `${reading}`);
+}
+
+/**
+ * The conversation's earlier questions and answers above the answer, and the question answered (shown
+ * only in a conversation); nothing for a fresh question.
+ */
+function showThread(turns, question) {
+  const list = $("thread");
+  list.hidden = turns.length === 0;
+  list.replaceChildren(...turns.map(turnItem));
+  for (const li of list.children) fold(li.turnText, li.turnToggle);
+  $("answer-question").hidden = turns.length === 0;
+  $("answer-question").textContent = question || "";
+}
+
+function turnItem(turn, i) {
+  const text = el("div", { class: "turn-a", id: `thread-answer-${i + 1}` }, ...turnText(turn));
+  const toggle = el("button", { type: "button", class: "link fold" });
+  const li = el("li", { class: "turn" }, el("p", { class: "turn-q" }, turn.question), text, toggle);
+  li.turnText = text;
+  li.turnToggle = toggle;
+  return li;
+}
+
+function turnText(turn) {
+  if (turn.status && turn.status !== "succeeded") return [turn.status === "stopped" ? "Stopped." : "No answer."];
+  return citedText(turn.answer ?? "", turn.citations || []).nodes;
 }
 
 /** The cited sources (numbered as read) and, under their own heading, those the answer did not cite. */

@@ -1,11 +1,13 @@
 // The questions asked, newest first: about the selected documents, or about any document when none is
-// selected. Each says which document(s) it was about; long answers are folded; choosing one shows that
-// answer again in full.
+// selected. Each says which document(s) it was about and, for a follow-up, the question it followed up;
+// long answers are folded; choosing one shows that answer again in full, below the conversation before it,
+// and "Follow up" asks the next question of that conversation.
 
 import { call } from "./api.js";
 import { date, docTitle, el, fold } from "./format.js";
 import { on, state } from "./state.js";
 import { citedText, renderAnswer } from "./ask.js";
+import { earlierTurns, quoted, startFollowUp, storedAnswer } from "./thread.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -18,6 +20,8 @@ let poll = null;
 let latest = 0;
 /** Answers whose fold the user opened, kept open when the list is read again. */
 const expanded = new Set();
+/** The answers listed, by id. */
+let listed = new Map();
 
 export function initHistory() {
   on("selection", refreshHistory);
@@ -51,6 +55,7 @@ function describeSelection(ids) {
 }
 
 function show(answers, ids) {
+  listed = new Map(answers.map((a) => [a.answer_id, a]));
   const list = $("history");
   list.replaceChildren(...answers.map(item));
   for (const li of list.children) foldAnswer(li);
@@ -71,14 +76,46 @@ function item(a) {
       type: "button",
       class: "link q",
       disabled: a.status !== "succeeded",
-      onclick: () => renderAnswer(asFinal(a)),
+      onclick: () => showAgain(a),
     }, a.question),
+    a.follow_up_of && followedUp(a.follow_up_of),
     el("div", { class: "about muted small" }, about(a)),
     answer,
     toggle,
-    el("div", { class: "muted small" }, `${a.route || a.route_requested} · ${date(Date.parse(a.created_at))}`));
+    el("div", { class: "meta muted small" },
+      `${a.route || a.route_requested} · ${date(Date.parse(a.created_at))}`,
+      a.status === "succeeded" && el("button", {
+        type: "button",
+        class: "link follow-up-action",
+        "aria-label": `Follow up “${quoted(a.question)}”`,
+        onclick: () => followUp(a),
+      }, "Follow up")));
   li.fold = { answer, toggle, id: a.answer_id };
   return li;
+}
+
+/** "Follow-up of: “…”", naming the question followed up (read from the server when not listed). */
+function followedUp(id) {
+  const note = el("div", { class: "follow-up-of muted small" }, "Follow-up of an earlier question");
+  const name = (earlier) => {
+    note.textContent = earlier ? `Follow-up of: “${quoted(earlier.question)}”` : "Follow-up of a deleted answer";
+  };
+  if (listed.has(id)) name(listed.get(id));
+  else storedAnswer(id).then(name);
+  return note;
+}
+
+/** Shows a stored answer again, below the conversation before it. */
+async function showAgain(a) {
+  const earlier = await earlierTurns(a, listed);
+  renderAnswer(asFinal(a), earlier);
+  return earlier;
+}
+
+/** Shows a stored answer and makes the next question its follow-up. */
+async function followUp(a) {
+  const earlier = await showAgain(a);
+  startFollowUp(asFinal(a), earlier);
 }
 
 function foldAnswer(li) {
@@ -118,6 +155,9 @@ function titleOf(id, citations = []) {
 /** A stored answer in the shape of a final answer. */
 function asFinal(a) {
   return {
+    answer_id: a.answer_id,
+    question: a.question,
+    follow_up_of: a.follow_up_of,
     answer: a.answer,
     route: a.route,
     route_reasons: a.route_reasons,
