@@ -1,13 +1,15 @@
 // docqa's page in headless Chromium against a running `docqa serve` with the real models: sign-in, upload
 // and ingestion, duplicate uploads, the failure messages, the question's length limit, a streamed answer
 // with its route badge and its sources numbered as read, the highlighted passage and the page indicator in
-// the document view, folded long answers, history over any selection, renaming, a phone-sized window in
-// light and dark, and deletion.
+// the document view, a PDF's original page with the cited passage highlighted, folded long answers,
+// history over any selection, follow-up questions, renaming, a phone-sized window in light and dark, and
+// deletion.
 //
 // Run by the service's end-to-end tests (services/tests/e2e/web_ui.rs), which start the server and pass:
 // DOCQA_BASE_URL, DOCQA_API_KEY, DOCQA_DOCUMENT (a text file to upload), DOCQA_QUESTION (about it),
 // DOCQA_PAGED_DOCUMENT (a text file of several pages, split by form feeds), DOCQA_PAGED_QUESTION (about
-// that one), DOCQA_SCREENSHOTS (a folder for the screenshots) and optionally DOCQA_CHROMIUM (the browser).
+// that one), DOCQA_PDF_DOCUMENT (a PDF of many pages), DOCQA_SCREENSHOTS (a folder for the screenshots)
+// and optionally DOCQA_CHROMIUM (the browser).
 
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -26,6 +28,7 @@ const documentPath = env("DOCQA_DOCUMENT");
 const question = env("DOCQA_QUESTION");
 const pagedPath = env("DOCQA_PAGED_DOCUMENT");
 const pagedQuestion = env("DOCQA_PAGED_QUESTION");
+const pdfPath = env("DOCQA_PDF_DOCUMENT");
 const shots = env("DOCQA_SCREENSHOTS");
 const title = basename(documentPath).replace(/\.txt$/, "");
 const pagedName = basename(pagedPath);
@@ -459,6 +462,166 @@ test("the document view says which page is on screen as the reader scrolls", asy
   await page.locator("#viewer").waitFor({ state: "hidden" });
 });
 
+/** The words of `text` as the page view compares them: letters and digits, lower case. */
+const wordsOf = (text) => text.toLowerCase().match(/[\p{L}\p{N}]+/gu) || [];
+
+/** A scripted answer citing `quote` on page `pageNumber` of a document (offsets in code points). */
+function answerCiting(doc, text, pageStarts, pageNumber, quote) {
+  const at = text.indexOf(quote, pageStarts[pageNumber - 1]);
+  const citation = {
+    source: 1,
+    document_id: doc.id,
+    title: doc.title,
+    chunk_id: 1,
+    page_start: pageNumber,
+    page_end: pageNumber,
+    char_start: Math.max(pageStarts[pageNumber - 1], at - 60),
+    char_end: Math.min(pageStarts[pageNumber] ?? text.length, at + quote.length + 60),
+    snippet: quote,
+    quote,
+    cited_in_text: true,
+  };
+  const answer = {
+    answer_id: "scripted-pdf",
+    question: `What does page ${pageNumber} say?`,
+    answer: "The page says so [1].",
+    answerable: true,
+    route: "rag",
+    route_reasons: ["a scripted answer"],
+    citations: [citation],
+    passages: [],
+    finish_reason: "stop",
+    timings: { first_token_ms: 500, total_ms: 900 },
+    usage: { prompt_tokens: 400, cached_prompt_tokens: 0, completion_tokens: 12 },
+  };
+  return { answer, body: `event: answer\ndata: ${JSON.stringify(answer)}\n\n` };
+}
+
+/** What the page view shows: the page canvases, the ink on the page, each highlight and the ink under it. */
+async function pageViewShown() {
+  return page.evaluate(() => {
+    const canvases = document.querySelectorAll("#pdf-stage canvas");
+    const canvas = canvases[0];
+    const context = canvas.getContext("2d");
+    const box = canvas.getBoundingClientRect();
+    const ink = (x, y, w, h) => {
+      const { data } = context.getImageData(x, y, Math.max(1, w), Math.max(1, h));
+      let dark = 0;
+      for (let i = 0; i < data.length; i += 4) if (data[i + 3] > 0 && data[i] < 128) dark += 1;
+      return dark;
+    };
+    const sx = canvas.width / box.width;
+    const sy = canvas.height / box.height;
+    const marks = [...document.querySelectorAll("#pdf-stage .cited-span")].map((m) => {
+      const r = m.getBoundingClientRect();
+      return {
+        text: m.textContent,
+        inside: r.left >= box.left - 1 && r.right <= box.right + 1 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1,
+        ink: ink(Math.floor((r.left - box.left) * sx), Math.floor((r.top - box.top) * sy),
+          Math.ceil(r.width * sx), Math.ceil(r.height * sy)),
+      };
+    });
+    return {
+      canvases: canvases.length,
+      ink: ink(0, 0, canvas.width, canvas.height),
+      marks,
+      sheetRight: document.querySelector("#pdf-stage .pdf-sheet").getBoundingClientRect().right,
+      width: innerWidth,
+    };
+  });
+}
+
+test("a PDF's page view draws the cited page of the original with the passage highlighted on it", async () => {
+  const pdfName = basename(pdfPath);
+  await page.locator("#file-input").setInputFiles(pdfPath);
+  await rowsOfFile(pdfName).locator(".status.ready").waitFor({ timeout: LONG });
+  const [doc] = await documentsNamed(pdfName);
+  const { text, page_starts: pageStarts } = await api("GET", `/v1/documents/${doc.id}/text`);
+  assert.equal(doc.page_count, 160);
+  // A sentence of page 3, spread over two lines of the page.
+  const citedPage = 3;
+  const pageText = text.slice(pageStarts[citedPage - 1], pageStarts[citedPage]);
+  const from = pageText.indexOf(". ", 200) + 2;
+  const quote = pageText.slice(from, pageText.indexOf(". ", from + 100) + 1);
+  assert.ok(quote.length > 100, `a long sentence: "${quote}"`);
+  const scripted = answerCiting(doc, text, pageStarts, citedPage, quote);
+  const isAsk = (url) => url.pathname === "/v1/ask";
+  await page.route(isAsk, (route) =>
+    route.fulfill({ status: 200, headers: { "content-type": "text/event-stream" }, body: scripted.body }),
+  );
+  let originals = 0;
+  const countOriginals = (r) => r.url().endsWith(`/v1/documents/${doc.id}/original`) && (originals += 1);
+  page.on("request", countOriginals);
+
+  await page.getByLabel("Question").fill(scripted.answer.question);
+  await page.getByRole("button", { name: "Ask", exact: true }).click();
+  await page.locator("#citations li").first().getByRole("button").click();
+  await page.locator("#viewer mark.cited").waitFor();
+  const pageButton = page.getByRole("button", { name: "Page", exact: true });
+  assert.equal(await pageButton.getAttribute("aria-pressed"), "false", "the text view comes first");
+  const opened = Date.now();
+  await pageButton.click();
+  await page.locator("#pdf-stage .cited-span").first().waitFor({ timeout: LONG });
+  console.log(`the cited page of the 160-page PDF was drawn ${Date.now() - opened} ms after Page was chosen`);
+  assert.equal(await pageButton.getAttribute("aria-pressed"), "true");
+  assert.equal(await page.locator("#viewer-page").textContent(), `Page ${citedPage} of 160`);
+  assert.equal(await page.locator("#viewer-body").isVisible(), false);
+
+  const shown = await pageViewShown();
+  assert.equal(shown.canvases, 1, "only the page shown is drawn");
+  assert.ok(shown.ink > 2000, `the page is drawn (${shown.ink} dark pixels)`);
+  assert.deepEqual(wordsOf(shown.marks.map((m) => m.text).join(" ")), wordsOf(quote), "the quote is highlighted");
+  assert.ok(shown.marks.length >= 2, "the quote's two lines are highlighted");
+  for (const mark of shown.marks) {
+    assert.ok(mark.inside, "the highlight is on the page");
+    assert.ok(mark.ink > 20, `the highlight lies over the quote's printed text ("${mark.text}": ${mark.ink} dark pixels)`);
+  }
+  assert.equal(await page.locator("#pdf-status").textContent(), "The cited passage is highlighted.");
+  await shot("11-pdf-page", { fullPage: false });
+
+  // The next and previous pages, by button and by arrow key; each page drawn alone, the PDF loaded once.
+  const turned = Date.now();
+  await page.getByRole("button", { name: "Next page" }).click();
+  await page.locator("#viewer-page", { hasText: `Page ${citedPage + 1} of 160` }).waitFor();
+  await page.locator("#pdf-status", { hasText: `The cited passage is on page ${citedPage}.` }).waitFor();
+  console.log(`the next page was drawn in ${Date.now() - turned} ms`);
+  const next = await pageViewShown();
+  assert.equal(next.canvases, 1);
+  assert.ok(next.ink > 2000, "the next page is drawn");
+  assert.equal(next.marks.length, 0, "no highlight on a page the passage is not on");
+  await page.locator("#pdf-stage").press("ArrowLeft");
+  await page.locator("#viewer-page", { hasText: `Page ${citedPage} of 160` }).waitFor();
+  await page.locator("#pdf-stage .cited-span").first().waitFor();
+  for (let i = 0; i < 2; i += 1) await page.getByRole("button", { name: "Previous page" }).click();
+  await page.locator("#viewer-page", { hasText: "Page 1 of 160" }).waitFor();
+  assert.equal(await page.getByRole("button", { name: "Previous page" }).isDisabled(), true);
+
+  // Back to the text, and the page view again: the PDF is not downloaded again.
+  await page.getByRole("button", { name: "Text", exact: true }).click();
+  assert.ok(await page.locator("#viewer-body").isVisible());
+  assert.equal(await page.locator("#viewer-pdf").isVisible(), false);
+  await pageButton.click();
+  await page.locator("#pdf-stage canvas").waitFor();
+  assert.equal(originals, 1, "the PDF was downloaded once");
+  await page.keyboard.press("Escape");
+  await page.locator("#viewer").waitFor({ state: "hidden" });
+
+  // On a phone the page fits the screen; the page view, chosen last, opens at once.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.locator("#citations li").first().getByRole("button").click();
+  await page.locator("#pdf-stage .cited-span").first().waitFor();
+  const phone = await pageViewShown();
+  assert.ok(phone.sheetRight <= phone.width, `the page is ${phone.sheetRight}px wide in a ${phone.width}px window`);
+  assert.ok(phone.marks.every((m) => m.ink > 10), "the highlight lies over the quote on a phone too");
+  await shot("11b-pdf-page-phone", { fullPage: false });
+  await page.keyboard.press("Escape");
+  await page.locator("#viewer").waitFor({ state: "hidden" });
+  await page.setViewportSize({ width: 1366, height: 900 });
+  assert.equal(originals, 1, "the PDF was downloaded once");
+  page.off("request", countOriginals);
+  await page.unroute(isAsk);
+});
+
 test("the history lists the question with the document it was about and shows its answer again", async () => {
   const item = page.locator("#history li", { hasText: question });
   await item.waitFor();
@@ -623,6 +786,100 @@ test("a phone-sized window, dark or light, keeps everything inside the screen", 
   await noHorizontalOverflow();
   await shot("08c-desktop-dark");
   await page.emulateMedia({ colorScheme: "light" });
+});
+
+/** The history's entry for `asked` (and not for a question quoting it). */
+const historyItem = (asked) =>
+  page.locator("#history li").filter({ has: page.getByRole("button", { name: asked, exact: true }) });
+
+/** Asks the follow-up in the question box; resolves to the `follow_up_of` it was sent with. */
+async function askFollowUp(followUpQuestion) {
+  await page.getByLabel("Question").fill(followUpQuestion);
+  const sent = page.waitForRequest((r) => r.url().endsWith("/v1/ask"));
+  await page.getByRole("button", { name: "Ask", exact: true }).click();
+  const body = (await sent).postDataJSON();
+  await historyItem(followUpQuestion).waitFor({ timeout: LONG });
+  await page.getByRole("button", { name: "Ask", exact: true }).waitFor({ timeout: LONG });
+  await page.locator("#follow-up-button").waitFor({ timeout: LONG });
+  return body.follow_up_of;
+}
+
+const turnsShown = () => page.locator("#thread .turn-q").allTextContents();
+
+test("a follow-up question continues the conversation: its thread is shown above the answer and in the history", async () => {
+  const first = historyItem(question);
+  const firstId = await first.getAttribute("data-answer");
+  const note = page.locator("#follow-up");
+  assert.equal(await note.isVisible(), false);
+
+  // Started from the history, cancelled, started again from the answer with the keyboard.
+  await first.getByRole("button", { name: `Follow up “${question}”` }).click();
+  assert.equal(await page.locator("#follow-up-text").textContent(), `Follow-up of “${question}”`);
+  assert.equal(await page.evaluate(() => document.activeElement.id), "question");
+  await page.getByRole("button", { name: "Ask a new question instead" }).click();
+  assert.equal(await note.isVisible(), false);
+  await page.locator("#follow-up-button").focus();
+  await page.keyboard.press("Enter");
+  assert.ok(await note.isVisible());
+  assert.equal(await page.locator("#follow-up-text").textContent(), `Follow-up of “${question}”`);
+
+  const second = "And in which century did that happen?";
+  await page.getByLabel("Question").fill(second);
+  await shot("12-follow-up");
+  assert.equal(await askFollowUp(second), firstId, "sent as a follow-up of the first answer");
+  assert.equal(await note.isVisible(), false, "the next question is a fresh one unless asked otherwise");
+  assert.deepEqual(await turnsShown(), [question], "the earlier turn stays above the answer");
+  assert.equal(await page.locator("#answer-question").textContent(), second);
+  assert.equal(
+    await historyItem(second).locator(".follow-up-of").textContent(),
+    `Follow-up of: “${question}”`,
+  );
+  const secondId = await historyItem(second).getAttribute("data-answer");
+
+  // A follow-up of the follow-up continues the thread.
+  await page.locator("#follow-up-button").click();
+  assert.equal(await page.locator("#follow-up-text").textContent(), `Follow-up of “${second}”`);
+  const third = "Who led them then?";
+  assert.equal(await askFollowUp(third), secondId, "sent as a follow-up of the follow-up");
+  assert.deepEqual(await turnsShown(), [question, second]);
+  assert.equal(
+    await historyItem(third).locator(".follow-up-of").textContent(),
+    `Follow-up of: “${second}”`,
+  );
+  await shot("12b-follow-up-thread");
+
+  // The history shows a follow-up below its conversation.
+  await first.getByRole("button", { name: question, exact: true }).click();
+  await page.waitForFunction(() => document.getElementById("thread").hidden);
+  await historyItem(third).getByRole("button", { name: third, exact: true }).click();
+  await page.waitForFunction(() => document.querySelectorAll("#thread .turn").length === 2);
+  assert.deepEqual(await turnsShown(), [question, second]);
+
+  // On a phone, the note and the thread fit the screen; Escape in the question box cancels.
+  await page.locator("#follow-up-button").click();
+  await page.setViewportSize({ width: 390, height: 844 });
+  await noHorizontalOverflow();
+  await shot("12c-follow-up-phone");
+  await page.getByLabel("Question").press("Escape");
+  assert.equal(await note.isVisible(), false);
+  await page.setViewportSize({ width: 1366, height: 900 });
+
+  // A follow-up of an answer still being written is refused; the follow-up is kept to ask again.
+  const isAsk = (url) => url.pathname === "/v1/ask";
+  await page.route(isAsk, (route) =>
+    route.fulfill({
+      status: 409,
+      json: { error_type: "conflict", message: "the answer followed up is still running" },
+    }),
+  );
+  await historyItem(third).getByRole("button", { name: `Follow up “${third}”` }).click();
+  await page.getByLabel("Question").fill("And after that?");
+  await page.getByRole("button", { name: "Ask", exact: true }).click();
+  await page.locator("#ask-error", { hasText: "still being written" }).waitFor();
+  assert.ok(await note.isVisible(), "still a follow-up");
+  await page.unroute(isAsk);
+  await page.getByRole("button", { name: "Ask a new question instead" }).click();
+  await page.getByLabel("Question").fill("");
 });
 
 test("deleting a document asks for confirmation, then removes it", async () => {

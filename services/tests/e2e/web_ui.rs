@@ -2,13 +2,17 @@
 //! Debian's `chromium`) against a real server with the real models. Without node, the browser or the
 //! package the test says so and returns, unless `DOCQA_REQUIRE_BROWSER=1` (set by `.ci/run`).
 //! Two documents are uploaded: SQuAD 2.0 dev article 0 as one page, and article 2 in pages of a few
-//! paragraphs. Screenshots of each screen land in `target/tmp/browser-screenshots/`.
+//! paragraphs; a PDF of 160 pages (article 1's text on the first pages, a line on each of the others),
+//! written here with `lopdf`, shows the original pages. Screenshots of each screen land in
+//! `target/tmp/browser-screenshots/`.
 
 use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use lopdf::content::{Content, Operation};
+use lopdf::{Document, Object, Stream, dictionary};
 use support::{Database, Options, Server};
 
 fn browser_dir() -> PathBuf {
@@ -63,6 +67,126 @@ fn in_pages(text: &str) -> String {
         .join("\u{0C}")
 }
 
+/// Pages of the PDF, the article's first.
+const PDF_PAGES: usize = 160;
+/// Characters per line and lines per page of the PDF's text (Helvetica 11 pt on a letter page).
+const PDF_LINE_CHARS: usize = 86;
+const PDF_PAGE_LINES: usize = 44;
+
+/// The text in ASCII (the PDF's standard font has no other glyphs): typographic punctuation made plain,
+/// other characters dropped.
+fn ascii(text: &str) -> String {
+    text.chars()
+        .filter_map(|c| match c {
+            '\u{2018}' | '\u{2019}' => Some('\''),
+            '\u{201C}' | '\u{201D}' => Some('"'),
+            '\u{2013}' | '\u{2014}' => Some('-'),
+            c if c.is_ascii() && !c.is_ascii_control() => Some(c),
+            '\n' => Some('\n'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A paragraph cut into lines of at most PDF_LINE_CHARS characters, at spaces.
+fn wrapped(paragraph: &str) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in paragraph.split_whitespace() {
+        let line = lines.last_mut().expect("a line");
+        if !line.is_empty() && line.len() + 1 + word.len() > PDF_LINE_CHARS {
+            lines.push(word.to_owned());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines
+}
+
+/// The article's lines page by page (a blank line between paragraphs), then a line on each page up to
+/// PDF_PAGES pages.
+fn pdf_pages(text: &str) -> Vec<Vec<String>> {
+    let mut lines = Vec::new();
+    for paragraph in ascii(text).split("\n\n").filter(|p| !p.trim().is_empty()) {
+        lines.extend(wrapped(paragraph));
+        lines.push(String::new());
+    }
+    let mut pages: Vec<Vec<String>> = lines
+        .chunks(PDF_PAGE_LINES)
+        .map(<[String]>::to_vec)
+        .collect();
+    while pages.len() < PDF_PAGES {
+        let n = pages.len() + 1;
+        pages.push(vec![format!(
+            "Appendix page {n}: left blank but for this line."
+        )]);
+    }
+    pages
+}
+
+/// Operators drawing each line of a page 15 pt below the previous one, from the top-left margin.
+fn pdf_text_operations(lines: &[String]) -> Vec<Operation> {
+    let mut ops = vec![
+        Operation::new("BT", vec![]),
+        Operation::new("Tf", vec!["F1".into(), 11.into()]),
+        Operation::new("Td", vec![60.into(), 740.into()]),
+    ];
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            ops.push(Operation::new("Td", vec![0.into(), (-15).into()]));
+        }
+        ops.push(Operation::new(
+            "Tj",
+            vec![Object::string_literal(line.as_str())],
+        ));
+    }
+    ops.push(Operation::new("ET", vec![]));
+    ops
+}
+
+/// A PDF of `pages` (lines of text in Helvetica) with `title` in its information dictionary.
+fn pdf(title: &str, pages: &[Vec<String>]) -> Vec<u8> {
+    let mut doc = Document::with_version("1.5");
+    let pages_id = doc.new_object_id();
+    let font_id = doc.add_object(dictionary! {
+        "Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica",
+        "Encoding" => "WinAnsiEncoding",
+    });
+    let resources = dictionary! { "Font" => dictionary! { "F1" => font_id } };
+    let kids: Vec<Object> = pages
+        .iter()
+        .map(|lines| {
+            let content = Content {
+                operations: pdf_text_operations(lines),
+            };
+            let bytes = content.encode().expect("page content encodes");
+            let content_id = doc.add_object(Stream::new(dictionary! {}, bytes));
+            doc.add_object(dictionary! {
+                "Type" => "Page", "Parent" => pages_id, "Contents" => content_id,
+                "Resources" => resources.clone(),
+            })
+            .into()
+        })
+        .collect();
+    let count = i64::try_from(kids.len()).expect("page count");
+    doc.objects.insert(
+        pages_id,
+        Object::Dictionary(dictionary! {
+            "Type" => "Pages", "Kids" => kids, "Count" => count,
+            "MediaBox" => vec![0.into(), 0.into(), 612.into(), 792.into()],
+        }),
+    );
+    let catalog_id = doc.add_object(dictionary! { "Type" => "Catalog", "Pages" => pages_id });
+    let info_id = doc.add_object(dictionary! { "Title" => Object::string_literal(title) });
+    doc.trailer.set("Root", catalog_id);
+    doc.trailer.set("Info", info_id);
+    let mut out = Vec::new();
+    doc.save_to(&mut out).expect("the PDF is written");
+    out
+}
+
 #[test]
 fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
     if !browser_available() {
@@ -82,6 +206,9 @@ fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
     let (paged_title, paged_text, paged_questions) = support::squad_article(2);
     let paged = server.data_dir.join(format!("{paged_title}.txt"));
     std::fs::write(&paged, in_pages(&paged_text)).expect("paged document written");
+    let (pdf_title, pdf_text, _) = support::squad_article(1);
+    let pdf_path = server.data_dir.join("Article with pages.pdf");
+    std::fs::write(&pdf_path, pdf(&ascii(&pdf_title), &pdf_pages(&pdf_text))).expect("PDF written");
     let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser-screenshots");
     let out = Command::new("node")
         .arg("--test")
@@ -94,6 +221,7 @@ fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
         .env("DOCQA_QUESTION", &questions[0].0)
         .env("DOCQA_PAGED_DOCUMENT", &paged)
         .env("DOCQA_PAGED_QUESTION", &paged_questions[0].0)
+        .env("DOCQA_PDF_DOCUMENT", &pdf_path)
         .env("DOCQA_SCREENSHOTS", &screenshots)
         .env("DOCQA_CHROMIUM", chromium())
         .output()
@@ -119,6 +247,11 @@ fn the_web_ui_uploads_asks_cites_and_deletes_in_a_real_browser() {
         "08b-phone-light",
         "08c-desktop-dark",
         "10-history-two-documents",
+        "11-pdf-page",
+        "11b-pdf-page-phone",
+        "12-follow-up",
+        "12b-follow-up-thread",
+        "12c-follow-up-phone",
     ] {
         assert!(
             screenshots.join(format!("{shot}.png")).exists(),
