@@ -159,21 +159,34 @@ fn auto(s: &Signals, reasons: &mut Vec<String>) -> Decision {
     Decision::SelfRoute
 }
 
-/// The two paths' costs, as the user reads them.
+/// The two paths' costs, as the user reads them (a path that cannot be taken costs nothing and is left
+/// out).
 fn cost_in_words(s: &Signals) -> String {
-    let cached = if s.cached_long_tokens > 0 {
-        format!(
-            " ({} more were already read for an earlier question)",
-            thousands(s.cached_long_tokens)
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "work to do: about {} tokens to read the passages, {} to read the whole document{cached}",
-        thousands(s.rag_cost_tokens),
-        thousands(s.long_cost_tokens)
-    )
+    let mut parts = Vec::new();
+    if s.rag_cost_tokens > 0 {
+        parts.push(format!(
+            "about {} tokens to read the passages",
+            thousands(s.rag_cost_tokens)
+        ));
+    }
+    if s.long_cost_tokens > 0 || s.cached_long_tokens > 0 {
+        let cached = if s.cached_long_tokens > 0 {
+            format!(
+                " ({} more were already read for an earlier question)",
+                thousands(s.cached_long_tokens)
+            )
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "{} to read the whole document{cached}",
+            thousands(s.long_cost_tokens)
+        ));
+    }
+    if parts.is_empty() {
+        return "work to do: nothing new to read".into();
+    }
+    format!("work to do: {}", parts.join(", "))
 }
 
 /// `12345` as `12,345`.
@@ -298,6 +311,12 @@ mod tests {
                 assert!(!r.contains(internal), "{internal:?} in {r:?}");
             }
         }
+        s.long_cost_tokens = 0;
+        s.cached_long_tokens = 0;
+        assert_eq!(
+            cost_in_words(&s),
+            "work to do: about 1,000 tokens to read the passages"
+        );
         assert_eq!(thousands(7), "7");
         assert_eq!(thousands(1_234_567), "1,234,567");
     }
