@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::citations::without_markers;
 use super::unanswerable::says_unanswerable;
 use crate::api::error::ApiError;
 use crate::db::answers::status;
@@ -98,31 +99,6 @@ fn shortened(text: &str) -> String {
     let cut: String = flat.chars().take(MAX_TURN_CHARS).collect();
     let at_word = cut.rfind(' ').map_or(cut.as_str(), |i| &cut[..i]);
     format!("{at_word}…")
-}
-
-/// The text without `[n]` citation markers (and the space before one).
-fn without_markers(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find('[') {
-        let after = &rest[open + 1..];
-        let close = after.find(']');
-        let is_marker = close.is_some_and(|c| {
-            c > 0
-                && after[..c]
-                    .split(',')
-                    .all(|n| !n.trim().is_empty() && n.trim().bytes().all(|b| b.is_ascii_digit()))
-        });
-        if let (true, Some(c)) = (is_marker, close) {
-            out.push_str(rest[..open].trim_end_matches(' '));
-            rest = &after[c + 1..];
-        } else {
-            out.push_str(&rest[..=open]);
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]

@@ -1,18 +1,17 @@
 //! The web UI in headless Chromium (`tests/browser/ui.test.mjs`, Playwright's `playwright-core` driving
 //! Debian's `chromium`) against a real server with the real models. Without node, the browser or the
 //! package the test says so and returns, unless `DOCQA_REQUIRE_BROWSER=1` (set by `.ci/run`).
-//! Two documents are uploaded: SQuAD 2.0 dev article 0 as one page, and article 2 in pages of a few
+//! Two text documents are uploaded: SQuAD 2.0 dev article 0 as one page, and article 2 in pages of a few
 //! paragraphs; a PDF of 160 pages (article 1's text on the first pages, a line on each of the others),
-//! written here with `lopdf`, shows the original pages. Screenshots of each screen land in
+//! written with the parser tests' builder, shows the original pages. Screenshots of each screen land in
 //! `target/tmp/browser-screenshots/`.
 
+use crate::parse_support;
 use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lopdf::content::{Content, Operation};
-use lopdf::{Document, Object, Stream, dictionary};
 use support::{Database, Options, Server};
 
 fn browser_dir() -> PathBuf {
@@ -126,65 +125,14 @@ fn pdf_pages(text: &str) -> Vec<Vec<String>> {
     pages
 }
 
-/// Operators drawing each line of a page 15 pt below the previous one, from the top-left margin.
-fn pdf_text_operations(lines: &[String]) -> Vec<Operation> {
-    let mut ops = vec![
-        Operation::new("BT", vec![]),
-        Operation::new("Tf", vec!["F1".into(), 11.into()]),
-        Operation::new("Td", vec![60.into(), 740.into()]),
-    ];
-    for (i, line) in lines.iter().enumerate() {
-        if i > 0 {
-            ops.push(Operation::new("Td", vec![0.into(), (-15).into()]));
-        }
-        ops.push(Operation::new(
-            "Tj",
-            vec![Object::string_literal(line.as_str())],
-        ));
-    }
-    ops.push(Operation::new("ET", vec![]));
-    ops
-}
-
-/// A PDF of `pages` (lines of text in Helvetica) with `title` in its information dictionary.
+/// A PDF with one page per entry of `pages` (each line drawn on its own), titled `title`.
 fn pdf(title: &str, pages: &[Vec<String>]) -> Vec<u8> {
-    let mut doc = Document::with_version("1.5");
-    let pages_id = doc.new_object_id();
-    let font_id = doc.add_object(dictionary! {
-        "Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica",
-        "Encoding" => "WinAnsiEncoding",
-    });
-    let resources = dictionary! { "Font" => dictionary! { "F1" => font_id } };
-    let kids: Vec<Object> = pages
+    let lines: Vec<Vec<&str>> = pages
         .iter()
-        .map(|lines| {
-            let content = Content {
-                operations: pdf_text_operations(lines),
-            };
-            let bytes = content.encode().expect("page content encodes");
-            let content_id = doc.add_object(Stream::new(dictionary! {}, bytes));
-            doc.add_object(dictionary! {
-                "Type" => "Page", "Parent" => pages_id, "Contents" => content_id,
-                "Resources" => resources.clone(),
-            })
-            .into()
-        })
+        .map(|p| p.iter().map(String::as_str).collect())
         .collect();
-    let count = i64::try_from(kids.len()).expect("page count");
-    doc.objects.insert(
-        pages_id,
-        Object::Dictionary(dictionary! {
-            "Type" => "Pages", "Kids" => kids, "Count" => count,
-            "MediaBox" => vec![0.into(), 0.into(), 612.into(), 792.into()],
-        }),
-    );
-    let catalog_id = doc.add_object(dictionary! { "Type" => "Catalog", "Pages" => pages_id });
-    let info_id = doc.add_object(dictionary! { "Title" => Object::string_literal(title) });
-    doc.trailer.set("Root", catalog_id);
-    doc.trailer.set("Info", info_id);
-    let mut out = Vec::new();
-    doc.save_to(&mut out).expect("the PDF is written");
-    out
+    let pages: Vec<&[&str]> = lines.iter().map(Vec::as_slice).collect();
+    parse_support::pdf_bytes(&mut parse_support::text_pdf(title, &pages))
 }
 
 #[test]
