@@ -153,17 +153,16 @@ fn f32_matmul_simd_matches_reference() {
 }
 
 #[test]
-fn int8_decode_matmul_matches_its_reference_and_stays_near_the_exact_product() {
-    use docqa_engine::backend::cpu::matmul::int8::{self, Q8Matrix, QBLOCK};
-    if !int8::available() {
-        let flags = cpu_flags();
-        assert!(
-            !["avx512f", "avx512bw", "avx512_vnni"]
-                .iter()
-                .all(|f| flags.iter().any(|x| x == f)),
-            "/proc/cpuinfo lists AVX-512 VNNI but int8::available() says no"
+fn every_int8_decode_kernel_matches_its_reference_and_stays_near_the_exact_product() {
+    use docqa_engine::backend::cpu::matmul::int8::{self, Int8Kernel, Q8Matrix, QBLOCK};
+    let kernels: Vec<Int8Kernel> = [Int8Kernel::Avx512Vnni, Int8Kernel::Avx2]
+        .into_iter()
+        .filter(|k| k.available())
+        .collect();
+    if kernels.is_empty() {
+        eprintln!(
+            "not run: this CPU has neither AVX2 nor AVX-512 VNNI, so the int8 decode path is never taken"
         );
-        eprintln!("not run: this CPU has no AVX-512 VNNI, so the int8 decode path is never taken");
         return;
     }
     let mut rng = Rng::fresh("int8_matmul");
@@ -171,37 +170,61 @@ fn int8_decode_matmul_matches_its_reference_and_stays_near_the_exact_product() {
         let (x, w) = (rng.vec(rows * k, 2.0), rng.vec(n * k, 0.5));
         let q = Q8Matrix::quantize(&w, k).expect("k is a multiple of 64");
         let d = MatmulDims { rows, k, n };
-        let (mut fast, mut reference) = (vec![f32::NAN; rows * n], vec![f32::NAN; rows * n]);
-        int8::matmul(&x, &q, None, d, &mut fast, &mut Vec::new(), &mut Vec::new());
+        let mut reference = vec![f32::NAN; rows * n];
         int8::matmul_ref(&x, &q, d, &mut reference);
-        for t in 0..rows {
-            for o in 0..n {
-                let (a, b) = (fast[t * n + o], reference[t * n + o]);
-                // Activations go through int16 (half a step of max|x_block|/32767 each).
-                let xmax: f32 = (0..k / QBLOCK)
-                    .map(|b| {
-                        x[t * k + b * QBLOCK..][..QBLOCK]
-                            .iter()
-                            .fold(0f32, |m, v| m.max(v.abs()))
-                    })
-                    .sum();
-                let wsum: f32 = (0..k).map(|i| w[o * k + i].abs()).sum::<f32>() * 1.01;
-                assert!(
-                    (a - b).abs() <= xmax / 32767.0 * wsum + 1e-4,
-                    "({rows},{k},{n}) [{t},{o}]: {a} vs {b}"
-                );
-                // Against the unquantised product: each weight moves by at most half a step, max|w_block|/254.
-                let exact: f32 = (0..k).map(|i| x[t * k + i] * w[o * k + i]).sum();
-                let bound: f32 = (0..k)
-                    .map(|i| x[t * k + i].abs() * q.scales[o * (k / QBLOCK) + i / QBLOCK] / 2.0)
-                    .sum();
-                assert!(
-                    (a - exact).abs() <= bound * 1.01 + 1e-4,
-                    "[{t},{o}]: {a} vs exact {exact} (bound {bound})"
-                );
+        for &kernel in &kernels {
+            let mut fast = vec![f32::NAN; rows * n];
+            let (mut xq, mut xs) = (Vec::new(), Vec::new());
+            int8::matmul_on(kernel, &x, &q, None, d, &mut fast, &mut xq, &mut xs);
+            for t in 0..rows {
+                for o in 0..n {
+                    let (a, b) = (fast[t * n + o], reference[t * n + o]);
+                    // Activations go through int16 (half a step of max|x_block|/32767 each).
+                    let xmax: f32 = (0..k / QBLOCK)
+                        .map(|b| {
+                            x[t * k + b * QBLOCK..][..QBLOCK]
+                                .iter()
+                                .fold(0f32, |m, v| m.max(v.abs()))
+                        })
+                        .sum();
+                    let wsum: f32 = (0..k).map(|i| w[o * k + i].abs()).sum::<f32>() * 1.01;
+                    assert!(
+                        (a - b).abs() <= xmax / 32767.0 * wsum + 1e-4,
+                        "{kernel:?} ({rows},{k},{n}) [{t},{o}]: {a} vs {b}"
+                    );
+                    // Against the unquantised product: each weight moves by at most half a step,
+                    // max|w_block|/254.
+                    let exact: f32 = (0..k).map(|i| x[t * k + i] * w[o * k + i]).sum();
+                    let bound: f32 = (0..k)
+                        .map(|i| x[t * k + i].abs() * q.scales[o * (k / QBLOCK) + i / QBLOCK] / 2.0)
+                        .sum();
+                    assert!(
+                        (a - exact).abs() <= bound * 1.01 + 1e-4,
+                        "{kernel:?} [{t},{o}]: {a} vs exact {exact} (bound {bound})"
+                    );
+                }
             }
         }
     }
+}
+
+#[test]
+fn the_int8_kernel_chosen_is_the_fastest_the_cpu_lists() {
+    use docqa_engine::backend::cpu::matmul::int8::Int8Kernel;
+    let flags = cpu_flags();
+    if flags.is_empty() {
+        eprintln!("not run: /proc/cpuinfo has no flags line");
+        return;
+    }
+    let has = |names: &[&str]| names.iter().all(|n| flags.iter().any(|f| f == n));
+    let expected = if has(&["avx512f", "avx512bw", "avx512_vnni"]) {
+        Some(Int8Kernel::Avx512Vnni)
+    } else if has(&["avx2", "fma"]) {
+        Some(Int8Kernel::Avx2)
+    } else {
+        None
+    };
+    assert_eq!(Int8Kernel::best(), expected, "flags: {flags:?}");
 }
 
 /// The CPU's feature flags as Linux lists them in `/proc/cpuinfo` (empty where it cannot be read).

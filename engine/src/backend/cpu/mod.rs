@@ -87,8 +87,8 @@ impl CpuBackend {
 
     /// A CPU backend that also keeps an int8 copy (blocks of 64, f32 scales) of every bf16 matrix and
     /// uses it for batches of at most [`INT8_MAX_ROWS`] rows (decode), where weight bandwidth dominates.
-    /// It costs ~5× the bf16 rounding error on those steps and needs AVX-512 VNNI; without it the
-    /// setting is ignored.
+    /// It costs ~5× the bf16 rounding error on those steps and needs AVX2 with FMA (or AVX-512 VNNI);
+    /// without them the setting is ignored.
     pub fn with_int8_decode() -> Self {
         #[cfg(target_arch = "x86_64")]
         let int8_decode = matmul::int8::available();
@@ -98,6 +98,11 @@ impl CpuBackend {
             int8_decode,
             ..Self::default()
         }
+    }
+
+    /// Whether decode-sized batches run on int8 copies of the weights.
+    pub fn int8_decode(&self) -> bool {
+        self.int8_decode
     }
 }
 
