@@ -41,7 +41,7 @@ pub async fn run_with(
     config: ServeConfig,
     on_ready: impl FnOnce(&[std::net::SocketAddr]),
 ) -> anyhow::Result<()> {
-    let backend = config.device.open()?;
+    let backend = config.device.open(config.cpu_decode_weights)?;
     let data_dir = config.data_dir();
     for sub in ["originals", "indexes"] {
         std::fs::create_dir_all(data_dir.join(sub))

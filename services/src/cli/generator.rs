@@ -8,7 +8,7 @@ use docqa_engine::adapter::Adapter;
 
 use super::models::{fetch_with_progress, models_dir_or_default};
 use crate::adapter::{AdapterFlag, AdapterInfo};
-use crate::device::{Device, GeneratorBackend};
+use crate::device::{CpuDecodeWeights, Device, GeneratorBackend};
 
 /// Which generator, and on which device.
 #[derive(Debug, Args)]
@@ -22,6 +22,9 @@ pub struct GeneratorArgs {
     /// Where the generator runs: `cpu`, or `cuda` (GPU 0; needs a build with `--features cuda`).
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Weights the CPU reads in decode steps: int8 (the default) or bf16 (as stored). Ignored on CUDA.
+    #[arg(long, env = "DOCQA_CPU_DECODE_WEIGHTS", value_enum)]
+    pub cpu_decode_weights: Option<CpuDecodeWeights>,
     /// LoRA adapter merged into the generator at load: a PEFT adapter directory, or `none` for the base
     /// model [default: the shipped reader `docqa-reader` in the models directory; none with `--model`].
     #[arg(long, env = "DOCQA_ADAPTER", value_name = "DIR|none")]
@@ -32,7 +35,7 @@ impl GeneratorArgs {
     /// Opens the device's backend, then finds the model directory and loads the adapter (the default
     /// generator and reader are fetched on first use). Says on stderr which adapter is merged.
     pub fn resolve(&self) -> anyhow::Result<(GeneratorBackend, PathBuf, Option<Adapter>)> {
-        let backend = self.device.open()?;
+        let backend = self.device.open(self.cpu_decode_weights)?;
         let (dir, reader) = match &self.model {
             Some(dir) => (dir.clone(), None),
             None => {
