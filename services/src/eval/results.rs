@@ -242,9 +242,13 @@ pub fn read_for_resume(path: &Path) -> anyhow::Result<Vec<QuestionResult>> {
     Ok(answered)
 }
 
-/// Appends one result and flushes it to disk. The line goes out in one write, so results appended at
-/// the same time by concurrent questions never share a line.
+/// Appends one result and flushes it to disk. The line goes out in one write, one append at a time, so
+/// results of concurrent questions never share a line.
 pub fn append(path: &Path, r: &QuestionResult) -> anyhow::Result<()> {
+    // One writer at a time: concurrent questions' appends were seen sharing a line on a filesystem
+    // where O_APPEND alone did not keep two writes apart.
+    static WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = WRITER.lock().unwrap_or_else(|e| e.into_inner());
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
