@@ -63,8 +63,10 @@ MIXTURE = {
 # Sources without an entry of their own (other public training sets added to training/data).
 DEFAULT_MIXTURE = {"rag-answer": 2000, "rag-unanswerable": 600, "rag-other-document": 300,
                    "long-answer": 300, "long-unanswerable": 100}
-# RAG windows drawn for examples (prompt and answer), docqa's default among them.
-WINDOWS = [1024, 1536, 2048, 2048, 3072, 4096, 6144, 8192]
+# RAG windows drawn for examples (prompt and answer): docqa's default (2,048) most often, and none past
+# 4,096, where the reader's scores fall (BENCHMARKS.md, "quality against window") and an example costs
+# two to four times the tokens of one at the default.
+WINDOWS = [1024, 1536, 2048, 2048, 2048, 3072, 4096]
 ANSWER_ALLOWANCE = 48
 PROMPT_OVERHEAD = 110  # system message, template and question, roughly
 MAX_TARGET_SENTENCES = 3
