@@ -7,7 +7,7 @@ mod parse_support;
 use docqa_indexer::{
     DocumentFormat, IndexerError, ParseLimits, parse_document, parse_document_with_limits,
 };
-use parse_support::{docx, image_only_pdf, para, pdf_bytes, text_pdf};
+use parse_support::{docx, docx_with_media, image_only_pdf, noise, para, pdf_bytes, text_pdf};
 
 #[test]
 fn corrupt_pdf_is_a_corrupt_error() {
@@ -173,6 +173,26 @@ fn unsupported_types_are_named() {
 #[test]
 fn a_docx_name_on_text_content_is_corrupt() {
     let err = parse_document(b"not a zip", Some("report.docx"), None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            IndexerError::Corrupt {
+                format: DocumentFormat::Docx,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_docx_cut_before_its_central_directory_is_corrupt() {
+    let whole = docx_with_media(
+        &para(None, "Some text."),
+        &[("image1.png", noise(70_000, 3))],
+    );
+    let cut = &whole[..whole.len() - 100];
+    let err = parse_document(cut, Some("cut.docx"), None).unwrap_err();
     assert!(
         matches!(
             err,

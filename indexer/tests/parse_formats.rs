@@ -5,9 +5,10 @@
 mod parse_support;
 
 use docqa_indexer::{
-    ChunkerConfig, DocumentFormat, ParsedDocument, chunk_document, parse_document,
+    ChunkerConfig, DocumentFormat, ParsedDocument, chunk_document, detect_file_format,
+    parse_document,
 };
-use parse_support::{docx, page_break, para, pdf_bytes, table, text_pdf};
+use parse_support::{docx, docx_with_media, noise, page_break, para, pdf_bytes, table, text_pdf};
 
 /// Character offset of `needle` in the document text.
 fn char_offset(doc: &ParsedDocument, needle: &str) -> usize {
@@ -160,6 +161,19 @@ fn docx_title_falls_back_to_the_title_style() {
     .concat();
     let doc = parse_document(&docx(&body, None), Some("x.docx"), None).unwrap();
     assert_eq!(doc.title, "Styled Title");
+}
+
+#[test]
+fn a_docx_larger_than_its_first_64_kib_is_recognised_from_the_stored_file() {
+    let body = para(None, "The photo shows the harbour at dawn.");
+    let bytes = docx_with_media(&body, &[("image1.png", noise(70_000, 7))]);
+    assert!(bytes.len() > 70_000);
+    let mut file = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut file, &bytes).unwrap();
+    let format = detect_file_format(&mut file, Some("harbour.docx"), None).unwrap();
+    assert_eq!(format, DocumentFormat::Docx);
+    let doc = parse_document(&bytes, Some("harbour.docx"), None).unwrap();
+    assert!(doc.text.contains("harbour at dawn"), "{:?}", doc.text);
 }
 
 const HTML: &str = r#"<!DOCTYPE html>

@@ -3,6 +3,12 @@
 //!
 //! Content wins over names: a PDF named `notes.txt` is parsed as a PDF. A name or MIME type that
 //! promises a binary format the content does not have is a corrupt file, not a text file.
+//!
+//! Every check but one looks at the file's first [`HEAD_WINDOW`] bytes. A zip archive (DOCX) is
+//! recognised by its central directory, which sits at the end of the file, so it is read from the
+//! whole file: [`detect_file_format`] seeks there in a stored upload without reading it all.
+
+use std::io::{Read, Seek, SeekFrom};
 
 use crate::document::DocumentFormat;
 use crate::error::{IndexerError, Result};
@@ -30,12 +36,33 @@ const UNSUPPORTED_EXTENSIONS: &[&str] = &[
     "tiff", "zip", "gz",
 ];
 
-/// Picks the format of `bytes`, using `file_name` and `mime` as hints.
+/// How many leading bytes the content checks other than the zip's look at.
+const HEAD_WINDOW: u64 = PDF_MAGIC_WINDOW as u64;
+
+/// Picks the format of `bytes` (the whole file), using `file_name` and `mime` as hints.
 pub fn detect_format(
     bytes: &[u8],
     file_name: Option<&str>,
     mime: Option<&str>,
 ) -> Result<DocumentFormat> {
+    detect_file_format(std::io::Cursor::new(bytes), file_name, mime)
+}
+
+/// Picks the format of a whole file readable from its start, as [`detect_format`] does: its first
+/// bytes, and for a zip archive its central directory at the end.
+pub fn detect_file_format<R: Read + Seek>(
+    mut file: R,
+    file_name: Option<&str>,
+    mime: Option<&str>,
+) -> Result<DocumentFormat> {
+    let mut head = Vec::new();
+    file.seek(SeekFrom::Start(0))?;
+    (&mut file).take(HEAD_WINDOW).read_to_end(&mut head)?;
+    if head.starts_with(b"PK\x03\x04") {
+        file.seek(SeekFrom::Start(0))?;
+        return zip_kind(file);
+    }
+    let bytes = head.as_slice();
     if let Some(format) = sniff_binary(bytes)? {
         return Ok(format);
     }
@@ -51,14 +78,12 @@ pub fn detect_format(
     }
 }
 
-/// Formats recognised from their leading bytes; `Ok(None)` when the content looks like text.
+/// Formats other than zip recognised from their leading bytes; `Ok(None)` when the content looks
+/// like text.
 fn sniff_binary(bytes: &[u8]) -> Result<Option<DocumentFormat>> {
     let head = &bytes[..bytes.len().min(PDF_MAGIC_WINDOW)];
     if head.windows(5).any(|w| w == b"%PDF-") {
         return Ok(Some(DocumentFormat::Pdf));
-    }
-    if bytes.starts_with(b"PK\x03\x04") {
-        return zip_kind(bytes).map(Some);
     }
     if let Some((_, what)) = UNSUPPORTED_MAGIC.iter().find(|(m, _)| bytes.starts_with(m)) {
         return Err(IndexerError::UnsupportedType((*what).to_owned()));
@@ -70,9 +95,9 @@ fn sniff_binary(bytes: &[u8]) -> Result<Option<DocumentFormat>> {
     Ok(None)
 }
 
-/// A zip archive is a DOCX when it holds `word/document.xml`.
-fn zip_kind(bytes: &[u8]) -> Result<DocumentFormat> {
-    let archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| {
+/// A zip archive (the whole file) is a DOCX when it holds `word/document.xml`.
+fn zip_kind<R: Read + Seek>(file: R) -> Result<DocumentFormat> {
+    let archive = zip::ZipArchive::new(file).map_err(|e| {
         corrupt(
             DocumentFormat::Docx,
             &format!("unreadable zip archive: {e}"),

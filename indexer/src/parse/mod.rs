@@ -13,7 +13,7 @@ mod normalize;
 mod pdf;
 mod text;
 
-pub use detect::detect_format;
+pub use detect::{detect_file_format, detect_format};
 
 use crate::document::{DocumentFormat, ParsedDocument};
 use crate::error::{IndexerError, Result};

@@ -128,6 +128,34 @@ pub fn docx(body: &str, title: Option<&str>) -> Vec<u8> {
     zip_parts(&parts)
 }
 
+/// A DOCX package like [`docx`] that also carries binary media parts (`word/media/...`), stored
+/// uncompressed as Word stores images: random bytes make a package as large as the media are.
+pub fn docx_with_media(body: &str, media: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let package = std::io::Cursor::new(docx(body, None));
+    let mut zip = zip::ZipWriter::new_append(package).expect("a DOCX package to append to");
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in media {
+        zip.start_file(format!("word/media/{name}"), stored)
+            .expect("zip entry");
+        zip.write_all(bytes).expect("zip write");
+    }
+    zip.finish().expect("zip finish").into_inner()
+}
+
+/// `len` pseudo-random bytes (xorshift64 from `seed`): no compressor shrinks them, like a photo.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 /// A zip archive of named text parts (deflated).
 pub fn zip_parts(parts: &[(&str, String)]) -> Vec<u8> {
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));

@@ -104,7 +104,7 @@ pub async fn upload(
             "no file in the upload: send multipart parts with a file name",
         ));
     }
-    if let Err(e) = check_types(&received) {
+    if let Err(e) = check_types(&received).await {
         received.discard().await;
         return Err(e);
     }
@@ -136,13 +136,30 @@ pub async fn upload(
     Ok(HttpResponse::Accepted().json(body))
 }
 
-fn check_types(received: &Received) -> ApiResult<()> {
+/// Refuses empty files and files docqa cannot read, judged from each stored file as a whole (a DOCX's
+/// zip directory is at its end).
+async fn check_types(received: &Received) -> ApiResult<()> {
     for f in &received.files {
         if f.size == 0 {
             return Err(ApiError::validation(format!("{} is empty", f.file_name)));
         }
-        docqa_indexer::detect_format(&f.head, Some(&f.file_name), f.content_type.as_deref())
-            .map_err(|e| ApiError::unsupported_type(format!("{}: {e}", f.file_name)))?;
+        let (path, name, mime) = (
+            f.temp_path.clone(),
+            f.file_name.clone(),
+            f.content_type.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&path)
+                .map_err(|e| ApiError::internal(format!("cannot read the upload: {e}")))?;
+            docqa_indexer::detect_file_format(
+                std::io::BufReader::new(file),
+                Some(&name),
+                mime.as_deref(),
+            )
+            .map_err(|e| ApiError::unsupported_type(format!("{name}: {e}")))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot check the upload: {e}")))??;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Receiving uploaded files: each multipart file part is streamed to a temporary file next to the
 //! originals while its size is counted and its SHA-256 computed; over the request's byte limit the
-//! upload is refused (413). The kind of file is checked from its first bytes (415 for types docqa
-//! cannot read) before anything is recorded.
+//! upload is refused (413). The kind of file is then checked on the stored file as a whole (415 for
+//! types docqa cannot read) before anything is recorded.
 
 use std::path::{Path, PathBuf};
 
@@ -11,9 +11,6 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::error::ApiError;
-
-/// Bytes of a file's beginning used to recognise its type.
-const SNIFF_BYTES: usize = 64 * 1024;
 
 /// A file received and stored in a temporary place.
 #[derive(Debug)]
@@ -28,8 +25,6 @@ pub struct ReceivedFile {
     pub size: u64,
     /// SHA-256, hex.
     pub sha256: String,
-    /// Its first bytes.
-    pub head: Vec<u8>,
 }
 
 /// Everything a multipart upload carried.
@@ -134,14 +129,13 @@ async fn read_field(
         (_, Some(file_name)) => {
             let content_type = field.content_type().map(|m| m.essence_str().to_string());
             let file = write_temp(&mut field, tmp_dir, max_bytes, total).await;
-            let (temp_path, size, sha256, head) = file?;
+            let (temp_path, size, sha256) = file?;
             received.files.push(ReceivedFile {
                 file_name,
                 content_type,
                 temp_path,
                 size,
                 sha256,
-                head,
             });
             Ok(())
         }
@@ -156,13 +150,12 @@ async fn write_temp(
     tmp_dir: &Path,
     max_bytes: u64,
     total: &mut u64,
-) -> Result<(PathBuf, u64, String, Vec<u8>), ApiError> {
+) -> Result<(PathBuf, u64, String), ApiError> {
     let path = tmp_dir.join(format!("upload-{}", uuid::Uuid::new_v4()));
     let mut out = tokio::fs::File::create(&path)
         .await
         .map_err(|e| ApiError::internal(format!("cannot store the upload: {e}")))?;
     let mut hasher = Sha256::new();
-    let mut head = Vec::new();
     let mut size = 0u64;
     let written: Result<(), ApiError> = async {
         while let Some(chunk) = field.next().await {
@@ -174,10 +167,6 @@ async fn write_temp(
                 return Err(ApiError::too_large(format!(
                     "the upload is larger than the limit of {max_bytes} bytes"
                 )));
-            }
-            if head.len() < SNIFF_BYTES {
-                let take = (SNIFF_BYTES - head.len()).min(chunk.len());
-                head.extend_from_slice(&chunk[..take]);
             }
             hasher.update(&chunk);
             out.write_all(&chunk)
@@ -193,7 +182,7 @@ async fn write_temp(
         let _ = tokio::fs::remove_file(&path).await;
         return Err(e);
     }
-    Ok((path, size, hex::encode(hasher.finalize()), head))
+    Ok((path, size, hex::encode(hasher.finalize())))
 }
 
 /// The last path component of a client-given file name, without control characters.

@@ -15,6 +15,7 @@ mod api_lifecycle;
 mod api_openai;
 mod api_operations;
 mod api_tenants;
+mod api_uploads;
 mod eval_cli;
 mod follow_ups;
 mod local_keys;
