@@ -66,10 +66,10 @@ pub struct JobCounts {
     pub cancelled: i64,
 }
 
-const JOB_COLUMNS: &str = "id, tenant_id, document_id, status, step, progress, error, attempts, \
+pub(super) const JOB_COLUMNS: &str = "id, tenant_id, document_id, status, step, progress, error, attempts, \
      created_at, started_at, finished_at";
 
-fn job_from(r: &AnyRow) -> Result<Job, sqlx::Error> {
+pub(super) fn job_from(r: &AnyRow) -> Result<Job, sqlx::Error> {
     Ok(Job {
         id: r.try_get("id")?,
         tenant_id: r.try_get("tenant_id")?,
@@ -262,42 +262,6 @@ impl Db {
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
-    }
-
-    /// Running jobs whose worker stopped beating before `stale_before` (a crashed process): each
-    /// is requeued, or failed once it has been tried `max_attempts` times. Returns the jobs touched.
-    pub async fn recover_stale_jobs(
-        &self,
-        stale_before: i64,
-        max_attempts: i64,
-    ) -> Result<Vec<Job>, sqlx::Error> {
-        let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE status = $1 AND COALESCE(heartbeat_at, 0) < $2"
-        );
-        let rows = sqlx::query(AssertSqlSafe(sql))
-            .bind(status::RUNNING)
-            .bind(stale_before)
-            .fetch_all(self.pool())
-            .await?;
-        let jobs: Vec<Job> = rows.iter().map(job_from).collect::<Result<_, _>>()?;
-        for job in &jobs {
-            if job.attempts >= max_attempts {
-                let reason = format!(
-                    "the ingestion was interrupted {} times (the server stopped while it ran)",
-                    job.attempts
-                );
-                self.finish_job(&job.id, status::FAILED, Some(&reason))
-                    .await?;
-            } else {
-                self.requeue_job(
-                    &job.id,
-                    "resumed after the server stopped during ingestion",
-                    true,
-                )
-                .await?;
-            }
-        }
-        Ok(jobs)
     }
 
     /// How many jobs are in each state.

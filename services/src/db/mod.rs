@@ -3,12 +3,13 @@
 //! types both share (BIGINT, DOUBLE PRECISION, TEXT, bytes). Migrations are compiled in, one folder per
 //! dialect.
 //!
-//! One file per table family: [`tenants`] (tenants and API keys), [`documents`], [`chunks`], [`jobs`],
-//! [`answers`].
+//! One file per table family: [`tenants`] (tenants and API keys), [`documents`], [`chunks`], [`jobs`]
+//! (and [`job_recovery`] for jobs a crashed process left running), [`answers`].
 
 pub mod answers;
 pub mod chunks;
 pub mod documents;
+mod job_recovery;
 pub mod jobs;
 pub mod tenants;
 

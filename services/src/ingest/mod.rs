@@ -3,6 +3,8 @@
 //! (requeued, or failed after repeated interruptions); on shutdown a running job is put back in the
 //! queue, so it resumes on the next start.
 
+mod lease;
+mod outcome;
 mod pipeline;
 
 use std::sync::Arc;
@@ -49,7 +51,7 @@ async fn worker(state: Arc<AppState>, n: usize) {
     }
 }
 
-/// Requeues jobs whose worker stopped beating (another replica crashed).
+/// Requeues jobs whose worker stopped beating (another replica crashed); never this process's own.
 async fn sweeper(state: Arc<AppState>) {
     let lease = Duration::from_secs(state.config.job_lease_secs.max(1));
     loop {
@@ -60,7 +62,7 @@ async fn sweeper(state: Arc<AppState>) {
         let stale_before = now_ms() - lease.as_millis() as i64;
         match state
             .db
-            .recover_stale_jobs(stale_before, MAX_ATTEMPTS)
+            .recover_stale_jobs(stale_before, MAX_ATTEMPTS, &state.instance_id)
             .await
         {
             Ok(jobs) if !jobs.is_empty() => {
@@ -73,7 +75,8 @@ async fn sweeper(state: Arc<AppState>) {
 }
 
 /// At start: every job still marked running was interrupted (with SQLite this process owns the
-/// database, so all of them; with PostgreSQL only those whose heartbeat is older than the lease).
+/// database, so all of them; with PostgreSQL only those whose heartbeat is older than the lease). None
+/// is this process's: its instance id is new.
 pub async fn recover_at_start(state: &AppState, owns_database: bool) -> Result<(), sqlx::Error> {
     let stale_before = if owns_database {
         i64::MAX
@@ -82,7 +85,7 @@ pub async fn recover_at_start(state: &AppState, owns_database: bool) -> Result<(
     };
     let jobs = state
         .db
-        .recover_stale_jobs(stale_before, MAX_ATTEMPTS)
+        .recover_stale_jobs(stale_before, MAX_ATTEMPTS, &state.instance_id)
         .await?;
     after_recovery(state, &jobs).await;
     Ok(())

@@ -10,9 +10,11 @@ use docqa_indexer::{
     parse_document_with_limits,
 };
 
+use super::lease::Lease;
+use super::outcome;
 use crate::db::chunks::NewChunk;
-use crate::db::documents::{DocumentFacts, status as doc_status};
-use crate::db::jobs::{Job, status as job_status};
+use crate::db::documents::DocumentFacts;
+use crate::db::jobs::Job;
 use crate::state::AppState;
 
 /// Chunks embedded between two progress reports (and cancellation checks).
@@ -24,11 +26,12 @@ const CHUNKED: f64 = 0.10;
 const EMBEDDED: f64 = 0.95;
 
 /// Why a run stopped early.
-enum Stop {
+pub(super) enum Stop {
     /// Failed for a reason the user should see.
     Failed(String),
-    /// Cancelled by the caller.
-    Cancelled,
+    /// The job is no longer running under this worker: cancelled by a caller, or settled by
+    /// another process.
+    NotRunning,
     /// The server is shutting down: requeue.
     Shutdown,
 }
@@ -39,62 +42,14 @@ impl From<sqlx::Error> for Stop {
     }
 }
 
-/// Beats the job's heartbeat every third of the lease while it runs, so the stale-job sweeper never takes
-/// a healthy job for a crashed one, however long a step goes without reporting progress (a large
-/// document's parse, or embedding on a slow CPU).
-fn keep_beating(state: Arc<AppState>, job_id: String) -> tokio::task::JoinHandle<()> {
-    let lease_ms = state.config.job_lease_secs.max(1) * 1000;
-    let period = std::time::Duration::from_millis((lease_ms / 3).max(100));
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(period).await;
-            if let Err(error) = state.db.job_heartbeat(&job_id).await {
-                tracing::warn!(job = %job_id, %error, "cannot beat the ingestion job's heartbeat");
-            }
-        }
-    })
-}
-
 /// Runs a claimed job to its end and records the outcome.
 pub async fn run_job(state: &Arc<AppState>, job: Job) {
     tracing::info!(job = %job.id, document = %job.document_id, attempt = job.attempts, "ingesting");
+    let _lease = Lease::keep(Arc::clone(state), job.id.clone());
     // A previous, interrupted attempt may have left chunks or index entries.
     discard_index_entries(state, &job.tenant_id, &job.document_id).await;
-    let beating = keep_beating(Arc::clone(state), job.id.clone());
     let outcome = ingest(state, &job).await;
-    beating.abort();
-    let db = &state.db;
-    let result = match outcome {
-        Ok(()) => Ok(()),
-        Err(Stop::Shutdown) => {
-            discard_index_entries(state, &job.tenant_id, &job.document_id).await;
-            db.requeue_job(
-                &job.id,
-                "interrupted by a server shutdown; resumes on the next start",
-                false,
-            )
-            .await
-        }
-        Err(Stop::Cancelled) => {
-            discard_index_entries(state, &job.tenant_id, &job.document_id).await;
-            db.set_document_status(
-                &job.document_id,
-                doc_status::CANCELLED,
-                Some("ingestion cancelled"),
-            )
-            .await
-        }
-        Err(Stop::Failed(reason)) => {
-            tracing::warn!(job = %job.id, %reason, "ingestion failed");
-            discard_index_entries(state, &job.tenant_id, &job.document_id).await;
-            let _ = db
-                .finish_job(&job.id, job_status::FAILED, Some(&reason))
-                .await;
-            db.set_document_status(&job.document_id, doc_status::FAILED, Some(&reason))
-                .await
-        }
-    };
-    if let Err(error) = result {
+    if let Err(error) = outcome::record(state, &job, outcome).await {
         tracing::error!(job = %job.id, %error, "cannot record the ingestion outcome");
     }
 }
@@ -131,7 +86,7 @@ async fn ingest(state: &Arc<AppState>, job: &Job) -> Result<(), Stop> {
         tracing::info!(job = %job.id, document = %job.document_id, "document ready");
         Ok(())
     } else {
-        Err(Stop::Cancelled)
+        Err(Stop::NotRunning)
     }
 }
 
@@ -143,7 +98,7 @@ async fn checkpoint(state: &AppState, job: &Job, step: &str, progress: f64) -> R
     if state.db.job_progress(&job.id, step, progress).await? {
         Ok(())
     } else {
-        Err(Stop::Cancelled)
+        Err(Stop::NotRunning)
     }
 }
 

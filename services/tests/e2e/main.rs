@@ -18,6 +18,7 @@ mod api_tenants;
 mod api_uploads;
 mod eval_cli;
 mod follow_ups;
+mod job_lease;
 mod local_keys;
 mod prompts;
 mod qa_routes;
