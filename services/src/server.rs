@@ -259,11 +259,24 @@ fn spawn_engine<B: Backend + 'static>(
     })
 }
 
-/// Jobs a crash left running are requeued (or failed), and no index keeps entries of a document that
-/// is not ready.
+/// Jobs a crash left running are requeued (or failed), answers it cut off are settled as interrupted,
+/// its temporary uploads are removed, and no index keeps entries of a document that is not ready.
 async fn recover(state: &web::Data<AppState>) -> anyhow::Result<()> {
     let owns_database = state.db.dialect() == Dialect::Sqlite;
     crate::ingest::recover_at_start(state, owns_database).await?;
+    let answers = state
+        .db
+        .settle_interrupted_answers(crate::db::now_ms())
+        .await?;
+    let uploads =
+        crate::api::upload::remove_leftovers(&state.originals_dir, std::time::SystemTime::now());
+    if answers + uploads as u64 > 0 {
+        tracing::warn!(
+            answers,
+            uploads,
+            "settled interrupted answers and removed leftover uploads"
+        );
+    }
     for (tenant_id, document_id) in state.db.unready_document_ids().await? {
         crate::ingest::discard_index_entries(state, &tenant_id, &document_id).await;
     }

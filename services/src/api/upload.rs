@@ -1,7 +1,8 @@
 //! Receiving uploaded files: each multipart file part is streamed to a temporary file next to the
 //! originals while its size is counted and its SHA-256 computed; over the request's byte limit the
 //! upload is refused (413). The kind of file is then checked on the stored file as a whole (415 for
-//! types docqa cannot read) before anything is recorded.
+//! types docqa cannot read) before anything is recorded. Temporary files a crash left behind are
+//! removed at the next start.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,29 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::error::ApiError;
+
+/// Name prefix of the temporary files uploads are written to, beside the originals.
+const TEMP_PREFIX: &str = "upload-";
+
+/// Removes the temporary upload files a stopped process left under `originals_dir` (one folder per
+/// tenant): those last written before `started` (an upload in flight in another process sharing the
+/// directory is still being written). Returns how many.
+pub fn remove_leftovers(originals_dir: &Path, started: std::time::SystemTime) -> usize {
+    let tenants = std::fs::read_dir(originals_dir)
+        .into_iter()
+        .flatten()
+        .flatten();
+    let files = tenants.flat_map(|t| std::fs::read_dir(t.path()).into_iter().flatten().flatten());
+    files
+        .filter(|f| f.file_name().to_string_lossy().starts_with(TEMP_PREFIX))
+        .filter(|f| {
+            f.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < started)
+        })
+        .filter(|f| std::fs::remove_file(f.path()).is_ok())
+        .count()
+}
 
 /// A file received and stored in a temporary place.
 #[derive(Debug)]
@@ -151,7 +175,7 @@ async fn write_temp(
     max_bytes: u64,
     total: &mut u64,
 ) -> Result<(PathBuf, u64, String), ApiError> {
-    let path = tmp_dir.join(format!("upload-{}", uuid::Uuid::new_v4()));
+    let path = tmp_dir.join(format!("{TEMP_PREFIX}{}", uuid::Uuid::new_v4()));
     let mut out = tokio::fs::File::create(&path)
         .await
         .map_err(|e| ApiError::internal(format!("cannot store the upload: {e}")))?;
@@ -198,7 +222,31 @@ fn clean_file_name(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::clean_file_name;
+    use super::{clean_file_name, remove_leftovers};
+
+    #[test]
+    fn leftover_temporary_uploads_are_removed_and_originals_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let tenant = dir.path().join("tenant-a");
+        std::fs::create_dir_all(&tenant).unwrap();
+        std::fs::write(tenant.join("upload-1234"), b"half an upload").unwrap();
+        std::fs::write(tenant.join("0c1e-document-id"), b"an original").unwrap();
+        let started = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
+        assert_eq!(remove_leftovers(dir.path(), started), 1);
+        assert!(!tenant.join("upload-1234").exists());
+        assert!(tenant.join("0c1e-document-id").exists());
+    }
+
+    #[test]
+    fn a_temporary_upload_written_after_the_start_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let tenant = dir.path().join("tenant-a");
+        std::fs::create_dir_all(&tenant).unwrap();
+        let started = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::write(tenant.join("upload-5678"), b"in flight").unwrap();
+        assert_eq!(remove_leftovers(dir.path(), started), 0);
+        assert!(tenant.join("upload-5678").exists());
+    }
 
     #[test]
     fn client_file_names_lose_their_directories_and_control_characters() {

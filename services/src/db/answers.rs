@@ -21,6 +21,9 @@ pub mod status {
     pub const STOPPED: &str = "stopped";
 }
 
+/// The error of an answer cut off by a server crash, recorded at the next start.
+pub const INTERRUPTED: &str = "interrupted: the server stopped while it was answering; ask again";
+
 /// A stored answer.
 #[derive(Debug, Clone)]
 pub struct AnswerRow {
@@ -208,6 +211,30 @@ impl Db {
             .execute(self.pool())
             .await?;
         Ok(())
+    }
+
+    /// Settles the answers a stopped process left `running`: those asked before `started_before` (this
+    /// process's start, before it served anything) become `failed` with [`INTERRUPTED`]. Returns how
+    /// many. Answers record no owner: with SQLite one process owns the database, so these are all
+    /// its previous life's. With PostgreSQL another live replica may still be writing an answer
+    /// asked before this start; it shows as interrupted until that replica records its end, which
+    /// overwrites the mark (the updates that end an answer do not check its status).
+    pub async fn settle_interrupted_answers(
+        &self,
+        started_before: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(
+            "UPDATE answers SET status = $1, error = $2, finished_at = $3 \
+             WHERE status = $4 AND created_at < $5",
+        )
+        .bind(status::FAILED)
+        .bind(INTERRUPTED)
+        .bind(now_ms())
+        .bind(status::RUNNING)
+        .bind(started_before)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// A tenant's answer.

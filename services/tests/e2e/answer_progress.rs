@@ -28,7 +28,11 @@ fn engine_now(server: &Server) -> (i64, i64) {
 }
 
 /// POSTs a streamed question; the response, once it answered 200.
-fn ask_streaming(server: &Server, key: &str, body: &Value) -> reqwest::blocking::Response {
+pub(crate) fn ask_streaming(
+    server: &Server,
+    key: &str,
+    body: &Value,
+) -> reqwest::blocking::Response {
     let res = server
         .req(reqwest::Method::POST, "/v1/ask", Some(key))
         .json(body)
@@ -39,7 +43,7 @@ fn ask_streaming(server: &Server, key: &str, body: &Value) -> reqwest::blocking:
 }
 
 /// Reads SSE frames until the first `progress` event and returns its data, leaving the stream open.
-fn first_progress(lines: &mut impl Iterator<Item = String>) -> Value {
+pub(crate) fn first_progress(lines: &mut impl Iterator<Item = String>) -> Value {
     let mut name = String::new();
     for line in lines {
         if let Some(n) = line.strip_prefix("event: ") {

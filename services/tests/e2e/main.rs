@@ -7,6 +7,7 @@ mod support;
 mod parse_support;
 
 mod abstention;
+mod answer_crash;
 mod answer_progress;
 mod api_crash;
 mod api_errors;
