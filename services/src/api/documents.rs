@@ -4,9 +4,7 @@
 
 use actix_multipart::Multipart;
 use actix_web::http::StatusCode;
-use actix_web::http::header::{
-    CONTENT_LENGTH, ContentDisposition, DispositionParam, DispositionType,
-};
+use actix_web::http::header::CONTENT_LENGTH;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -275,10 +273,7 @@ pub async fn download(
     let bytes = tokio::fs::read(&path).await.map_err(|e| {
         ApiError::internal(format!("the original of {} is unreadable: {e}", doc.id))
     })?;
-    let disposition = ContentDisposition {
-        disposition: DispositionType::Attachment,
-        parameters: vec![DispositionParam::Filename(doc.file_name.clone())],
-    };
+    let disposition = super::disposition::attachment(&doc.file_name);
     Ok(HttpResponse::build(StatusCode::OK)
         .content_type(
             doc.content_type

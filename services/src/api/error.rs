@@ -205,3 +205,77 @@ impl From<docqa_indexer::IndexerError> for ApiError {
 pub fn extraction_error(message: String) -> actix_web::Error {
     ApiError::validation(message).into()
 }
+
+/// A JSON body actix could not read: 413 when it is over the size limit, 422 otherwise.
+pub fn json_error(err: &actix_web::error::JsonPayloadError) -> actix_web::Error {
+    use actix_web::error::JsonPayloadError as E;
+    match err {
+        E::Overflow { limit } | E::OverflowKnownLength { limit, .. } => ApiError::too_large(
+            format!("the JSON body is larger than the limit of {limit} bytes"),
+        )
+        .into(),
+        other => extraction_error(format!("invalid JSON body: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::error::JsonPayloadError;
+    use actix_web::http::StatusCode;
+
+    use super::{ApiError, json_error};
+
+    /// The README's paragraph on errors.
+    fn readme_errors() -> &'static str {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("Errors always have the body")
+            .expect("the errors paragraph");
+        let end = start + readme[start..].find("\n\n").expect("its end");
+        &readme[start..end]
+    }
+
+    #[test]
+    fn every_error_type_the_api_answers_is_in_the_readme_with_its_status() {
+        let errors = [
+            ApiError::unauthorized("m"),
+            ApiError::forbidden("m"),
+            ApiError::not_found("document", "x"),
+            ApiError::conflict("m"),
+            ApiError::too_large("m"),
+            ApiError::unsupported_type("m"),
+            ApiError::validation("m"),
+            ApiError::rate_limited("m", 1),
+            ApiError::overloaded("m", 1),
+            ApiError::internal("m"),
+            ApiError::unavailable("m"),
+            docqa_engine::EngineError::Internal("m".into()).into(),
+        ];
+        let text = readme_errors().replace('\n', " ");
+        for e in errors {
+            let status = e.status.as_u16().to_string();
+            assert!(
+                text.contains(&format!("`{}`", e.error_type)),
+                "{} missing",
+                e.error_type
+            );
+            assert!(text.contains(&status), "{status} missing");
+        }
+    }
+
+    #[test]
+    fn a_json_body_over_the_limit_is_413_and_a_malformed_one_422() {
+        let status = |e: JsonPayloadError| json_error(&e).as_response_error().status_code();
+        let over = JsonPayloadError::OverflowKnownLength {
+            length: 2 << 20,
+            limit: 1 << 20,
+        };
+        assert_eq!(status(over), StatusCode::PAYLOAD_TOO_LARGE);
+        let streamed_over = JsonPayloadError::Overflow { limit: 1 << 20 };
+        assert_eq!(status(streamed_over), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(
+            status(JsonPayloadError::ContentType),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+    }
+}

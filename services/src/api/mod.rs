@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod ask;
 pub mod auth;
+pub mod disposition;
 pub mod document_text;
 pub mod document_title;
 pub mod documents;
@@ -25,7 +26,7 @@ pub mod web_ui;
 
 use actix_web::web;
 
-use error::{ApiError, extraction_error};
+use error::{ApiError, extraction_error, json_error};
 
 /// Largest JSON request body.
 const MAX_JSON_BYTES: usize = 1 << 20;
@@ -35,7 +36,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
         web::JsonConfig::default()
             .limit(MAX_JSON_BYTES)
-            .error_handler(|err, _| extraction_error(format!("invalid JSON body: {err}"))),
+            .error_handler(|err, _| json_error(&err)),
     )
     .app_data(
         web::QueryConfig::default()

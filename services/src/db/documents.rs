@@ -256,8 +256,9 @@ impl Db {
     ) -> Result<(Vec<Document>, i64), sqlx::Error> {
         let filter = "FROM documents d LEFT JOIN collections c ON c.id = d.collection_id \
              WHERE d.tenant_id = $1 AND ($2 IS NULL OR c.name = $2) AND ($3 IS NULL OR d.status = $3) \
-             AND ($4 IS NULL OR LOWER(d.file_name) LIKE $4 OR LOWER(COALESCE(d.user_title, d.title, '')) LIKE $4)";
-        let like = q.search.as_ref().map(|s| format!("%{}%", s.to_lowercase()));
+             AND ($4 IS NULL OR LOWER(d.file_name) LIKE $4 ESCAPE '\\' \
+             OR LOWER(COALESCE(d.user_title, d.title, '')) LIKE $4 ESCAPE '\\')";
+        let like = q.search.as_deref().map(contains_pattern);
         let total: i64 = sqlx::query(AssertSqlSafe(format!("SELECT COUNT(*) AS n {filter}")))
             .bind(tenant_id)
             .bind(q.collection.as_deref())
@@ -397,5 +398,32 @@ impl Db {
         }
         tx.commit().await?;
         Ok(true)
+    }
+}
+
+/// The `LIKE` pattern (escape character `\`) matching text that contains `search`, lower-cased, with
+/// `%`, `_` and `\` standing for themselves.
+fn contains_pattern(search: &str) -> String {
+    let mut pattern = String::from("%");
+    for c in search.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_pattern;
+
+    #[test]
+    fn like_wildcards_in_a_search_stand_for_themselves() {
+        assert_eq!(contains_pattern("Report"), "%report%");
+        assert_eq!(contains_pattern("%"), "%\\%%");
+        assert_eq!(contains_pattern("a_b"), "%a\\_b%");
+        assert_eq!(contains_pattern("c:\\x"), "%c:\\\\x%");
     }
 }

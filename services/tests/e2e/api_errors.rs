@@ -50,6 +50,9 @@ on_both_databases! {
         assert_error(server.post("/v1/ask", &key, &json!({ "question": "q", "unknown_field": 1 })), 422, "validation_error");
         assert_error(server.get("/v1/documents?limit=0", &key), 422, "validation_error");
         assert_error(server.req(reqwest::Method::POST, "/v1/ask", Some(&key)).header("content-type", "application/json").body("{not json").send().unwrap(), 422, "validation_error");
+        // 413 too for a JSON body over its limit (1 MiB), not 422.
+        let long_question = "why? ".repeat(300_000);
+        assert_error(server.post("/v1/ask", &key, &json!({ "question": long_question })), 413, "payload_too_large");
         // 409: cancelling a job that has ended.
         assert_error(server.post(&format!("/v1/jobs/{}/cancel", job["job_id"].as_str().unwrap()), &key, &json!({})), 409, "conflict");
 

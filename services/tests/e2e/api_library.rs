@@ -1,11 +1,12 @@
 //! The library through real HTTP, on SQLite and on PostgreSQL: a second upload of the same file is
 //! refused with the stored document named and nothing kept (unless asked for), a rename wins over the
-//! file's own title and is searchable, and the history answers for any set of documents.
+//! file's own title and is searchable, the history answers for any set of documents, a name filter takes
+//! `%` and `_` literally, and a download names a non-ASCII file in UTF-8 with an ASCII fallback.
 
 use crate::support;
 
 use serde_json::{Value, json};
-use support::{Options, Server};
+use support::{Database, Options, Server};
 
 const REPORT: &str = "Quarterly report of the Harbor Lights cooperative. Revenue rose to 4.2 million \
     euros in the third quarter, up 9 percent on the year. The board approved a new ferry terminal in \
@@ -178,4 +179,40 @@ on_both_databases! {
         assert_eq!(server.get("/v1/answers?limit=0", &key).status(), 422);
         assert_eq!(server.get("/v1/answers?documents=x", &key).status(), 422);
     }
+
+    fn a_search_for_percent_or_underscore_finds_only_the_names_holding_them(db) {
+        let server = Server::start(Options::new(db));
+        let (_, key) = server.tenant("t");
+        for (name, text) in [("50% off.txt", REPORT), ("draft_v2.txt", MINUTES), ("notes.txt", "Plain notes.")] {
+            let (status, body) = upload_text(&server, &key, name, text, "");
+            assert_eq!(status, 202, "{body}");
+        }
+        let names = |q: &str| -> Vec<String> {
+            let list: Value = server.get(&format!("/v1/documents?q={q}"), &key).json().unwrap();
+            list["documents"].as_array().unwrap().iter().map(|d| d["file_name"].as_str().unwrap().to_string()).collect()
+        };
+        assert_eq!(names("%25"), ["50% off.txt"]);
+        assert_eq!(names("_"), ["draft_v2.txt"]);
+        assert_eq!(names("%5C"), Vec::<String>::new());
+        assert_eq!(names("OFF").len(), 1);
+    }
+}
+
+#[test]
+fn a_download_names_a_non_ascii_file_in_utf8_with_an_ascii_fallback() {
+    let server = Server::start(Options::new(Database::Sqlite));
+    let (_, key) = server.tenant("t");
+    let (status, body) = upload_text(&server, &key, "März – 合同.txt", REPORT, "");
+    assert_eq!(status, 202, "{body}");
+    let doc = body["document_id"].as_str().unwrap();
+    let res = server.get(&format!("/v1/documents/{doc}/original"), &key);
+    assert_eq!(res.status(), 200);
+    let disposition = res.headers()["content-disposition"]
+        .to_str()
+        .expect("an ASCII header");
+    assert_eq!(
+        disposition,
+        "attachment; filename=\"M_rz _ __.txt\"; filename*=UTF-8''M%C3%A4rz%20%E2%80%93%20%E5%90%88%E5%90%8C.txt"
+    );
+    assert_eq!(res.text().unwrap(), REPORT);
 }
