@@ -52,8 +52,8 @@ pub struct ServeConfig {
     /// Documents ingested at the same time.
     #[arg(long, env = "DOCQA_INGEST_WORKERS", default_value_t = 1)]
     pub ingest_workers: usize,
-    /// Context window of the RAG path, in tokens (prompt and answer together) [default: 2048 on
-    /// either device].
+    /// Context window of the RAG path, in tokens (prompt and answer together) [default: 1024 on the
+    /// CPU, 2048 on CUDA].
     #[arg(long, env = "DOCQA_RAG_WINDOW")]
     pub rag_window: Option<usize>,
     /// Chunks retrieved per question before the window is filled.
