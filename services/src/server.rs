@@ -290,6 +290,9 @@ fn http_server(
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .wrap(actix_web::middleware::from_fn(
+                crate::api::auth::identify_first,
+            ))
             .wrap_fn(|req, srv| {
                 let started = Instant::now();
                 let method = req.method().to_string();

@@ -3,14 +3,20 @@
 //! `local` tenant. Every authenticated call also passes the key's rate limit.
 //!
 //! Handlers take [`TenantCaller`] (data endpoints: a tenant key or local mode) or [`AdminCaller`]
-//! (tenant and key management).
+//! (tenant and key management). The caller of an API route is identified by [`identify_first`], a
+//! middleware that runs before any extractor reads the body, so a caller who may not call gets 401 or
+//! 403 whatever the body holds (a handler's extractors run concurrently: a lookup still under way would
+//! otherwise lose to a malformed body's 422).
 
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::AUTHORIZATION;
-use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
+use actix_web::middleware::Next;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
@@ -63,6 +69,7 @@ pub struct AdminCaller {
     pub key_id: String,
 }
 
+#[derive(Clone)]
 enum Identity {
     Local,
     Key {
@@ -112,13 +119,35 @@ async fn identify(req: HttpRequest) -> Result<Identity, ApiError> {
     })
 }
 
+/// The outcome of identifying a request's caller, kept in the request's extensions.
+#[derive(Clone)]
+struct Identified(Result<Identity, ApiError>);
+
+/// Middleware: identifies the caller of every `/v1/` request (key lookup and rate limit, once) before
+/// the handler's extractors run, and keeps the outcome for [`TenantCaller`] and [`AdminCaller`]. Routes
+/// that need no caller ignore it.
+pub async fn identify_first(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if req.path().starts_with("/v1/") {
+        let identified = identify(req.request().clone()).await;
+        req.extensions_mut().insert(Identified(identified));
+    }
+    next.call(req).await
+}
+
 type Extracted<T> = Pin<Box<dyn Future<Output = Result<T, ApiError>>>>;
 
-/// Identifies the caller, then lets `accept` decide whether that identity may call.
+/// Identifies the caller (as [`identify_first`] found it, else now), then lets `accept` decide whether
+/// that identity may call.
 fn extract<T: 'static>(
     req: &HttpRequest,
     accept: fn(Identity) -> Result<T, ApiError>,
 ) -> Extracted<T> {
+    if let Some(Identified(identified)) = req.extensions().get::<Identified>().cloned() {
+        return Box::pin(std::future::ready(identified.and_then(accept)));
+    }
     let req = req.clone();
     Box::pin(async move { accept(identify(req).await?) })
 }
