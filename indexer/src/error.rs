@@ -1,6 +1,7 @@
 //! The indexer's one error type: parsing, chunking, indexing and retrieval failures.
 
 use crate::document::DocumentFormat;
+use crate::parse::Limit;
 
 /// Everything that can go wrong while turning documents into searchable chunks.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,16 @@ pub enum IndexerError {
         size: u64,
         /// The configured limit, in bytes.
         max_bytes: u64,
+    },
+
+    /// The document breaks one of the bounds a parse runs under (`ParseLimits`, or the parsing
+    /// process's memory ceiling and deadline).
+    #[error("the document exceeds the {limit} limit: {detail}")]
+    LimitExceeded {
+        /// The bound that was broken.
+        limit: Limit,
+        /// What was seen, against the bound.
+        detail: String,
     },
 
     /// The input is empty: zero bytes, or a file that holds no text at all.

@@ -25,7 +25,8 @@ pub use document::{DocumentFormat, PageMap, ParsedDocument};
 pub use error::{IndexerError, Result};
 pub use hybrid::{Fusion, SearchMode};
 pub use parse::{
-    ParseLimits, detect_file_format, detect_format, parse_document, parse_document_with_limits,
+    Limit, ParseLimits, detect_file_format, detect_format, parse_document,
+    parse_document_with_limits,
 };
 pub use record::{ChunkRecord, Hit, Retriever, RetrieverHit, ScoredChunk, SearchFilter};
 pub use store::{SearchConfig, SearchIndex};

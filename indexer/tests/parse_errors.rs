@@ -5,7 +5,7 @@
 mod parse_support;
 
 use docqa_indexer::{
-    DocumentFormat, IndexerError, ParseLimits, parse_document, parse_document_with_limits,
+    DocumentFormat, IndexerError, Limit, ParseLimits, parse_document, parse_document_with_limits,
 };
 use parse_support::{docx, docx_with_media, image_only_pdf, noise, para, pdf_bytes, text_pdf};
 
@@ -98,7 +98,10 @@ fn html_with_only_a_script_is_an_empty_document() {
 
 #[test]
 fn input_over_the_size_limit_is_too_large() {
-    let limits = ParseLimits { max_bytes: 10 };
+    let limits = ParseLimits {
+        max_bytes: 10,
+        ..ParseLimits::default()
+    };
     let err = parse_document_with_limits(b"eleven byte", None, None, &limits).unwrap_err();
     assert!(
         matches!(
@@ -128,16 +131,29 @@ fn a_100_mb_text_file_is_too_large_under_the_default_limit() {
 }
 
 #[test]
-fn docx_inflating_past_the_size_limit_is_too_large() {
+fn docx_inflating_past_the_inflation_limit_is_refused_naming_it() {
     let body = para(None, &"All work and no play. ".repeat(20_000));
     let bytes = docx(&body, None);
-    let limits = ParseLimits { max_bytes: 100_000 };
+    let limits = ParseLimits {
+        max_inflated_bytes: 100_000,
+        ..ParseLimits::default()
+    };
     assert!(
-        (bytes.len() as u64) < limits.max_bytes,
+        (bytes.len() as u64) < limits.max_inflated_bytes,
         "the package itself is small"
     );
     let err = parse_document_with_limits(&bytes, None, None, &limits).unwrap_err();
-    assert!(matches!(err, IndexerError::TooLarge { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            IndexerError::LimitExceeded {
+                limit: Limit::InflatedBytes,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("inflated_bytes limit"), "{err}");
 }
 
 #[test]

@@ -52,6 +52,14 @@ pub struct ServeConfig {
     /// Documents ingested at the same time.
     #[arg(long, env = "DOCQA_INGEST_WORKERS", default_value_t = 1)]
     pub ingest_workers: usize,
+    /// Memory a document's parse and chunking may use, in MiB: they run in a child process with
+    /// this ceiling, and a document that needs more fails with the `memory` limit.
+    #[arg(long, env = "DOCQA_INGEST_MEMORY_MIB", default_value_t = 1024)]
+    pub ingest_memory_mib: u64,
+    /// Seconds a document's parse and chunking may take before they are stopped and the document
+    /// fails with the `time` limit.
+    #[arg(long, env = "DOCQA_PARSE_TIMEOUT_SECS", default_value_t = 120)]
+    pub parse_timeout_secs: u64,
     /// Context window of the RAG path, in tokens (prompt and answer together) [default: 1024 on the
     /// CPU, 2048 on CUDA].
     #[arg(long, env = "DOCQA_RAG_WINDOW")]

@@ -96,6 +96,7 @@ pub async fn run_with(
         db,
         engine,
         tokenizer,
+        generator_dir: models.generator.clone(),
         long_prompt_tokens: Default::default(),
         max_context,
         trained_context,

@@ -26,6 +26,8 @@ pub struct AppState {
     pub engine: EngineHandle,
     /// The generator's tokenizer (token counts, prompts).
     pub tokenizer: Arc<TextTokenizer>,
+    /// The generator's model directory (the parse worker loads its tokenizer from there).
+    pub generator_dir: PathBuf,
     /// Tokens of the long prompts' document parts, for the next question on the same documents.
     pub long_prompt_tokens: crate::qa::long_tokens::LongPromptTokens,
     /// The generator's context window, in tokens (stretched by `--long-context yarn`).

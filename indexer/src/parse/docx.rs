@@ -8,12 +8,11 @@
 //! The title is `dc:title` from `docProps/core.xml`, else the first paragraph styled `Title` or
 //! `Heading1`.
 
-use std::io::Read;
-
 use quick_xml::Reader;
 use quick_xml::events::{BytesRef, BytesStart, Event};
 
 use super::ParseLimits;
+use super::limits::InflateBudget;
 use super::normalize::Extracted;
 use crate::document::DocumentFormat;
 use crate::error::{IndexerError, Result};
@@ -22,24 +21,25 @@ use crate::error::{IndexerError, Result};
 pub(crate) fn parse(bytes: &[u8], limits: &ParseLimits) -> Result<Extracted> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| corrupt(format!("unreadable zip archive: {e}")))?;
-    let body = read_part(&mut archive, "word/document.xml", limits)?
+    let mut budget = InflateBudget::new(limits);
+    let body = read_part(&mut archive, "word/document.xml", &mut budget)?
         .ok_or_else(|| corrupt("no word/document.xml".to_owned()))?;
     let mut walker = Walker::new(body.contains("lastRenderedPageBreak"));
     walker.walk(&body)?;
-    let core_title =
-        read_part(&mut archive, "docProps/core.xml", limits)?.and_then(|core| core_title(&core));
+    let core_title = read_part(&mut archive, "docProps/core.xml", &mut budget)?
+        .and_then(|core| core_title(&core));
     Ok(Extracted {
         title: core_title.or(walker.styled_title),
         pages: walker.pages,
     })
 }
 
-/// One part of the package as UTF-8 text; `None` when absent. Parts larger than the limit
-/// (as declared, or as actually inflated) are [`IndexerError::TooLarge`].
+/// One part of the package as UTF-8 text; `None` when absent. Every part read is charged to the
+/// file's inflation budget, as declared and as actually inflated.
 fn read_part(
     archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
     name: &str,
-    limits: &ParseLimits,
+    budget: &mut InflateBudget,
 ) -> Result<Option<String>> {
     let Some(index) = archive.index_for_name(name) else {
         return Ok(None);
@@ -47,21 +47,15 @@ fn read_part(
     let file = archive
         .by_index(index)
         .map_err(|e| corrupt(format!("{name}: {e}")))?;
-    let too_large = |size| IndexerError::TooLarge {
-        size,
-        max_bytes: limits.max_bytes,
-    };
-    if file.size() > limits.max_bytes {
-        return Err(too_large(file.size()));
-    }
-    let mut text = String::new();
-    file.take(limits.max_bytes + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| corrupt(format!("{name}: {e}")))?;
-    if text.len() as u64 > limits.max_bytes {
-        return Err(too_large(text.len() as u64));
-    }
-    Ok(Some(text))
+    budget.admit(file.size())?;
+    let mut bytes = Vec::new();
+    budget.read_into(file, &mut bytes).map_err(|e| match e {
+        IndexerError::Io(e) => corrupt(format!("{name}: {e}")),
+        e => e,
+    })?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|e| corrupt(format!("{name}: not UTF-8 ({e})")))
 }
 
 /// `dc:title` of the core properties.

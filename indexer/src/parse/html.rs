@@ -9,6 +9,8 @@
 use scraper::node::Element;
 use scraper::{Html, Node};
 
+use super::ParseLimits;
+use super::html_depth::check_depth;
 use super::normalize::{BlockText, Extracted};
 use super::text::decode;
 use crate::error::Result;
@@ -66,9 +68,11 @@ const LINES: &[&str] = &[
     "tfoot",
 ];
 
-/// Parses HTML bytes (UTF-8, or UTF-16 with a byte-order mark).
-pub(crate) fn parse(bytes: &[u8]) -> Result<Extracted> {
+/// Parses HTML bytes (UTF-8, or UTF-16 with a byte-order mark); nesting deeper than the limit is
+/// refused before the DOM is built.
+pub(crate) fn parse(bytes: &[u8], limits: &ParseLimits) -> Result<Extracted> {
     let source = decode(bytes)?;
+    check_depth(&source, limits.max_depth)?;
     let html = Html::parse_document(&source);
     let mut w = Writer::default();
     let mut stack = vec![(html.tree.root(), false)];

@@ -8,35 +8,18 @@
 mod detect;
 mod docx;
 mod html;
+mod html_depth;
+mod limits;
 mod markdown;
 mod normalize;
 mod pdf;
 mod text;
 
 pub use detect::{detect_file_format, detect_format};
+pub use limits::{Limit, ParseLimits, exceeded};
 
 use crate::document::{DocumentFormat, ParsedDocument};
 use crate::error::{IndexerError, Result};
-
-/// Limits applied while parsing untrusted input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParseLimits {
-    /// Largest input accepted, in bytes; also the largest part a DOCX may inflate to.
-    pub max_bytes: u64,
-}
-
-impl ParseLimits {
-    /// The default limit: 64 MiB.
-    pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
-}
-
-impl Default for ParseLimits {
-    fn default() -> Self {
-        Self {
-            max_bytes: Self::DEFAULT_MAX_BYTES,
-        }
-    }
-}
 
 /// Parses a document with the default [`ParseLimits`]. The format is detected from the content
 /// (magic bytes) first, then from `mime`, then from `file_name`'s extension.
@@ -69,11 +52,12 @@ pub fn parse_document_with_limits(
     let extracted = match format {
         DocumentFormat::Text => text::parse(bytes)?,
         DocumentFormat::Markdown => markdown::parse(bytes)?,
-        DocumentFormat::Html => html::parse(bytes)?,
-        DocumentFormat::Pdf => pdf::parse(bytes)?,
+        DocumentFormat::Html => html::parse(bytes, limits)?,
+        DocumentFormat::Pdf => pdf::parse(bytes, limits)?,
         DocumentFormat::Docx => docx::parse(bytes, limits)?,
     };
     let (text, pages) = normalize::assemble(&extracted.pages);
+    limits::check_text(&text, limits)?;
     if text.is_empty() {
         return Err(IndexerError::EmptyDocument("the document holds no text"));
     }

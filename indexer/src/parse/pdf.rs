@@ -12,23 +12,32 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use lopdf::{Document, Object, ObjectId};
 use pdf_extract::{PlainTextOutput, output_doc_page};
 
+use super::ParseLimits;
+use super::limits::{InflateBudget, Limit, exceeded};
 use super::normalize::Extracted;
 use crate::document::DocumentFormat;
 use crate::error::{IndexerError, Result};
 
 /// Parses PDF bytes into one text per page. A panic inside the PDF libraries (malformed input)
 /// is caught and reported as a corrupt file.
-pub(crate) fn parse(bytes: &[u8]) -> Result<Extracted> {
-    catch_unwind(AssertUnwindSafe(|| parse_pages(bytes)))
+pub(crate) fn parse(bytes: &[u8], limits: &ParseLimits) -> Result<Extracted> {
+    catch_unwind(AssertUnwindSafe(|| parse_pages(bytes, limits)))
         .unwrap_or_else(|_| Err(corrupt("the file structure cannot be read".to_owned())))
 }
 
-fn parse_pages(bytes: &[u8]) -> Result<Extracted> {
+fn parse_pages(bytes: &[u8], limits: &ParseLimits) -> Result<Extracted> {
     let doc = load(bytes)?;
     let pages = doc.get_pages();
     if pages.is_empty() {
         return Err(IndexerError::EmptyDocument("the PDF has no pages"));
     }
+    if pages.len() > limits.max_pages {
+        return Err(exceeded(
+            Limit::Pages,
+            format!("{} pages, more than {}", pages.len(), limits.max_pages),
+        ));
+    }
+    check_inflated_size(&doc, limits)?;
     let mut texts = Vec::with_capacity(pages.len());
     for &page_num in pages.keys() {
         texts.push(page_text(&doc, page_num)?);
@@ -57,6 +66,35 @@ fn load(bytes: &[u8]) -> Result<Document> {
         }
         Err(e) => Err(corrupt(format!("cannot load: {e}"))),
     }
+}
+
+/// Inflates every Flate-compressed stream the text extractor may decode (all but images) into
+/// nothing, counting bytes, so that a small file whose streams inflate to gigabytes is refused
+/// before any of them is held in memory. A stream that does not inflate cleanly counts for what it
+/// gave; the extractor reports it later if it matters.
+fn check_inflated_size(doc: &Document, limits: &ParseLimits) -> Result<()> {
+    let mut budget = InflateBudget::new(limits);
+    for object in doc.objects.values() {
+        let Object::Stream(stream) = object else {
+            continue;
+        };
+        let is_image = stream
+            .dict
+            .get(b"Subtype")
+            .and_then(Object::as_name)
+            .is_ok_and(|name| name == b"Image");
+        let flate = stream
+            .filters()
+            .is_ok_and(|filters| filters.iter().any(|f| f == b"FlateDecode"));
+        if is_image || !flate {
+            continue;
+        }
+        let inflated = flate2::read::ZlibDecoder::new(stream.content.as_slice());
+        if let Err(e @ IndexerError::LimitExceeded { .. }) = budget.measure(inflated) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// The text of one page (1-based), as laid out by `pdf-extract`.

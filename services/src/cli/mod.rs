@@ -9,6 +9,7 @@ mod eval;
 mod eval_retrieval;
 mod generate;
 mod generator;
+mod ingest_worker;
 mod keys;
 pub mod models;
 mod perplexity;
@@ -53,6 +54,9 @@ enum Command {
     PerplexityPlot(perplexity_plot::PerplexityPlotArgs),
     /// Render prompts exactly as the service builds them (for the reader's training pipeline).
     PromptDump(prompt_dump::PromptDumpArgs),
+    /// Parse and chunk one upload for `docqa serve`, under a memory ceiling (started by the service).
+    #[command(hide = true)]
+    IngestWorker(ingest_worker::IngestWorkerArgs),
 }
 
 impl Cli {
@@ -70,6 +74,7 @@ impl Cli {
             Command::Perplexity(args) => perplexity::run(args),
             Command::PerplexityPlot(args) => perplexity_plot::run(args),
             Command::PromptDump(args) => prompt_dump::run(args),
+            Command::IngestWorker(args) => ingest_worker::run(args),
         }
     }
 }

@@ -6,6 +6,7 @@
 mod lease;
 mod outcome;
 mod pipeline;
+pub mod sandbox;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,17 +1,15 @@
-//! One ingestion job: parse the original, chunk it at sentence boundaries, embed the chunks, store
-//! them and index them. The document turns `ready` only in the final transaction, so a crash at any
+//! One ingestion job: parse the original and chunk it at sentence boundaries (in a child process
+//! under a memory ceiling and a deadline, [`sandbox`]), embed the chunks, store them and index them. The document turns `ready` only in the final transaction, so a crash at any
 //! point leaves no half document visible; partial chunks and index entries of a failed, cancelled or
 //! interrupted run are removed.
 
 use std::sync::Arc;
 
-use docqa_indexer::{
-    ChunkRecord, ChunkerConfig, ParseLimits, ParsedDocument, chunk_document,
-    parse_document_with_limits,
-};
+use docqa_indexer::ChunkRecord;
 
 use super::lease::Lease;
 use super::outcome;
+use super::sandbox::{self, Prepared};
 use crate::db::chunks::NewChunk;
 use crate::db::documents::DocumentFacts;
 use crate::db::jobs::Job;
@@ -21,7 +19,6 @@ use crate::state::AppState;
 const EMBED_BATCH: usize = 32;
 
 /// Progress at the end of each step.
-const PARSED: f64 = 0.05;
 const CHUNKED: f64 = 0.10;
 const EMBEDDED: f64 = 0.95;
 
@@ -55,9 +52,11 @@ pub async fn run_job(state: &Arc<AppState>, job: Job) {
 }
 
 async fn ingest(state: &Arc<AppState>, job: &Job) -> Result<(), Stop> {
-    let parsed = parse(state, job).await?;
-    checkpoint(state, job, "chunk", PARSED).await?;
-    let (chunks, token_count) = chunk(state, &parsed).await?;
+    let Prepared {
+        parsed,
+        chunks,
+        token_count,
+    } = sandbox::prepare(state, job).await?;
     if chunks.is_empty() {
         return Err(Stop::Failed("the document produced no chunks".into()));
     }
@@ -109,48 +108,6 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| Stop::Failed(format!("ingestion task failed: {e}")))?
         .map_err(Stop::Failed)
-}
-
-async fn parse(state: &AppState, job: &Job) -> Result<ParsedDocument, Stop> {
-    let path = state.original_path(&job.tenant_id, &job.document_id);
-    let doc = state
-        .db
-        .document(&job.tenant_id, &job.document_id)
-        .await?
-        .ok_or_else(|| Stop::Failed("the document was deleted".into()))?;
-    let limits = ParseLimits {
-        max_bytes: state.config.max_upload_bytes,
-    };
-    blocking(move || {
-        let bytes = std::fs::read(&path)
-            .map_err(|e| format!("cannot read the original file {}: {e}", path.display()))?;
-        parse_document_with_limits(
-            &bytes,
-            Some(&doc.file_name),
-            doc.content_type.as_deref(),
-            &limits,
-        )
-        .map_err(|e| e.to_string())
-    })
-    .await
-}
-
-/// The document's chunks, and the token count of its whole text.
-async fn chunk(
-    state: &AppState,
-    parsed: &ParsedDocument,
-) -> Result<(Vec<docqa_indexer::Chunk>, usize), Stop> {
-    let tokenizer = Arc::clone(&state.tokenizer);
-    let parsed = parsed.clone();
-    blocking(move || {
-        let count = move |text: &str| tokenizer.encode(text, false).map_or(0, |ids| ids.len());
-        let total = count(&parsed.text);
-        Ok((
-            chunk_document(&parsed, &count, &ChunkerConfig::default()),
-            total,
-        ))
-    })
-    .await
 }
 
 async fn embed(

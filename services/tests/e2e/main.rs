@@ -19,6 +19,7 @@ mod api_tenants;
 mod api_uploads;
 mod eval_cli;
 mod follow_ups;
+mod ingest_bounds;
 mod job_lease;
 mod local_keys;
 mod prompts;
