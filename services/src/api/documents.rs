@@ -39,6 +39,9 @@ pub struct UploadResponse {
     pub documents: Vec<Accepted>,
 }
 
+/// Longest `q` of the document list: file names and titles are short.
+const MAX_SEARCH_CHARS: usize = 1000;
+
 /// Filters and paging of `GET /v1/documents`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -47,7 +50,7 @@ pub struct ListParams {
     pub collection: Option<String>,
     /// Only this status (`processing`, `ready`, `failed`, `cancelled`).
     pub status: Option<String>,
-    /// File name or title contains this text.
+    /// File name or title contains this text (at most 1,000 characters).
     pub q: Option<String>,
     /// Page size, 1..=500 (default 50).
     pub limit: Option<i64>,
@@ -211,6 +214,14 @@ pub async fn list(
     let offset = p.offset.unwrap_or(0);
     if offset < 0 {
         return Err(ApiError::validation("`offset` must not be negative"));
+    }
+    if p.q
+        .as_ref()
+        .is_some_and(|q| q.chars().count() > MAX_SEARCH_CHARS)
+    {
+        return Err(ApiError::validation(format!(
+            "`q` is longer than {MAX_SEARCH_CHARS} characters"
+        )));
     }
     let query = DocumentQuery {
         collection: p.collection,

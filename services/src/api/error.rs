@@ -63,6 +63,15 @@ impl ApiError {
         )
     }
 
+    /// 405: the path exists, but not with this method.
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{path} does not take {method}"),
+        )
+    }
+
     /// 409: the object is in a state that forbids the operation.
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)

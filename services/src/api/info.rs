@@ -19,6 +19,8 @@ pub struct ServerInfo {
     pub max_upload_bytes: u64,
     /// Longest question, in characters.
     pub max_question_chars: usize,
+    /// Longest question, in generator tokens.
+    pub max_question_tokens: usize,
     /// Tokens of the RAG path's window.
     pub rag_window: usize,
     /// Most tokens an answer may have.
@@ -42,6 +44,7 @@ pub async fn info(state: web::Data<AppState>) -> web::Json<ServerInfo> {
         local_mode: state.local_mode,
         max_upload_bytes: state.config.max_upload_bytes,
         max_question_chars: crate::qa::MAX_QUESTION_CHARS,
+        max_question_tokens: crate::qa::MAX_QUESTION_TOKENS,
         rag_window: state.config.rag_window(),
         max_answer_tokens: state.config.max_answer_tokens(),
         max_context: state.max_context,

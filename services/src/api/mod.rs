@@ -61,9 +61,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .configure(openapi::routes)
     .configure(info::routes)
     .configure(web_ui::routes)
-    .default_service(web::to(not_found));
+    .default_service(web::to(no_route));
 }
 
-async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+/// A request no route took: 405 when the path is served with other methods (each route's method is
+/// a guard of its resource, so a wrong method falls through to here), else 404.
+async fn no_route(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    if req.resource_map().has_resource(req.path()) {
+        return Err(ApiError::method_not_allowed(
+            req.method().as_str(),
+            req.path(),
+        ));
+    }
     Err(ApiError::not_found("route", req.path()))
 }

@@ -317,13 +317,17 @@ impl Db {
         status: &str,
         error: Option<&str>,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query("UPDATE documents SET status = $1, error = $2, updated_at = $3 WHERE id = $4")
-            .bind(status)
-            .bind(error)
-            .bind(now_ms())
-            .bind(id)
-            .execute(self.pool())
-            .await?;
+        // Only a ready document has chunks: any other state's were discarded with its run.
+        sqlx::query(
+            "UPDATE documents SET status = $1, error = $2, updated_at = $3, \
+             chunk_count = CASE WHEN $1 = 'ready' THEN chunk_count ELSE NULL END WHERE id = $4",
+        )
+        .bind(status)
+        .bind(error)
+        .bind(now_ms())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 

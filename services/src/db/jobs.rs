@@ -201,29 +201,6 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Ends a running job; false when it was no longer running (cancelled meanwhile).
-    pub async fn finish_job(
-        &self,
-        id: &str,
-        to: &str,
-        error: Option<&str>,
-    ) -> Result<bool, sqlx::Error> {
-        let progress = (to == status::SUCCEEDED).then_some(1.0_f64);
-        let done = sqlx::query(
-            "UPDATE jobs SET status = $1, error = $2, finished_at = $3, \
-             progress = COALESCE($4, progress) WHERE id = $5 AND status = $6",
-        )
-        .bind(to)
-        .bind(error)
-        .bind(now_ms())
-        .bind(progress)
-        .bind(id)
-        .bind(status::RUNNING)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     /// Puts a running job back in the queue. After a clean shutdown the attempt does not count
     /// (`count_attempt` false); after a crash it does.
     pub async fn requeue_job(
@@ -314,6 +291,45 @@ impl Db {
             "UPDATE documents SET status = $1, error = NULL, updated_at = $2 WHERE id = $3",
         )
         .bind(super::documents::status::READY)
+        .bind(now)
+        .bind(document_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Fails a running job and its document with `reason`, in one transaction (nobody sees the
+    /// job failed and its document still processing); false (and no change) when the job was no
+    /// longer running.
+    pub async fn fail_ingestion(
+        &self,
+        job_id: &str,
+        document_id: &str,
+        reason: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let now = now_ms();
+        let mut tx = self.pool().begin().await?;
+        let done = sqlx::query(
+            "UPDATE jobs SET status = $1, error = $2, finished_at = $3 WHERE id = $4 AND status = $5",
+        )
+        .bind(status::FAILED)
+        .bind(reason)
+        .bind(now)
+        .bind(job_id)
+        .bind(status::RUNNING)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE documents SET status = $1, error = $2, updated_at = $3, chunk_count = NULL \
+             WHERE id = $4",
+        )
+        .bind(super::documents::status::FAILED)
+        .bind(reason)
         .bind(now)
         .bind(document_id)
         .execute(&mut *tx)

@@ -32,12 +32,11 @@ pub(super) async fn record(
         Err(Stop::Failed(reason)) => {
             tracing::warn!(job = %job.id, %reason, "ingestion failed");
             if db
-                .finish_job(&job.id, job_status::FAILED, Some(&reason))
+                .fail_ingestion(&job.id, &job.document_id, &reason)
                 .await?
             {
                 discard_index_entries(state, &job.tenant_id, &job.document_id).await;
-                db.set_document_status(&job.document_id, doc_status::FAILED, Some(&reason))
-                    .await
+                Ok(())
             } else {
                 follow_the_job(state, job).await
             }

@@ -38,7 +38,8 @@ use plan::Plan;
 use prompt::Prepared;
 use router::Decision;
 pub use types::{
-    AskEvent, AskInput, FinalAnswer, MAX_QUESTION_CHARS, RouteChoice, Scope, Timings, Usage,
+    AskEvent, AskInput, FinalAnswer, MAX_QUESTION_CHARS, MAX_QUESTION_TOKENS, RouteChoice, Scope,
+    Timings, Usage,
 };
 
 /// Validates, plans, admits the first generation, then answers on a background task.
@@ -48,7 +49,12 @@ pub async fn start(
     input: AskInput,
 ) -> Result<mpsc::Receiver<AskEvent>, ApiError> {
     let started = Instant::now();
-    let max_tokens = input.validate(state.config.max_answer_tokens())?;
+    let max_tokens = input.validate(state.config.max_answer_tokens(), |q| {
+        state
+            .tokenizer
+            .encode(q, false)
+            .map_or(usize::MAX, |ids| ids.len())
+    })?;
     let mut input = input;
     if let Some(earlier) = &input.follow_up_of {
         input.turns = conversation::turns_ending_with(&state, &tenant_id, earlier).await?;

@@ -94,12 +94,22 @@ pub struct AskInput {
     pub turns: Vec<super::conversation::Turn>,
 }
 
-/// Most characters accepted in a question.
+/// Most characters accepted in a question (checked first: it needs no tokenizer).
 pub const MAX_QUESTION_CHARS: usize = 4000;
 
+/// Most generator tokens accepted in a question: what the question costs the engine. Four thousand
+/// characters of prose are about a thousand tokens, within the bound; characters the tokenizer splits
+/// into bytes (combining marks, rare scripts, emoji) take several tokens each, and hit it first.
+pub const MAX_QUESTION_TOKENS: usize = 1536;
+
 impl AskInput {
-    /// Checks the values; returns the answer-token budget.
-    pub fn validate(&self, max_answer_tokens: usize) -> Result<usize, ApiError> {
+    /// Checks the values, counting the question's tokens with `count_tokens`; returns the
+    /// answer-token budget.
+    pub fn validate(
+        &self,
+        max_answer_tokens: usize,
+        count_tokens: impl FnOnce(&str) -> usize,
+    ) -> Result<usize, ApiError> {
         let q = self.question.trim();
         if q.is_empty() {
             return Err(ApiError::validation("`question` must not be empty"));
@@ -107,6 +117,12 @@ impl AskInput {
         if q.chars().count() > MAX_QUESTION_CHARS {
             return Err(ApiError::validation(format!(
                 "`question` is longer than {MAX_QUESTION_CHARS} characters"
+            )));
+        }
+        let tokens = count_tokens(q);
+        if tokens > MAX_QUESTION_TOKENS {
+            return Err(ApiError::validation(format!(
+                "`question` is {tokens} tokens long, more than {MAX_QUESTION_TOKENS}"
             )));
         }
         if let Some(t) = self.temperature

@@ -1,4 +1,4 @@
-//! Every error status the API defines, provoked for real: 401, 403, 404, 409, 413, 415, 422 and 429
+//! Every error status the API defines, provoked for real: 401, 403, 404, 405, 409, 413, 415, 422 and 429
 //! (with Retry-After), each with the one error body `{"error_type", "message"}`; and bad input loses
 //! nothing (the data before the error is intact after it).
 
@@ -49,7 +49,18 @@ on_both_databases! {
         assert_error(server.post("/v1/ask", &key, &json!({ "question": "q", "route": "sideways" })), 422, "validation_error");
         assert_error(server.post("/v1/ask", &key, &json!({ "question": "q", "unknown_field": 1 })), 422, "validation_error");
         assert_error(server.get("/v1/documents?limit=0", &key), 422, "validation_error");
+        assert_error(server.get(&format!("/v1/documents?q={}", "a".repeat(30_000)), &key), 422, "validation_error");
+        // 405: a path the API serves, with a method it does not take.
+        assert_error(server.req(reqwest::Method::PUT, "/v1/documents", Some(&key)).send().unwrap(), 405, "method_not_allowed");
+        assert_error(server.req(reqwest::Method::POST, &format!("/v1/documents/{doc}/text"), Some(&key)).send().unwrap(), 405, "method_not_allowed");
         assert_error(server.req(reqwest::Method::POST, "/v1/ask", Some(&key)).header("content-type", "application/json").body("{not json").send().unwrap(), 422, "validation_error");
+        // A question within the character limit that the tokenizer splits into thousands of tokens
+        // (combining marks) is refused by the token limit before anything runs.
+        let marks = format!("a{}", "\u{301}".repeat(3999));
+        let res = server.post("/v1/ask", &key, &json!({ "question": marks, "max_tokens": 1 }));
+        assert_eq!(res.status(), 422);
+        let body: Value = res.json().unwrap();
+        assert!(body["message"].as_str().unwrap().contains("tokens long, more than 1536"), "{body}");
         // 413 too for a JSON body over its limit (1 MiB), not 422.
         let long_question = "why? ".repeat(300_000);
         assert_error(server.post("/v1/ask", &key, &json!({ "question": long_question })), 413, "payload_too_large");

@@ -135,6 +135,7 @@ on_both_databases! {
         let (_, key) = server.tenant("harbor");
         let info: Value = server.get("/v1/info", &key).json().unwrap();
         assert_eq!(info["max_question_chars"], 4000, "{info}");
+        assert_eq!(info["max_question_tokens"], 1536, "{info}");
         let (report, _) = server.ingest(&key, "report.txt", REPORT.as_bytes().to_vec(), "text/plain");
         let (minutes, _) = server.ingest(&key, "minutes.txt", MINUTES.as_bytes().to_vec(), "text/plain");
         let ask = |docs: &[&str], question: &str| -> String {

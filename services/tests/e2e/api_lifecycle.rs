@@ -161,3 +161,64 @@ fn a_job_whose_steps_outlast_the_lease_is_not_taken_for_a_crashed_one() {
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(job["attempts"], 1, "{job}");
 }
+
+#[test]
+fn a_document_cancelled_while_its_chunks_are_embedded_reports_no_chunks() {
+    let server = Server::start(Options::new(Database::Sqlite));
+    let (_, key) = server.tenant("embed-cancel");
+    let text =
+        "The harbour master logged every ship that entered the bay that year. ".repeat(15_000);
+    let res = server.upload(&key, &[("log.txt", text.into_bytes(), "text/plain")], None);
+    assert_eq!(res.status(), 202);
+    let v: Value = res.json().unwrap();
+    let (doc, job) = (
+        v["document_id"].as_str().unwrap(),
+        v["job_id"].as_str().unwrap(),
+    );
+    let started = std::time::Instant::now();
+    loop {
+        let j: Value = server.get(&format!("/v1/jobs/{job}"), &key).json().unwrap();
+        if j["step"] == "embed" {
+            break;
+        }
+        assert_eq!(
+            j["status"]
+                .as_str()
+                .map(|s| s == "running" || s == "queued"),
+            Some(true),
+            "{j}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "never reached the embed step: {j}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let facts: Value = server
+        .get(&format!("/v1/documents/{doc}"), &key)
+        .json()
+        .unwrap();
+    assert!(
+        facts["chunk_count"].as_i64().unwrap() > 100,
+        "chunked before embedding: {facts}"
+    );
+    let res = server.post(&format!("/v1/jobs/{job}/cancel"), &key, &json!({}));
+    assert_eq!(res.status(), 200);
+    assert_eq!(server.wait_job(&key, job)["status"], "cancelled");
+    // The worker settles the document of a running job at its next checkpoint.
+    let settling = std::time::Instant::now();
+    let got = loop {
+        let got: Value = server
+            .get(&format!("/v1/documents/{doc}"), &key)
+            .json()
+            .unwrap();
+        if got["status"] != "processing" || settling.elapsed().as_secs() > 30 {
+            break got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(got["status"], "cancelled", "{got}");
+    assert_eq!(got["chunk_count"], Value::Null, "{got}");
+    let stats: Value = server.get("/v1/stats", &key).json().unwrap();
+    assert_eq!(stats["database_chunks"], 0, "{stats}");
+}
