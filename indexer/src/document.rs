@@ -106,6 +106,9 @@ pub struct ParsedDocument {
 }
 
 impl ParsedDocument {
+    /// Longest title a parse gives, in characters; longer ones are cut.
+    pub const MAX_TITLE_CHARS: usize = 200;
+
     /// A document of one page, for text that did not come from a file (tests, API uploads of raw
     /// text). The text is used as is: call the parser to normalise it.
     pub fn from_text(title: impl Into<String>, text: impl Into<String>) -> Self {

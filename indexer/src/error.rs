@@ -66,6 +66,7 @@ pub enum IndexerError {
         pages: u32,
     },
     /// The BM25 index (tantivy) failed to open, write or search.
+    #[cfg(feature = "search")]
     #[error("bm25 index error: {0}")]
     Bm25(#[from] tantivy::TantivyError),
     /// A JSON file (index metadata, dataset line) could not be parsed or written.

@@ -4,10 +4,10 @@
 
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
-use crate::document::PageMap;
+use crate::document::{PageMap, ParsedDocument};
 
 /// Longest title kept, in characters.
-const MAX_TITLE_CHARS: usize = 200;
+const MAX_TITLE_CHARS: usize = ParsedDocument::MAX_TITLE_CHARS;
 
 /// What a format parser extracts before normalisation: an optional title and the raw text of each
 /// page (one entry for formats without pages).
