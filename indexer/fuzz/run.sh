@@ -9,6 +9,9 @@
 #
 # Built without a sanitizer (`-s none`): the parsers and their libraries are safe Rust, the findings
 # sought are panics, hangs and unbounded memory, and AddressSanitizer would halve the executions.
+# FUZZ_PROFILE=dev builds without optimisation (a cold build of minutes instead of a quarter of an
+# hour on two cores, at a fraction of the executions per second): CI's short smoke run uses it;
+# the default, release, is for long runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -27,7 +30,9 @@ fi
 
 "$fuzz_dir/seed.sh"
 started=$(date +%s)
-cargo +nightly fuzz build --fuzz-dir "$fuzz_dir" -s none
+profile=()
+[ "${FUZZ_PROFILE:-release}" = dev ] && profile=(--dev)
+cargo +nightly fuzz build --fuzz-dir "$fuzz_dir" -s none "${profile[@]}"
 echo "fuzz targets built in $(($(date +%s) - started)) s"
 
 failed=0
@@ -39,7 +44,7 @@ for target in "${targets[@]}"; do
     mkdir -p "$corpus" "$artifacts"
     before=$(find "$corpus" -type f | wc -l)
     set +e
-    cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" -s none "$target" "$corpus" -- \
+    cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" -s none "${profile[@]}" "$target" "$corpus" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
         -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1
     rc=$?
