@@ -310,7 +310,10 @@ pub async fn delete(
     if let Some(job) = state.db.job_of_document(&doc.id).await?
         && !crate::ingest::is_final(&job.status)
     {
-        state.db.cancel_job(&caller.tenant_id, &job.id).await?;
+        state
+            .db
+            .cancel_job(&caller.tenant_id, &job.id, &doc.id)
+            .await?;
     }
     if !state.db.delete_document(&caller.tenant_id, &doc.id).await? {
         return Err(ApiError::not_found("document", &id));

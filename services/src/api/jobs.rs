@@ -6,7 +6,6 @@ use utoipa::ToSchema;
 
 use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult, ErrorBody};
-use crate::db::documents::status as doc_status;
 use crate::db::jobs::{Job, STEPS, status};
 use crate::db::rfc3339;
 use crate::state::AppState;
@@ -114,22 +113,15 @@ pub async fn cancel(
     id: web::Path<String>,
 ) -> ApiResult<web::Json<JobView>> {
     let job = find(&state, &caller, &id).await?;
-    if !state.db.cancel_job(&caller.tenant_id, &id).await? {
+    if !state
+        .db
+        .cancel_job(&caller.tenant_id, &id, &job.document_id)
+        .await?
+    {
         return Err(ApiError::conflict(format!(
             "job {id} has already ended ({})",
             job.status
         )));
-    }
-    if job.status == status::QUEUED {
-        // No worker holds it: settle the document now. A running job is settled by its worker.
-        state
-            .db
-            .set_document_status(
-                &job.document_id,
-                doc_status::CANCELLED,
-                Some("ingestion cancelled"),
-            )
-            .await?;
     }
     let job = find(&state, &caller, &id).await?;
     Ok(web::Json(job.into()))

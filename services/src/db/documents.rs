@@ -7,6 +7,11 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{Db, new_id, now_ms};
 
+/// Sets a document's status ($1), error ($2) and update time ($3) by id ($4). Only a ready document
+/// has chunks: any other state's were discarded with its run, so its chunk count goes too.
+pub(super) const SET_STATUS: &str = "UPDATE documents SET status = $1, error = $2, updated_at = $3, \
+     chunk_count = CASE WHEN $1 = 'ready' THEN chunk_count ELSE NULL END WHERE id = $4";
+
 /// Lifecycle of a document.
 pub mod status {
     /// Waiting for or going through ingestion.
@@ -310,24 +315,20 @@ impl Db {
             .collect()
     }
 
-    /// Sets a document's status and error.
+    /// Sets a document's status and error (and drops the chunk count of one that is not ready).
     pub async fn set_document_status(
         &self,
         id: &str,
         status: &str,
         error: Option<&str>,
     ) -> Result<(), sqlx::Error> {
-        // Only a ready document has chunks: any other state's were discarded with its run.
-        sqlx::query(
-            "UPDATE documents SET status = $1, error = $2, updated_at = $3, \
-             chunk_count = CASE WHEN $1 = 'ready' THEN chunk_count ELSE NULL END WHERE id = $4",
-        )
-        .bind(status)
-        .bind(error)
-        .bind(now_ms())
-        .bind(id)
-        .execute(self.pool())
-        .await?;
+        sqlx::query(SET_STATUS)
+            .bind(status)
+            .bind(error)
+            .bind(now_ms())
+            .bind(id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 

@@ -223,22 +223,43 @@ impl Db {
         Ok(())
     }
 
-    /// Cancels a queued or running job; false when it had already ended.
-    pub async fn cancel_job(&self, tenant_id: &str, id: &str) -> Result<bool, sqlx::Error> {
+    /// Cancels a queued or running job and its document, in one transaction, so a crash can never
+    /// leave the job cancelled and its document processing; false when the job had already ended.
+    /// A running job's worker stops at its next checkpoint and removes what it had indexed.
+    pub async fn cancel_job(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        document_id: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let now = now_ms();
+        let mut tx = self.pool().begin().await?;
         let done = sqlx::query(
             "UPDATE jobs SET status = $1, error = $2, finished_at = $3 \
              WHERE tenant_id = $4 AND id = $5 AND status IN ($6, $7)",
         )
         .bind(status::CANCELLED)
         .bind("cancelled by the caller")
-        .bind(now_ms())
+        .bind(now)
         .bind(tenant_id)
         .bind(id)
         .bind(status::QUEUED)
         .bind(status::RUNNING)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query(super::documents::SET_STATUS)
+            .bind(super::documents::status::CANCELLED)
+            .bind("ingestion cancelled")
+            .bind(now)
+            .bind(document_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// How many jobs are in each state.
@@ -270,33 +291,7 @@ impl Db {
         job_id: &str,
         document_id: &str,
     ) -> Result<bool, sqlx::Error> {
-        let now = now_ms();
-        let mut tx = self.pool().begin().await?;
-        let done = sqlx::query(
-            "UPDATE jobs SET status = $1, step = $2, progress = 1, finished_at = $3, error = NULL \
-             WHERE id = $4 AND status = $5",
-        )
-        .bind(status::SUCCEEDED)
-        .bind(STEPS[3])
-        .bind(now)
-        .bind(job_id)
-        .bind(status::RUNNING)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        sqlx::query(
-            "UPDATE documents SET status = $1, error = NULL, updated_at = $2 WHERE id = $3",
-        )
-        .bind(super::documents::status::READY)
-        .bind(now)
-        .bind(document_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(true)
+        self.end_ingestion(job_id, document_id, None).await
     }
 
     /// Fails a running job and its document with `reason`, in one transaction (nobody sees the
@@ -308,14 +303,36 @@ impl Db {
         document_id: &str,
         reason: &str,
     ) -> Result<bool, sqlx::Error> {
+        self.end_ingestion(job_id, document_id, Some(reason)).await
+    }
+
+    /// Ends a running job and settles its document in one transaction: succeeded and ready without a
+    /// failure reason, failed and failed with one.
+    async fn end_ingestion(
+        &self,
+        job_id: &str,
+        document_id: &str,
+        failure: Option<&str>,
+    ) -> Result<bool, sqlx::Error> {
+        let (job_to, document_to) = match failure {
+            None => (status::SUCCEEDED, super::documents::status::READY),
+            Some(_) => (status::FAILED, super::documents::status::FAILED),
+        };
+        let (step, progress) = match failure {
+            None => (Some(STEPS[3]), Some(1.0_f64)),
+            Some(_) => (None, None),
+        };
         let now = now_ms();
         let mut tx = self.pool().begin().await?;
         let done = sqlx::query(
-            "UPDATE jobs SET status = $1, error = $2, finished_at = $3 WHERE id = $4 AND status = $5",
+            "UPDATE jobs SET status = $1, error = $2, finished_at = $3, step = COALESCE($4, step), \
+             progress = COALESCE($5, progress) WHERE id = $6 AND status = $7",
         )
-        .bind(status::FAILED)
-        .bind(reason)
+        .bind(job_to)
+        .bind(failure)
         .bind(now)
+        .bind(step)
+        .bind(progress)
         .bind(job_id)
         .bind(status::RUNNING)
         .execute(&mut *tx)
@@ -324,16 +341,13 @@ impl Db {
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query(
-            "UPDATE documents SET status = $1, error = $2, updated_at = $3, chunk_count = NULL \
-             WHERE id = $4",
-        )
-        .bind(super::documents::status::FAILED)
-        .bind(reason)
-        .bind(now)
-        .bind(document_id)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(super::documents::SET_STATUS)
+            .bind(document_to)
+            .bind(failure)
+            .bind(now)
+            .bind(document_id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(true)
     }

@@ -78,6 +78,13 @@ fn parse_workers(server_pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Ingests a short text and requires it to succeed: the bounds leave ordinary documents alone.
+fn a_small_text_ingests(server: &Server, key: &str) {
+    let text = b"The harbour dues were paid in full on Monday.".to_vec();
+    let (_, job) = server.ingest(key, "small.txt", text, "text/plain");
+    assert_eq!(job["status"], "succeeded", "{job}");
+}
+
 /// Uploads one file and returns its job id.
 fn upload(server: &Server, key: &str, name: &str, bytes: Vec<u8>, mime: &str) -> String {
     let res = server.upload(key, &[(name, bytes, mime)], None);
@@ -132,26 +139,14 @@ fn hostile_uploads_fail_naming_their_limits_while_the_server_stays_under_1_5_gb(
         "the server's peak resident memory is {} MiB",
         peak >> 20
     );
-    let (_, job) = server.ingest(
-        &key,
-        "after.txt",
-        b"The harbour dues were paid in full on Monday.".to_vec(),
-        "text/plain",
-    );
-    assert_eq!(job["status"], "succeeded", "{job}");
+    a_small_text_ingests(&server, &key);
 }
 
 #[test]
 fn a_parse_that_needs_more_memory_than_the_ceiling_fails_with_the_memory_limit() {
     let server = Server::start(Options::new(Database::Sqlite).arg("--ingest-memory-mib", 64));
     let (_, key) = server.tenant("memory");
-    let (_, small) = server.ingest(
-        &key,
-        "small.txt",
-        b"A small document still fits the ceiling.".to_vec(),
-        "text/plain",
-    );
-    assert_eq!(small["status"], "succeeded", "{small}");
+    a_small_text_ingests(&server, &key);
     let error = fails_with_limit(&server, &key, "slow.html", slow_html(3000), "memory");
     assert!(error.contains("64 MiB"), "{error}");
     assert!(parse_workers(server.pid()).is_empty());
