@@ -163,7 +163,7 @@ fn a_job_whose_steps_outlast_the_lease_is_not_taken_for_a_crashed_one() {
 }
 
 #[test]
-fn a_document_cancelled_while_its_chunks_are_embedded_is_cancelled_with_no_chunks_even_across_a_crash() {
+fn a_document_cancelled_while_embedding_stays_cancelled_with_no_chunks_across_a_crash() {
     let mut server = Server::start(Options::new(Database::Sqlite));
     let (_, key) = server.tenant("embed-cancel");
     let text =
