@@ -83,3 +83,40 @@ fn yarn_extrapolates_high_frequencies_interpolates_low_ones_and_ramps_between() 
     }
     assert!((f.mscale as f64 - (0.1 * factor.ln() + 1.0)).abs() < 1e-6);
 }
+
+#[test]
+fn llama3_scaling_keeps_short_wavelengths_divides_long_ones_and_blends_between() {
+    // Llama 3.1 8B: head_dim 128, base 500,000, factor 8, low 1, high 4, trained on 8,192 tokens.
+    let (d, base, factor, orig) = (128usize, 500_000.0f64, 8.0, 8192.0);
+    let s = RopeScaling::Llama3 {
+        factor,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192,
+    };
+    let got = s.inv_freq(d, base, 131_072, 100);
+    assert_eq!(got.mscale, 1.0);
+    let (mut kept, mut divided, mut blended) = (0, 0, 0);
+    for (i, &g) in got.inv_freq.iter().enumerate() {
+        let p = base.powf(-(2.0 * i as f64) / d as f64);
+        let wavelength = 2.0 * std::f64::consts::PI / p;
+        // HF's form: a smooth factor clamped to [0, 1] mixes p/factor and p.
+        let smooth = ((orig / wavelength - 1.0) / (4.0 - 1.0)).clamp(0.0, 1.0);
+        let want = (1.0 - smooth) * p / factor + smooth * p;
+        assert!(
+            ((g as f64) - want).abs() <= 1e-6 * want,
+            "dim {i}: {g} vs {want}"
+        );
+        match smooth {
+            1.0 => kept += 1,
+            0.0 => divided += 1,
+            _ => blended += 1,
+        }
+    }
+    // Wavelengths under 2,048 tokens are kept, over 8,192 divided: both kinds and a blend occur.
+    assert!(
+        kept > 0 && divided > 0 && blended > 0,
+        "{kept} {divided} {blended}"
+    );
+    assert_eq!(got.inv_freq[0], 1.0);
+}

@@ -59,6 +59,9 @@ struct RawLlamaConfig {
     rope_scaling: Option<RawRopeScaling>,
     max_position_embeddings: usize,
     sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+    max_window_layers: Option<usize>,
+    layer_types: Option<Vec<String>>,
     #[serde(default)]
     tie_word_embeddings: bool,
     vocab_size: usize,
@@ -100,8 +103,12 @@ pub struct LlamaConfig {
     pub rope_scaling: RopeScaling,
     /// Context window in tokens.
     pub max_position_embeddings: usize,
-    /// Sliding-window attention span, if the model uses one (parsed, not yet applied).
+    /// Sliding-window attention (Mistral, Qwen2 with `use_sliding_window`): a query at position `p`
+    /// sees keys `p + 1 - window..=p` on the layers [`LlamaConfig::sliding_layers`] marks; None when no
+    /// layer uses one.
     pub sliding_window: Option<usize>,
+    /// `[num_hidden_layers]` whether each layer attends through [`LlamaConfig::sliding_window`].
+    pub sliding_layers: Vec<bool>,
     /// Whether the LM head is the embedding matrix.
     pub tie_word_embeddings: bool,
     /// Vocabulary size.
@@ -135,6 +142,13 @@ impl LlamaConfig {
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(format!("head_dim {head_dim} must be even and positive"));
         }
+        let sliding_layers = sliding_layers(&raw, &architecture)?;
+        let sliding_window = raw
+            .sliding_window
+            .filter(|_| sliding_layers.contains(&true));
+        if sliding_window == Some(0) {
+            return Err("sliding_window must be positive".into());
+        }
         Ok(LlamaConfig {
             rope_scaling: RopeScaling::from_raw(raw.rope_scaling, raw.max_position_embeddings)?,
             qkv_bias: raw.attention_bias || architecture == "Qwen2ForCausalLM",
@@ -148,7 +162,8 @@ impl LlamaConfig {
             rms_norm_eps: raw.rms_norm_eps as f32,
             rope_theta: raw.rope_theta,
             max_position_embeddings: raw.max_position_embeddings,
-            sliding_window: raw.sliding_window,
+            sliding_window,
+            sliding_layers,
             tie_word_embeddings: raw.tie_word_embeddings,
             vocab_size: raw.vocab_size,
             bos_token_id: raw.bos_token_id,
@@ -172,6 +187,38 @@ impl LlamaConfig {
             seq_len,
         )
     }
+}
+
+/// Which layers attend through the sliding window, as HF decides it: `layer_types` when the config lists
+/// them; else every layer of a Mistral config with a `sliding_window`; a Qwen2 config's layers from
+/// `max_window_layers` on when `use_sliding_window` is true; no layer of a Llama config.
+fn sliding_layers(
+    raw: &RawLlamaConfig,
+    architecture: &str,
+) -> std::result::Result<Vec<bool>, String> {
+    let n = raw.num_hidden_layers;
+    if let Some(types) = &raw.layer_types {
+        if types.len() != n {
+            return Err(format!("layer_types lists {} layers of {n}", types.len()));
+        }
+        return types
+            .iter()
+            .map(|t| match t.as_str() {
+                "sliding_attention" => Ok(raw.sliding_window.is_some()),
+                "full_attention" => Ok(false),
+                other => Err(format!("unsupported layer type {other:?}")),
+            })
+            .collect();
+    }
+    let on = raw.sliding_window.is_some();
+    Ok(match architecture {
+        "MistralForCausalLM" => vec![on; n],
+        "Qwen2ForCausalLM" if on && raw.use_sliding_window == Some(true) => {
+            let first = raw.max_window_layers.unwrap_or(n);
+            (0..n).map(|i| i >= first).collect()
+        }
+        _ => vec![false; n],
+    })
 }
 
 /// The BERT encoder configuration.
@@ -290,6 +337,89 @@ mod tests {
         );
         assert_eq!(a, Ok(RopeScaling::Linear { factor: 2.0 }));
         assert_eq!(a, b);
+    }
+
+    fn parse(extra: &str, architecture: &str) -> std::result::Result<LlamaConfig, String> {
+        LlamaConfig::from_json(&format!(
+            r#"{{"architectures":["{architecture}"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,
+            "max_position_embeddings":128,"vocab_size":10{extra}}}"#
+        ))
+    }
+
+    #[test]
+    fn llama3_rope_scaling_loads_as_llama_3_1_publishes_it() {
+        let cfg = parse(
+            r#","rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+            "high_freq_factor":4.0,"original_max_position_embeddings":8192}"#,
+            "LlamaForCausalLM",
+        );
+        assert_eq!(
+            cfg.map(|c| c.rope_scaling),
+            Ok(RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192
+            })
+        );
+        let missing = parse(
+            r#","rope_scaling":{"rope_type":"llama3","factor":8.0}"#,
+            "LlamaForCausalLM",
+        );
+        assert!(
+            missing
+                .unwrap_err()
+                .contains("original_max_position_embeddings")
+        );
+    }
+
+    #[test]
+    fn a_mistral_sliding_window_covers_every_layer() {
+        let cfg = parse(r#","sliding_window":16"#, "MistralForCausalLM").unwrap();
+        assert_eq!(cfg.sliding_window, Some(16));
+        assert_eq!(cfg.sliding_layers, vec![true; 4]);
+        let none = parse(r#","sliding_window":null"#, "MistralForCausalLM").unwrap();
+        assert_eq!(none.sliding_window, None);
+    }
+
+    #[test]
+    fn qwen2_slides_only_when_use_sliding_window_is_set_and_from_max_window_layers_on() {
+        let off = parse(
+            r#","sliding_window":131072,"use_sliding_window":false,"max_window_layers":28"#,
+            "Qwen2ForCausalLM",
+        )
+        .unwrap();
+        assert_eq!(
+            (off.sliding_window, off.sliding_layers),
+            (None, vec![false; 4])
+        );
+        let on = parse(
+            r#","sliding_window":32,"use_sliding_window":true,"max_window_layers":2"#,
+            "Qwen2ForCausalLM",
+        )
+        .unwrap();
+        assert_eq!(on.sliding_window, Some(32));
+        assert_eq!(on.sliding_layers, vec![false, false, true, true]);
+    }
+
+    #[test]
+    fn layer_types_choose_the_sliding_layers_one_by_one() {
+        let cfg = parse(
+            r#","sliding_window":8,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"]"#,
+            "MistralForCausalLM",
+        )
+        .unwrap();
+        assert_eq!(cfg.sliding_layers, vec![true, false, true, false]);
+        let wrong = parse(
+            r#","sliding_window":8,"layer_types":["full_attention"]"#,
+            "MistralForCausalLM",
+        );
+        assert!(
+            wrong
+                .unwrap_err()
+                .contains("layer_types lists 1 layers of 4")
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! RoPE scaling: the `rope_scaling` object of HF `config.json` (none / linear / NTK-aware dynamic /
-//! YaRN, spelled with `type` or `rope_type`) and the inverse frequencies each variant gives.
+//! YaRN / Llama 3's frequency-dependent scaling, spelled with `type` or `rope_type`) and the inverse
+//! frequencies each variant gives.
 
 use serde::Deserialize;
 
@@ -14,6 +15,8 @@ pub(crate) struct RawRopeScaling {
     beta_fast: Option<f64>,
     beta_slow: Option<f64>,
     attention_factor: Option<f64>,
+    low_freq_factor: Option<f64>,
+    high_freq_factor: Option<f64>,
 }
 
 /// How rotary position embeddings are scaled beyond the trained context.
@@ -44,6 +47,18 @@ pub enum RopeScaling {
         beta_slow: f64,
         /// Multiplier on cos/sin (default `0.1 ln(factor) + 1`).
         attention_factor: f64,
+    },
+    /// Llama 3.1's scaling: long wavelengths interpolated by `factor`, short ones kept, and a smooth
+    /// blend between (every Llama 3.1 / 3.2 / 3.3 checkpoint).
+    Llama3 {
+        /// Scale factor for the long wavelengths.
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are interpolated.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context the model was pre-trained with.
+        original_max_position_embeddings: usize,
     },
 }
 
@@ -102,6 +117,24 @@ impl RopeScaling {
                     attention_factor: raw.attention_factor.unwrap_or_else(|| yarn_mscale(factor)),
                 })
             }
+            "llama3" => {
+                let factor = factor()?;
+                let low = raw.low_freq_factor.unwrap_or(1.0);
+                let high = raw.high_freq_factor.unwrap_or(4.0);
+                if high <= low {
+                    return Err(format!(
+                        "rope_scaling llama3 needs high_freq_factor ({high}) above low_freq_factor ({low})"
+                    ));
+                }
+                Ok(RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor: low,
+                    high_freq_factor: high,
+                    original_max_position_embeddings: raw
+                        .original_max_position_embeddings
+                        .ok_or("rope_scaling llama3 needs original_max_position_embeddings")?,
+                })
+            }
             other => Err(format!("unsupported rope_scaling type {other:?}")),
         }
     }
@@ -148,6 +181,17 @@ impl RopeScaling {
                     attention_factor,
                 )
             }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                let orig = original_max_position_embeddings as f64;
+                let blend =
+                    |f: &f64| llama3_inv_freq(*f, factor, low_freq_factor, high_freq_factor, orig);
+                (plain(base).iter().map(blend).collect(), 1.0)
+            }
         };
         RopeFreqs {
             inv_freq: freqs.iter().map(|&f| f as f32).collect(),
@@ -162,6 +206,20 @@ pub fn yarn_mscale(factor: f64) -> f64 {
         1.0
     } else {
         0.1 * factor.ln() + 1.0
+    }
+}
+
+/// One inverse frequency under Llama 3's scaling: a wavelength longer than `orig / low` is divided by
+/// `factor`, one shorter than `orig / high` kept, and one between blended linearly in `orig / wavelength`.
+fn llama3_inv_freq(inv_freq: f64, factor: f64, low: f64, high: f64, orig: f64) -> f64 {
+    let wavelength = 2.0 * std::f64::consts::PI / inv_freq;
+    if wavelength < orig / high {
+        inv_freq
+    } else if wavelength > orig / low {
+        inv_freq / factor
+    } else {
+        let smooth = (orig / wavelength - low) / (high - low);
+        (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
     }
 }
 

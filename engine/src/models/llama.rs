@@ -6,6 +6,11 @@
 //! paged KV, SwiGLU MLP, tied or untied LM head. One forward pass takes a [`Batch`] of sequences of
 //! different lengths, prefill and decode tokens mixed, and returns logits for the rows its
 //! [`LogitsMode`] asks for.
+//!
+//! Sliding-window attention (Mistral, Qwen2 with `use_sliding_window`): on the layers the config marks,
+//! a query at position `p` sees keys `p + 1 - window..=p`. A sequence longer than the window reads those
+//! layers through the same window description as a sink window without sinks; its KV blocks stay
+//! whole, so the other layers and a later question's cached prefix still have them.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,6 +19,7 @@ use crate::adapter::Adapter;
 use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, WindowedAttn};
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
+use crate::models::batch::WindowMeta;
 use crate::models::graphs::GraphKey;
 use crate::models::workspace::{LlamaWorkspace, write_changed};
 use crate::models::{Batch, KvPool, adapted_matrix, matrix, opt_vector, too_big, vector};
@@ -124,19 +130,27 @@ impl<B: Backend> Llama<B> {
             cfg.vocab_size,
         )?;
         check_capacity(batch, ws.size)?;
+        let sliding = self.sliding_windows(batch);
         let dynamic_rope = matches!(cfg.rope_scaling, RopeScaling::Dynamic { .. });
-        let replayable =
-            !dynamic_rope && self.backend.records_graphs() && ws.graphs.failed.is_none();
+        let replayable = !dynamic_rope
+            && sliding.is_none()
+            && self.backend.records_graphs()
+            && ws.graphs.failed.is_none();
         if let Some(key) = GraphKey::of(batch, ws.size.max_blocks_per_seq).filter(|_| replayable) {
             return self.forward_recorded(batch, key, kv, ws);
         }
         let rows = self.upload_batch(batch, &batch.block_table, ws)?;
+        if let Some(windows) = &sliding {
+            self.backend
+                .write_ids(&mut ws.sliding_windows, windows.as_flattened())?;
+        }
         let dims = StepDims {
             tokens: batch.num_tokens(),
             seqs: batch.num_seqs(),
             blocks_per_seq: batch.max_blocks_per_seq,
             max_seq_len: batch.max_seq_len(),
             windowed: batch.has_windows(),
+            sliding: sliding.is_some(),
             logit_rows: rows,
         };
         let freqs = match dynamic_rope {
@@ -173,11 +187,33 @@ impl<B: Backend> Llama<B> {
             blocks_per_seq: key.blocks,
             max_seq_len: key.blocks * kv.shape.block_size,
             windowed: false,
+            sliding: false,
             logit_rows: rows,
         };
         self.compute(&dims, &self.freqs, kv, ws)?;
         self.record(key, &dims, kv, ws);
         Ok(rows)
+    }
+
+    /// The window descriptions the sliding-window layers read in this batch, or None when they attend
+    /// like the others (no sliding window, or no sequence longer than it). A sequence streaming through
+    /// a sink window keeps its own description.
+    fn sliding_windows(&self, batch: &Batch) -> Option<Vec<WindowMeta>> {
+        let window = self.config.sliding_window?;
+        let dense = |s: usize| batch.windows[s] == [0; 3];
+        let longer = |s: usize| batch.seq_lens[s] as usize > window;
+        if !(0..batch.num_seqs()).any(|s| dense(s) && longer(s)) {
+            return None;
+        }
+        let slide = [0, window as u32, 0];
+        Some(
+            (0..batch.num_seqs())
+                .map(|s| match dense(s) && longer(s) {
+                    true => slide,
+                    false => batch.windows[s],
+                })
+                .collect(),
+        )
     }
 
     /// Records the step just run, so the next step with the same key replays it. Recording launches
@@ -304,8 +340,13 @@ impl<B: Backend> Llama<B> {
             num_seqs: dims.seqs,
             num_tokens: n,
             max_seq_len: dims.max_seq_len,
-            windows: dims.windowed.then_some(WindowedAttn {
-                windows: &ws.windows,
+            windows: match (dims.sliding && cfg.sliding_layers[i], dims.windowed) {
+                (true, _) => Some(&ws.sliding_windows),
+                (false, true) => Some(&ws.windows),
+                (false, false) => None,
+            }
+            .map(|windows| WindowedAttn {
+                windows,
                 q_sinks: &ws.q_sinks,
             }),
         };
@@ -360,6 +401,8 @@ struct StepDims {
     blocks_per_seq: usize,
     max_seq_len: usize,
     windowed: bool,
+    /// Whether the sliding-window layers read `ws.sliding_windows`.
+    sliding: bool,
     logit_rows: usize,
 }
 

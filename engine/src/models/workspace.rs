@@ -30,6 +30,8 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) block_table: B::Ids,
     pub(crate) slots: B::Ids,
     pub(crate) windows: B::Ids,
+    /// The windows the sliding-window layers read (see [`crate::models::llama`]).
+    pub(crate) sliding_windows: B::Ids,
     pub(crate) sink_positions: B::Ids,
     pub(crate) logit_rows: B::Ids,
     /// Host copy of the logit row indices (reused, so a pass allocates nothing).
@@ -96,6 +98,7 @@ impl<B: Backend> LlamaWorkspace<B> {
             block_table: b.alloc_ids(size.max_num_seqs * size.max_blocks_per_seq)?,
             slots: b.alloc_ids(t)?,
             windows: b.alloc_ids(size.max_num_seqs * 3)?,
+            sliding_windows: b.alloc_ids(size.max_num_seqs * 3)?,
             sink_positions: b.alloc_ids(t)?,
             logit_rows: b.alloc_ids(logits_rows)?,
             host_rows: Vec::with_capacity(logits_rows),

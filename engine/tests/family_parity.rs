@@ -1,0 +1,140 @@
+//! The model families docqa loads, against Hugging Face transformers: tiny random checkpoints of each
+//! family's exact architecture in `tests/golden/families/` (made by `tests/reference/families_golden.py`,
+//! which ran them in float32 with eager attention), on the CPU backend.
+//!
+//! - `llama3`: Llama 3.1's `llama3` RoPE scaling, untied LM head;
+//! - `qwen2-yarn`: Qwen2's q/k/v biases and YaRN scaling, weights in two shards with an index;
+//! - `mistral-sliding`: Mistral's sliding window on every layer (8 tokens of 40);
+//! - `qwen2-sliding`: Qwen2's `use_sliding_window` from `max_window_layers` on (the second layer only).
+//!
+//! Tolerance. The weights are bf16 on both sides; docqa's CPU matmuls may round activations to bf16,
+//! which the reference measured on the same models and tokens (`meta.json`, `bf16_linear_inputs_shift`):
+//! at most 0.19 over logits spanning about -3.7 to 4.5. We allow max |Δlogit| ≤ 0.3. Switching each
+//! family's feature off moves the reference logits by 3.3 to 4.5, so the same comparison against the
+//! ablated logits must miss by more than ten times the tolerance: the feature is what is being checked.
+
+use std::path::PathBuf;
+
+use docqa_engine::backend::KvDtype;
+use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::models::LogitsMode;
+use docqa_engine::models::generate::SingleSequence;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::weights::Weights;
+use serde_json::Value;
+
+/// Largest |Δlogit| allowed against transformers (see the header).
+const TOLERANCE: f32 = 0.3;
+
+fn golden() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/families")
+}
+
+fn tokens() -> Vec<u32> {
+    let text = std::fs::read_to_string(golden().join("meta.json")).expect("meta.json");
+    let meta: Value = serde_json::from_str(&text).expect("meta json");
+    let ids = meta["tokens"].as_array().expect("tokens").clone();
+    ids.iter().map(|v| v.as_u64().expect("id") as u32).collect()
+}
+
+fn reference(name: &str) -> Vec<f32> {
+    let w = Weights::open_files(&[golden().join("logits.safetensors")]).expect("golden logits");
+    w.get(name).expect("logits tensor").to_f32()
+}
+
+fn load(family: &str) -> Llama<CpuBackend> {
+    Llama::load(CpuBackend::new(), &golden().join(family)).expect("load the family's checkpoint")
+}
+
+/// Logits of every position, the tokens fed in pieces of `pieces` (prefill, then one token at a time).
+fn logits(family: &str, pieces: &[usize]) -> Vec<f32> {
+    let model = load(family);
+    let tokens = tokens();
+    let mut seq = SingleSequence::new(&model, 64, 64, KvDtype::F32).expect("sequence");
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &n in pieces {
+        let fed = seq
+            .feed(&tokens[at..at + n], LogitsMode::All)
+            .expect("forward");
+        out.extend_from_slice(fed);
+        at += n;
+    }
+    assert_eq!(at, tokens.len(), "the pieces cover the tokens");
+    out
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn matches_transformers(family: &str, pieces: &[usize]) {
+    let got = logits(family, pieces);
+    let want = reference(family);
+    let diff = max_abs_diff(&got, &want);
+    assert!(diff <= TOLERANCE, "{family}: logits differ by {diff}");
+    let ablated = max_abs_diff(&got, &reference(&format!("{family}.ablated")));
+    assert!(
+        ablated > 10.0 * TOLERANCE,
+        "{family}: the logits without the family's feature are only {ablated} away"
+    );
+}
+
+fn whole() -> Vec<usize> {
+    vec![tokens().len()]
+}
+
+/// A 20-token prefill, then one token per step: the decode path past the sliding window.
+fn prefill_then_decode() -> Vec<usize> {
+    let mut pieces = vec![20];
+    pieces.resize(tokens().len() - 19, 1);
+    pieces
+}
+
+#[test]
+fn llama3_rope_scaling_gives_the_logits_of_transformers() {
+    matches_transformers("llama3", &whole());
+}
+
+#[test]
+fn qwen2_with_biases_yarn_and_sharded_weights_gives_the_logits_of_transformers() {
+    assert!(
+        golden()
+            .join("qwen2-yarn/model.safetensors.index.json")
+            .exists()
+    );
+    matches_transformers("qwen2-yarn", &whole());
+}
+
+#[test]
+fn mistral_sliding_window_gives_the_logits_of_transformers_in_prefill_and_decode() {
+    matches_transformers("mistral-sliding", &whole());
+    matches_transformers("mistral-sliding", &prefill_then_decode());
+}
+
+#[test]
+fn qwen2_sliding_window_on_its_upper_layers_gives_the_logits_of_transformers() {
+    matches_transformers("qwen2-sliding", &whole());
+    matches_transformers("qwen2-sliding", &prefill_then_decode());
+}
+
+#[test]
+fn the_configs_read_as_transformers_read_them() {
+    let llama3 = load("llama3").config;
+    assert!(!llama3.tie_word_embeddings && llama3.sliding_window.is_none());
+    let mistral = load("mistral-sliding").config;
+    assert_eq!(
+        (mistral.sliding_window, mistral.sliding_layers),
+        (Some(8), vec![true, true])
+    );
+    let qwen = load("qwen2-sliding").config;
+    assert_eq!(
+        (qwen.sliding_window, qwen.sliding_layers, qwen.qkv_bias),
+        (Some(6), vec![false, true], true)
+    );
+    assert_eq!(load("qwen2-yarn").config.sliding_window, None);
+}
