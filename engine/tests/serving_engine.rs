@@ -15,6 +15,7 @@ use docqa_engine::models::llama::Llama;
 use docqa_engine::sampling::{SamplingParams, repetition};
 use docqa_engine::serving::{
     EngineConfig, EngineCore, EngineHandle, FinishReason, GenerateRequest, GenerationEvent,
+    KvBudget,
 };
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
@@ -285,7 +286,7 @@ fn dropping_a_stream_cancels_its_request_and_frees_its_blocks() {
 fn a_request_larger_than_the_whole_kv_cache_is_refused_at_once() {
     // 40 blocks of 16 tokens: 2 (K, V) × 30 layers × 16 tokens × 3 heads × 64 dims × 4 bytes each.
     let cfg = EngineConfig {
-        kv_cache_bytes: 40 * 737_280,
+        kv_cache: KvBudget::Bytes(40 * 737_280),
         ..EngineConfig::default()
     };
     let mut core = engine(&cfg);

@@ -96,9 +96,14 @@ pub struct ServeConfig {
     /// Scale factor of `--long-context yarn`.
     #[arg(long, env = "DOCQA_ROPE_FACTOR", default_value_t = 4.0)]
     pub rope_factor: f64,
-    /// Memory for the generator's KV cache, in MiB.
-    #[arg(long, env = "DOCQA_KV_CACHE_MIB", default_value_t = 512)]
-    pub kv_cache_mib: usize,
+    /// Memory for the generator's KV cache, in MiB [default: 512 on the CPU; on CUDA, what
+    /// `--gpu-memory-share` leaves].
+    #[arg(long, env = "DOCQA_KV_CACHE_MIB")]
+    pub kv_cache_mib: Option<usize>,
+    /// On CUDA without `--kv-cache-mib`: the share of the GPU's memory that the model, its workspace
+    /// and the KV cache may fill together; the KV cache takes what the model leaves of it.
+    #[arg(long, env = "DOCQA_GPU_MEMORY_SHARE", default_value_t = 0.85, value_parser = share)]
+    pub gpu_memory_share: f64,
     /// Abstention threshold: an answer whose first token the model gave a probability below it counts
     /// as unsupported: it becomes "Not found in the document." and, under Self-Route, the whole
     /// document is read instead. 0 (the default) never abstains: with SmolLM2-135M no threshold
@@ -124,6 +129,13 @@ fn probability(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
         _ => Err(format!("{text:?} is not a number from 0 to 1")),
+    }
+}
+
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!("{text:?} is not a share above 0 and at most 1")),
     }
 }
 

@@ -11,6 +11,7 @@ use docqa_engine::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 use docqa_engine::backend::cuda::CudaBackend;
 use docqa_engine::models::bert::BertEmbedder;
+use docqa_engine::serving::KvBudget;
 
 /// The device the generator runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -94,6 +95,18 @@ impl Device {
                 max_answer_tokens: 512,
                 prefill_chunk: 512,
             },
+        }
+    }
+
+    /// The KV cache's memory: `mib` when given; else 512 MiB on the CPU (its memory is shared with the
+    /// indexes and the parse workers), and on CUDA whatever keeps the GPU at or below `gpu_share` of
+    /// its memory once the model and the workspace are loaded (0.85 by default: 118 GiB of an H200's
+    /// 139, about 98 GiB of KV beside an 8B model's 16 GB of weights).
+    pub fn kv_budget(self, mib: Option<usize>, gpu_share: f64) -> KvBudget {
+        match (mib, self) {
+            (Some(mib), _) => KvBudget::Bytes(mib << 20),
+            (None, Device::Cpu) => KvBudget::Bytes(512 << 20),
+            (None, Device::Cuda) => KvBudget::DeviceShare(gpu_share),
         }
     }
 

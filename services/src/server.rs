@@ -71,6 +71,7 @@ pub async fn run_with(
     } = start_engine(&config, &models.generator, adapter.as_ref(), backend)?;
     drop(adapter);
     let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
+    eprintln!("docqa: the KV cache holds {kv_capacity_tokens} tokens");
     let bert = config.device.load_embedder(&models.embedder)?;
     eprintln!(
         "docqa: models loaded in {:.1} s; adapter {}{}",
@@ -239,7 +240,9 @@ fn spawn_engine<B: Backend + 'static>(
         );
     }
     let engine_config = EngineConfig {
-        kv_cache_bytes: config.kv_cache_mib << 20,
+        kv_cache: config
+            .device
+            .kv_budget(config.kv_cache_mib, config.gpu_memory_share),
         kv_dtype: config.device.kv_dtype(config.kv_dtype),
         max_waiting: config.max_waiting,
         max_num_batched_tokens: config.device.defaults().prefill_chunk,

@@ -157,6 +157,12 @@ pub trait Backend: Send + Sync + Sized {
         0
     }
 
+    /// `(free, total)` bytes of the device's memory, where the backend owns a device of its own (CUDA);
+    /// None on the CPU, whose memory the process shares with everything else.
+    fn memory_info(&self) -> Result<Option<(usize, usize)>> {
+        Ok(None)
+    }
+
     /// A short name for logs.
     fn name(&self) -> &'static str;
     /// A zeroed f32 buffer of `len` elements.

@@ -2,12 +2,52 @@
 
 use crate::backend::KvDtype;
 use crate::config::LlamaConfig;
+use crate::error::{EngineError, Result};
+
+/// How much memory the KV cache takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KvBudget {
+    /// A fixed number of bytes over all layers.
+    Bytes(usize),
+    /// Whatever keeps the device's memory in use at or below this share of its total once the
+    /// weights, the workspace and the cache are allocated (vLLM's `gpu_memory_utilization`). Only for
+    /// a backend that reports its memory ([`crate::backend::Backend::memory_info`]).
+    DeviceShare(f64),
+}
+
+impl KvBudget {
+    /// The bytes this budget gives on a device with `memory` = `(free, total)` bytes.
+    pub fn bytes(self, memory: Option<(usize, usize)>) -> Result<usize> {
+        match (self, memory) {
+            (KvBudget::Bytes(bytes), _) => Ok(bytes),
+            (KvBudget::DeviceShare(share), _) if !(share > 0.0 && share <= 1.0) => Err(
+                EngineError::InvalidConfig(format!("a device share of {share} is not in (0, 1]")),
+            ),
+            (KvBudget::DeviceShare(share), Some((free, total))) => {
+                let used = total.saturating_sub(free);
+                let ceiling = (total as f64 * share) as usize;
+                match ceiling.checked_sub(used) {
+                    Some(room) if room > 0 => Ok(room),
+                    _ => Err(EngineError::InvalidConfig(format!(
+                        "the device already uses {} MiB of {} MiB, over the {:.0} % the KV cache may fill up to",
+                        used >> 20,
+                        total >> 20,
+                        share * 100.0
+                    ))),
+                }
+            }
+            (KvBudget::DeviceShare(_), None) => Err(EngineError::InvalidConfig(
+                "a KV budget by device share needs a backend that reports its memory (CUDA)".into(),
+            )),
+        }
+    }
+}
 
 /// How a serving engine is sized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineConfig {
-    /// Memory for the KV cache of all layers, in bytes; the block count follows from it.
-    pub kv_cache_bytes: usize,
+    /// Memory for the KV cache of all layers; the block count follows from it.
+    pub kv_cache: KvBudget,
     /// Tokens per KV block.
     pub block_size: usize,
     /// Element type of the KV cache.
@@ -25,7 +65,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            kv_cache_bytes: 512 << 20,
+            kv_cache: KvBudget::Bytes(512 << 20),
             block_size: 16,
             kv_dtype: KvDtype::F32,
             enable_prefix_caching: true,
@@ -45,8 +85,48 @@ impl EngineConfig {
             * self.kv_dtype.bytes_per_head(model.head_dim)
     }
 
-    /// Blocks that fit in the KV budget.
-    pub fn num_kv_blocks(&self, model: &LlamaConfig) -> usize {
-        self.kv_cache_bytes / self.kv_block_bytes(model).max(1)
+    /// Blocks that fit in `bytes`.
+    pub fn num_kv_blocks(&self, model: &LlamaConfig, bytes: usize) -> usize {
+        bytes / self.kv_block_bytes(model).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: usize = 1 << 30;
+
+    #[test]
+    fn a_fixed_budget_ignores_the_device() {
+        assert_eq!(KvBudget::Bytes(512 << 20).bytes(None).unwrap(), 512 << 20);
+        assert_eq!(KvBudget::Bytes(7).bytes(Some((GIB, 2 * GIB))).unwrap(), 7);
+    }
+
+    #[test]
+    fn a_device_share_fills_up_to_the_high_water_mark() {
+        // 139 GiB device, 20 GiB in use (weights, workspace): 85 % is 118.15 GiB, so 98.15 GiB remain.
+        let total = 139 * GIB;
+        let got = KvBudget::DeviceShare(0.85).bytes(Some((total - 20 * GIB, total)));
+        assert_eq!(got.unwrap(), (total as f64 * 0.85) as usize - 20 * GIB);
+    }
+
+    #[test]
+    fn a_device_share_already_exceeded_or_out_of_range_or_without_a_device_is_refused() {
+        let full = KvBudget::DeviceShare(0.5).bytes(Some((GIB, 4 * GIB)));
+        assert!(
+            matches!(full, Err(EngineError::InvalidConfig(m)) if m.contains("already uses 3072 MiB of 4096 MiB"))
+        );
+        assert!(
+            KvBudget::DeviceShare(1.5)
+                .bytes(Some((GIB, 4 * GIB)))
+                .is_err()
+        );
+        assert!(
+            KvBudget::DeviceShare(0.0)
+                .bytes(Some((GIB, 4 * GIB)))
+                .is_err()
+        );
+        assert!(KvBudget::DeviceShare(0.9).bytes(None).is_err());
     }
 }

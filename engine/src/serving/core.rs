@@ -49,14 +49,24 @@ pub struct EngineCore<B: Backend> {
 }
 
 impl<B: Backend> EngineCore<B> {
-    /// An engine over `model`, with a KV cache sized from `cfg.kv_cache_bytes`.
+    /// An engine over `model`, with a KV cache sized by `cfg.kv_cache` (after the workspace, so a
+    /// budget by device share counts it).
     pub fn new(model: Llama<B>, tokenizer: TextTokenizer, cfg: &EngineConfig) -> Result<Self> {
         let mc = &model.config;
-        let num_blocks = cfg.num_kv_blocks(mc);
+        let ws = model.workspace(WorkspaceSize {
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            max_num_seqs: cfg.max_num_seqs,
+            // A window of up to the context, plus the chunk computed beside it and partial blocks.
+            max_blocks_per_seq: (model.max_context() + cfg.max_num_batched_tokens)
+                .div_ceil(cfg.block_size)
+                + 2,
+            max_logit_rows: cfg.max_num_seqs,
+        })?;
+        let kv_bytes = cfg.kv_cache.bytes(model.backend.memory_info()?)?;
+        let num_blocks = cfg.num_kv_blocks(mc, kv_bytes);
         if num_blocks == 0 {
             return Err(EngineError::InvalidConfig(format!(
-                "a KV budget of {} bytes holds no block of {} bytes",
-                cfg.kv_cache_bytes,
+                "a KV budget of {kv_bytes} bytes holds no block of {} bytes",
                 cfg.kv_block_bytes(mc)
             )));
         }
@@ -73,15 +83,6 @@ impl<B: Backend> EngineCore<B> {
             head_dim: mc.head_dim,
             dtype: cfg.kv_dtype,
         };
-        let ws = model.workspace(WorkspaceSize {
-            max_num_batched_tokens: cfg.max_num_batched_tokens,
-            max_num_seqs: cfg.max_num_seqs,
-            // A window of up to the context, plus the chunk computed beside it and partial blocks.
-            max_blocks_per_seq: (model.max_context() + cfg.max_num_batched_tokens)
-                .div_ceil(cfg.block_size)
-                + 2,
-            max_logit_rows: cfg.max_num_seqs,
-        })?;
         let scheduler = Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: cfg.max_num_batched_tokens,
             max_num_seqs: cfg.max_num_seqs,

@@ -8,7 +8,7 @@ pub mod handle;
 pub mod request;
 pub mod stats;
 
-pub use config::EngineConfig;
+pub use config::{EngineConfig, KvBudget};
 pub use core::EngineCore;
 pub use handle::{EngineHandle, TokenStream};
 pub use request::{FinishReason, GenerateRequest, GenerationEvent, Usage};

@@ -204,6 +204,11 @@ impl Backend for CudaBackend {
         self.epoch_now()
     }
 
+    fn memory_info(&self) -> Result<Option<(usize, usize)>> {
+        self.dev.stream.synchronize().map_err(cuda_err)?;
+        self.dev.ctx.mem_get_info().map(Some).map_err(cuda_err)
+    }
+
     fn alloc(&self, len: usize) -> Result<CudaSlice<f32>> {
         self.zeros(len)
     }
