@@ -70,6 +70,11 @@ pub enum EngineError {
     /// A model cannot be converted (unexpected architecture, missing tensor, bad shape...).
     #[error("model conversion failed: {0}")]
     Convert(String),
+
+    /// A random checkpoint cannot be written for the shape asked for.
+    #[error("cannot synthesize a model: {0}")]
+    Synth(String),
+
     /// The safetensors crate refused to serialise or parse tensors.
     #[error("safetensors error: {0}")]
     SafetensorsFormat(#[from] safetensors::SafeTensorError),

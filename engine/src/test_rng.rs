@@ -1,6 +1,6 @@
 //! A seeded random source for checks against a reference (the engine's tests and `gpu-check`): fresh
 //! per run, its seed printed so a failure can be replayed with `DOCQA_TEST_SEED`. xorshift64*, so a seed
-//! means the same inputs on every machine.
+//! means the same inputs on every machine; [`crate::synth`] draws its random checkpoints from it too.
 
 /// xorshift64*: enough randomness for test inputs.
 pub struct Rng(u64);
@@ -19,6 +19,15 @@ impl Rng {
             });
         eprintln!("{label}: DOCQA_TEST_SEED={seed}");
         Rng(seed | 1)
+    }
+
+    /// A generator for `seed` (scrambled by splitmix64, so neighbouring seeds give unrelated streams).
+    pub fn seeded(seed: u64) -> Self {
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        Rng(if z == 0 { 1 } else { z })
     }
 
     /// Next raw value.

@@ -1,5 +1,5 @@
-//! `docqa models …`: fetch the shipped models into the models directory (with a progress display), or
-//! convert a GGUF file of one's own.
+//! `docqa models …`: fetch the shipped models into the models directory (with a progress display),
+//! convert a GGUF file of one's own, or synthesize a random checkpoint at a real model's shape.
 
 use std::path::{Path, PathBuf};
 
@@ -7,6 +7,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use docqa_engine::convert::convert_gguf_to_hf;
 use docqa_engine::fetch::{FetchProgress, ModelPaths, default_models_dir, ensure_models};
+use docqa_engine::synth::{DEFAULT_SHARD_BYTES, SHAPES, shape_named, synthesize};
+use docqa_engine::test_rng::Rng;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// `docqa models`.
@@ -33,6 +35,23 @@ enum ModelsCommand {
         /// The directory to write (created if needed; existing files are overwritten).
         out_dir: PathBuf,
     },
+    /// Write a checkpoint of random bf16 weights at a real model's shape (config.json as the family
+    /// publishes it, sharded safetensors, a byte-level tokenizer.json): for timing and memory at full
+    /// size without downloading; it generates noise.
+    Synth {
+        /// The shape: llama-3.1-8b, llama-3.2-1b, qwen2.5-7b, mistral-7b or smollm2-135m.
+        #[arg(long)]
+        shape: String,
+        /// The directory to write (created if needed; existing weight files are replaced).
+        #[arg(long)]
+        out: PathBuf,
+        /// Seed of the weights; the same seed writes the same files.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Number of decoder layers instead of the shape's (a cut-down model of the real width).
+        #[arg(long)]
+        layers: Option<usize>,
+    },
 }
 
 /// Runs `docqa models …`.
@@ -45,7 +64,36 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<()> {
             println!("converted: {}", out_dir.display());
             Ok(())
         }
+        ModelsCommand::Synth {
+            shape,
+            out,
+            seed,
+            layers,
+        } => synth(&shape, &out, seed, layers),
     }
+}
+
+fn synth(name: &str, out: &Path, seed: u64, layers: Option<usize>) -> anyhow::Result<()> {
+    let Some(mut shape) = shape_named(name) else {
+        let names: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+        anyhow::bail!("unknown shape {name:?} (known: {})", names.join(", "));
+    };
+    if let Some(layers) = layers {
+        shape = shape.with_layers(layers);
+    }
+    eprintln!(
+        "writing {} with {} layers: {:.3}B bf16 parameters into {}",
+        shape.name,
+        shape.layers,
+        shape.parameters() as f64 / 1e9,
+        out.display()
+    );
+    let written = synthesize(out, &shape, &mut Rng::seeded(seed), DEFAULT_SHARD_BYTES)
+        .with_context(|| format!("synthesizing {name} into {}", out.display()))?;
+    for file in &written.files {
+        println!("wrote: {}", file.display());
+    }
+    Ok(())
 }
 
 fn fetch(models_dir: PathBuf) -> anyhow::Result<()> {

@@ -1,15 +1,18 @@
-//! Random checkpoints at real models' shapes, written as HF-style directories (config.json +
-//! model.safetensors) so both backends load them through the ordinary model code.
+//! Random checkpoints for gpu-check: Llamas at SmolLM2-135M's and Llama-3.2-1B's shapes written by the
+//! engine's [`docqa_engine::synth`], and a random LoRA adapter and MiniLM-shaped BERT written here
+//! through its safetensors writer.
 
 use std::path::Path;
 
+use docqa_engine::synth::named::{LLAMA_3_2_1B, SMOLLM2_135M};
+use docqa_engine::synth::{DEFAULT_SHARD_BYTES, Shape, TensorSpec, synthesize, write_safetensors};
 use docqa_engine::weights::WeightDtype;
 use docqa_engine::{EngineError, Result};
 
-use crate::inputs::{Rng, tensor_bytes};
+use crate::inputs::Rng;
 
 /// SmolLM2-135M's vocabulary size.
-pub const SMOLLM2_VOCAB: usize = 49152;
+pub const SMOLLM2_VOCAB: usize = SMOLLM2_135M.vocab;
 /// all-MiniLM-L6-v2's vocabulary size.
 pub const MINILM_VOCAB: usize = 30522;
 
@@ -17,36 +20,17 @@ pub const MINILM_VOCAB: usize = 30522;
 type Spec = (String, Vec<usize>, f32, f32);
 
 /// Draws every tensor of `specs` and writes them as one safetensors file of `dtype`.
-fn write_safetensors(
-    path: &Path,
-    specs: Vec<Spec>,
-    dtype: WeightDtype,
-    rng: &mut Rng,
-) -> Result<()> {
-    let tag = if dtype == WeightDtype::Bf16 {
-        "BF16"
-    } else {
-        "F32"
-    };
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for (name, shape, scale, offset) in specs {
-        let n: usize = shape.iter().product();
-        let values: Vec<f32> = rng.vec(n, scale).iter().map(|v| v + offset).collect();
-        let start = data.len();
-        data.extend(tensor_bytes(&values, dtype));
-        let info =
-            serde_json::json!({"dtype": tag, "shape": shape, "data_offsets": [start, data.len()]});
-        header.insert(name, info);
-    }
-    let mut text = serde_json::Value::Object(header).to_string();
-    while !text.len().is_multiple_of(8) {
-        text.push(' ');
-    }
-    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(text.as_bytes());
-    bytes.extend_from_slice(&data);
-    std::fs::write(path, bytes).map_err(|e| EngineError::io(path, e))
+fn write_specs(path: &Path, specs: Vec<Spec>, dtype: WeightDtype, rng: &mut Rng) -> Result<()> {
+    let specs: Vec<TensorSpec> = specs
+        .into_iter()
+        .map(|(name, shape, scale, offset)| TensorSpec {
+            name,
+            shape,
+            scale,
+            offset,
+        })
+        .collect();
+    write_safetensors(path, &specs, dtype, rng)
 }
 
 fn write_config(dir: &Path, config: serde_json::Value) -> Result<()> {
@@ -54,47 +38,14 @@ fn write_config(dir: &Path, config: serde_json::Value) -> Result<()> {
     std::fs::write(&path, config.to_string()).map_err(|e| EngineError::io(path, e))
 }
 
-/// The shapes of a Llama-family checkpoint.
-#[derive(Debug, Clone, Copy)]
-pub struct LlamaShape {
-    /// A name for reports and directories.
-    pub name: &'static str,
-    hidden: usize,
-    ffn: usize,
-    layers: usize,
-    heads: usize,
-    kv_heads: usize,
-    /// Vocabulary size.
-    pub vocab: usize,
-    rope_theta: f64,
-    max_positions: usize,
-}
-
 /// SmolLM2-135M: 30 layers, hidden 576, FFN 1536, 9 heads, 3 KV heads, tied embeddings.
-pub const SMOLLM2: LlamaShape = LlamaShape {
-    name: "SmolLM2-135M",
-    hidden: 576,
-    ffn: 1536,
-    layers: 30,
-    heads: 9,
-    kv_heads: 3,
-    vocab: SMOLLM2_VOCAB,
-    rope_theta: 100000.0,
-    max_positions: 8192,
-};
+pub const SMOLLM2: Shape = SMOLLM2_135M;
 
 /// Llama-3.2-1B: 16 layers, hidden 2048, FFN 8192, 32 heads, 8 KV heads, tied embeddings (its RoPE
 /// frequency scaling is left out: speed does not depend on it).
-pub const LLAMA32_1B: LlamaShape = LlamaShape {
-    name: "Llama-3.2-1B",
-    hidden: 2048,
-    ffn: 8192,
-    layers: 16,
-    heads: 32,
-    kv_heads: 8,
-    vocab: 128256,
-    rope_theta: 500000.0,
-    max_positions: 131072,
+pub const LLAMA32_1B: Shape = Shape {
+    rope_scaling: None,
+    ..LLAMA_3_2_1B
 };
 
 /// A random Llama with SmolLM2-135M's shapes, bf16.
@@ -102,70 +53,17 @@ pub fn write_smollm2(dir: &Path, rng: &mut Rng) -> Result<()> {
     write_llama(dir, SMOLLM2, rng)
 }
 
-/// A random Llama of `shape`, bf16, with tied embeddings.
-pub fn write_llama(dir: &Path, shape: LlamaShape, rng: &mut Rng) -> Result<()> {
-    let LlamaShape {
-        hidden,
-        ffn,
-        layers,
-        heads,
-        kv_heads,
-        vocab,
-        ..
-    } = shape;
-    write_config(
-        dir,
-        serde_json::json!({
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-            "intermediate_size": ffn, "num_hidden_layers": layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-5, "rope_theta": shape.rope_theta,
-            "max_position_embeddings": shape.max_positions, "tie_word_embeddings": true,
-            "vocab_size": vocab, "eos_token_id": 2, "bos_token_id": 1
-        }),
-    )?;
-    let s = 1.0 / (hidden as f32).sqrt();
-    let (q, kv) = (hidden, kv_heads * hidden / heads);
-    let mut specs: Vec<Spec> = vec![
-        (
-            "model.embed_tokens.weight".into(),
-            vec![vocab, hidden],
-            1.0,
-            0.0,
-        ),
-        ("model.norm.weight".into(), vec![hidden], 0.1, 1.0),
-    ];
-    for i in 0..layers {
-        let p = format!("model.layers.{i}");
-        let norm = |name: &str| (format!("{p}.{name}.weight"), vec![hidden], 0.1, 1.0);
-        let linear = |name: &str, out: usize, inp: usize, scale: f32| {
-            (format!("{p}.{name}.weight"), vec![out, inp], scale, 0.0)
-        };
-        specs.extend([
-            norm("input_layernorm"),
-            norm("post_attention_layernorm"),
-            linear("self_attn.q_proj", q, hidden, 2.0 * s),
-            linear("self_attn.k_proj", kv, hidden, 2.0 * s),
-            linear("self_attn.v_proj", kv, hidden, s),
-            linear("self_attn.o_proj", hidden, q, s),
-            linear("mlp.gate_proj", ffn, hidden, s),
-            linear("mlp.up_proj", ffn, hidden, s),
-            linear("mlp.down_proj", hidden, ffn, s),
-        ]);
-    }
-    write_safetensors(
-        &dir.join("model.safetensors"),
-        specs,
-        WeightDtype::Bf16,
-        rng,
-    )
+/// A random Llama of `shape`, bf16.
+pub fn write_llama(dir: &Path, shape: Shape, rng: &mut Rng) -> Result<()> {
+    synthesize(dir, &shape, rng, DEFAULT_SHARD_BYTES).map(|_| ())
 }
 
 /// A random PEFT LoRA adapter of rank `rank` (lora_alpha 2·rank) on the seven projections of every layer
 /// of a SmolLM2-135M-shaped model, bf16, with lora_B not zero (so merging it changes the model).
 pub fn write_smollm2_lora(dir: &Path, rank: usize, rng: &mut Rng) -> Result<()> {
-    let LlamaShape {
+    let Shape {
         hidden,
-        ffn,
+        intermediate: ffn,
         layers,
         heads,
         kv_heads,
@@ -210,7 +108,7 @@ pub fn write_smollm2_lora(dir: &Path, rank: usize, rng: &mut Rng) -> Result<()> 
             specs.push((format!("{key}.lora_B.weight"), vec![out, rank], 0.1, 0.0));
         }
     }
-    write_safetensors(
+    write_specs(
         &dir.join("adapter_model.safetensors"),
         specs,
         WeightDtype::Bf16,
@@ -286,5 +184,5 @@ pub fn write_minilm(dir: &Path, rng: &mut Rng) -> Result<()> {
         ));
         specs.extend(norm("output"));
     }
-    write_safetensors(&dir.join("model.safetensors"), specs, WeightDtype::F32, rng)
+    write_specs(&dir.join("model.safetensors"), specs, WeightDtype::F32, rng)
 }
