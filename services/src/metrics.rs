@@ -25,6 +25,8 @@ pub struct Metrics {
     prefix_hit_tokens: IntGauge,
     computed_tokens: IntGauge,
     graph_replays: IntGauge,
+    prefill_rate: Gauge,
+    decode_step_seconds: Gauge,
 }
 
 fn registered<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
@@ -120,6 +122,16 @@ impl Metrics {
             )
             .expect("valid"),
         );
+        let float_gauge =
+            |name: &str, help: &str| registered(&r, Gauge::new(name, help).expect("valid"));
+        let prefill_rate = float_gauge(
+            "docqa_engine_prefill_tokens_per_second",
+            "Prompt tokens read per second over the prefill steps since start (0 until measured)",
+        );
+        let decode_step_seconds = float_gauge(
+            "docqa_engine_decode_step_seconds",
+            "Mean seconds of a decode-only step since start (0 until measured)",
+        );
         Metrics {
             registry: r,
             http_requests,
@@ -135,6 +147,8 @@ impl Metrics {
             prefix_hit_tokens,
             computed_tokens,
             graph_replays,
+            prefill_rate,
+            decode_step_seconds,
         }
     }
 
@@ -169,6 +183,10 @@ impl Metrics {
         self.prefix_hit_tokens.set(engine.prefix_hit_tokens as i64);
         self.computed_tokens.set(engine.computed_tokens as i64);
         self.graph_replays.set(engine.graph_replays as i64);
+        self.prefill_rate
+            .set(engine.prefill_tokens_per_second().unwrap_or(0.0));
+        self.decode_step_seconds
+            .set(engine.seconds_per_decode_step().unwrap_or(0.0));
         for (status, n) in [
             ("queued", jobs.queued),
             ("running", jobs.running),

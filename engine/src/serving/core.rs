@@ -193,6 +193,7 @@ impl<B: Backend> EngineCore<B> {
         if plan.seqs.is_empty() {
             return Ok(Vec::new());
         }
+        let started = std::time::Instant::now();
         let batch = self.build_batch(&plan.seqs)?;
         let recording = self.ws.graphs.failed.is_none();
         let rows = self
@@ -208,6 +209,7 @@ impl<B: Backend> EngineCore<B> {
                 .backend
                 .read(&self.ws.logits, &mut self.logits[..rows * vocab])?;
         }
+        self.count_step(&plan.seqs, batch.num_tokens(), started.elapsed());
         self.scheduler.complete_step(&plan, &mut self.kv)?;
         self.stats.steps += 1;
         self.stats.computed_tokens += batch.num_tokens() as u64;
@@ -227,6 +229,19 @@ impl<B: Backend> EngineCore<B> {
             }
         }
         Ok(events)
+    }
+
+    /// Adds a step's time to the prefill or the decode measure: a step that read any prompt chunk
+    /// counts as prefill, one that only decoded as decode.
+    fn count_step(&mut self, seqs: &[ScheduledSeq], tokens: usize, took: std::time::Duration) {
+        let micros = took.as_micros() as u64;
+        if seqs.iter().any(|s| s.num_tokens > 1) {
+            self.stats.prefill_tokens += tokens as u64;
+            self.stats.prefill_micros += micros;
+        } else {
+            self.stats.decode_steps += 1;
+            self.stats.decode_micros += micros;
+        }
     }
 
     /// When no sampling row needs its logits on the host (no repetition penalty, no top

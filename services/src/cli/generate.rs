@@ -21,8 +21,30 @@ use crate::device::GeneratorBackend;
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// The question or instruction.
+    #[arg(
+        long,
+        required_unless_present = "prompt_file",
+        conflicts_with = "prompt_file"
+    )]
+    prompt: Option<String>,
+    /// Read the prompt from this file (for prompts longer than a command line holds).
+    #[arg(long, value_name = "PATH")]
+    prompt_file: Option<std::path::PathBuf>,
+    /// Memory for the KV cache, in MiB [default: as `docqa serve`: 512 on the CPU, on CUDA what
+    /// `--gpu-memory-share` leaves].
+    #[arg(long, env = "DOCQA_KV_CACHE_MIB")]
+    kv_cache_mib: Option<usize>,
+    /// On CUDA without `--kv-cache-mib`: the share of the GPU's memory the model, its workspace and
+    /// the KV cache may fill together.
+    #[arg(long, env = "DOCQA_GPU_MEMORY_SHARE", default_value_t = 0.85)]
+    gpu_memory_share: f64,
+    /// Prompt tokens computed per engine step [default: as `docqa serve`: 256 on the CPU, 512 on CUDA].
     #[arg(long)]
-    prompt: String,
+    prefill_chunk: Option<usize>,
+    /// Ask the same prompt this many times, one after the other: from the second time on its KV
+    /// comes from the prefix cache, as a second question on a document read before.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// A system message to put before the prompt.
     #[arg(long)]
     system: Option<String>,
@@ -76,12 +98,21 @@ fn generate_on<B: Backend>(
         .with_context(|| format!("loading {}", dir.display()))?;
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let prompt = prompt_ids(&tokenizer, args)?;
+    let device = args.generator.device;
     let engine_config = EngineConfig {
-        kv_dtype: args.generator.device.kv_dtype(None),
+        kv_dtype: device.kv_dtype(None),
+        kv_cache: device.kv_budget(args.kv_cache_mib, args.gpu_memory_share),
+        max_num_batched_tokens: args
+            .prefill_chunk
+            .unwrap_or(device.defaults().prefill_chunk),
         ..EngineConfig::default()
     };
     let mut core = EngineCore::new(model, tokenizer, &engine_config)?;
     let loaded = load.elapsed();
+    eprintln!(
+        "[KV cache: {} tokens]",
+        core.stats().total_blocks * engine_config.block_size
+    );
     let params = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -92,21 +123,29 @@ fn generate_on<B: Backend>(
         stop_strings: args.stop.clone(),
         ..SamplingParams::default()
     };
-    core.add_request(GenerateRequest::new(prompt, params))?;
-    let usage = stream_to_stdout(&mut core)?;
-    report(&usage, loaded);
+    for _ in 0..args.repeat.max(1) {
+        core.add_request(GenerateRequest::new(prompt.clone(), params.clone()))?;
+        let usage = stream_to_stdout(&mut core)?;
+        report(&usage, loaded);
+    }
     Ok(())
 }
 
 fn prompt_ids(tokenizer: &TextTokenizer, args: &GenerateArgs) -> anyhow::Result<Vec<u32>> {
+    let prompt = match (&args.prompt, &args.prompt_file) {
+        (_, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the prompt from {}", path.display()))?,
+        (Some(prompt), None) => prompt.clone(),
+        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
+    };
     if args.raw {
-        return Ok(tokenizer.encode(&args.prompt, false)?);
+        return Ok(tokenizer.encode(&prompt, false)?);
     }
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(ChatMessage::new("system", system.as_str()));
     }
-    messages.push(ChatMessage::new("user", args.prompt.as_str()));
+    messages.push(ChatMessage::new("user", prompt.as_str()));
     let text = tokenizer.apply_chat_template(&messages, true)?;
     Ok(tokenizer.encode(&text, false)?)
 }
@@ -143,8 +182,9 @@ fn report(usage: &Usage, loaded: std::time::Duration) {
         0.0
     };
     eprintln!(
-        "[{} prompt tokens, {} generated; load {:.2} s, first token {:.3} s, {:.1} tokens/s]",
+        "[{} prompt tokens ({} from the prefix cache), {} generated; load {:.2} s, first token {:.3} s, {:.1} tokens/s]",
         usage.prompt_tokens,
+        usage.cached_prompt_tokens,
         usage.completion_tokens,
         loaded.as_secs_f64(),
         usage.time_to_first_token.as_secs_f64(),

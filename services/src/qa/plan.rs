@@ -146,6 +146,7 @@ pub async fn plan(
         long_cost_tokens: long
             .as_ref()
             .map_or(0, |p| p.prompt.len().saturating_sub(cached_long_tokens)),
+        prefill_tokens_per_second: state.engine.stats().prefill_tokens_per_second(),
         abstention: Vec::new(),
     };
     let (decision, mut reasons) = router::decide(input.route, &signals);

@@ -41,6 +41,9 @@ pub struct Signals {
     pub rag_cost_tokens: usize,
     /// Prompt tokens the long path would compute (after the prefix cache).
     pub long_cost_tokens: usize,
+    /// Prompt tokens this engine reads per second on this device, as measured on the requests it has
+    /// served (None until it has read a thousand).
+    pub prefill_tokens_per_second: Option<f64>,
     /// The abstention check of each generation, in order (under Self-Route: the RAG attempt, then the
     /// long answer if it fell back), measured after generating.
     pub abstention: Vec<super::abstention::AbstentionCheck>,
@@ -159,14 +162,33 @@ fn auto(s: &Signals, reasons: &mut Vec<String>) -> Decision {
     Decision::SelfRoute
 }
 
+impl Signals {
+    /// Seconds to read `tokens` prompt tokens at the measured rate, when there is one.
+    pub fn reading_seconds(&self, tokens: usize) -> Option<f64> {
+        self.prefill_tokens_per_second
+            .filter(|rate| *rate > 0.0)
+            .map(|rate| tokens as f64 / rate)
+    }
+
+    /// `" (about 1.2 s)"` for `tokens` at the measured rate, or nothing.
+    fn time_in_words(&self, tokens: usize) -> String {
+        match self.reading_seconds(tokens) {
+            Some(secs) if secs < 0.1 => " (under 0.1 s)".into(),
+            Some(secs) => format!(" (about {secs:.1} s)"),
+            None => String::new(),
+        }
+    }
+}
+
 /// The two paths' costs, as the user reads them (a path that cannot be taken costs nothing and is left
-/// out).
+/// out), with the reading time at this engine's measured rate once it has one.
 fn cost_in_words(s: &Signals) -> String {
     let mut parts = Vec::new();
     if s.rag_cost_tokens > 0 {
         parts.push(format!(
-            "about {} tokens to read the passages",
-            thousands(s.rag_cost_tokens)
+            "about {} tokens to read the passages{}",
+            thousands(s.rag_cost_tokens),
+            s.time_in_words(s.rag_cost_tokens)
         ));
     }
     if s.long_cost_tokens > 0 || s.cached_long_tokens > 0 {
@@ -179,8 +201,9 @@ fn cost_in_words(s: &Signals) -> String {
             String::new()
         };
         parts.push(format!(
-            "{} to read the whole document{cached}",
-            thousands(s.long_cost_tokens)
+            "{} to read the whole document{}{cached}",
+            thousands(s.long_cost_tokens),
+            s.time_in_words(s.long_cost_tokens)
         ));
     }
     if parts.is_empty() {
@@ -217,6 +240,7 @@ mod tests {
             top_bm25_score: Some(7.5),
             rag_cost_tokens: 1000,
             long_cost_tokens: 6100,
+            prefill_tokens_per_second: None,
             abstention: Vec::new(),
         }
     }
@@ -319,5 +343,22 @@ mod tests {
         );
         assert_eq!(thousands(7), "7");
         assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn the_measured_reading_rate_puts_seconds_on_each_path() {
+        let mut s = signals();
+        s.prefill_tokens_per_second = Some(2_000.0);
+        assert_eq!(s.reading_seconds(6_100), Some(3.05));
+        assert_eq!(
+            cost_in_words(&s),
+            "work to do: about 1,000 tokens to read the passages (about 0.5 s), 6,100 to read the \
+             whole document (about 3.0 s)"
+        );
+        s.prefill_tokens_per_second = Some(50_000.0);
+        assert!(cost_in_words(&s).contains("passages (under 0.1 s)"));
+        s.prefill_tokens_per_second = None;
+        assert_eq!(s.reading_seconds(6_100), None);
+        assert!(!cost_in_words(&s).contains(" s)"));
     }
 }
