@@ -144,6 +144,40 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
     }
 }
 
+/// Decode at real models' shapes (`DOCQA_BENCH_SHAPES=llama-3.1-8b,qwen2.5-7b`): each shape written by
+/// `docqa models synth`'s writer into `$DOCQA_BENCH_MODEL_DIR/<shape>` (kept there, so HF can time the
+/// same weights) unless it is there already, then decode with CUDA graphs at batch 1, 32 and 128 after
+/// 8,192-token prompts and at batch 1 and 8 after 32,768 (bf16 KV; what does not fit in the GPU's
+/// memory says so).
+pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
+    let root = std::env::var_os("DOCQA_BENCH_MODEL_DIR").map_or_else(
+        || std::path::PathBuf::from("/tmp/real-scale"),
+        std::path::PathBuf::from,
+    );
+    for name in shapes.split(',') {
+        let shape = docqa_engine::synth::shape_named(name).ok_or_else(|| {
+            docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
+        })?;
+        let dir = root.join(name);
+        if !dir.join("config.json").exists() {
+            write_llama(&dir, shape, rng)?;
+        }
+        let t = std::time::Instant::now();
+        let model = Llama::load(CudaBackend::new(0)?, &dir)?;
+        println!(
+            "bench: decode at the {name} shape (loaded in {:.1} s), bf16 weights, bf16 KV, wall clock",
+            t.elapsed().as_secs_f64()
+        );
+        model.backend.set_graphs(true);
+        for case in [(1, 8192), (32, 8192), (128, 8192), (1, 32768), (8, 32768)] {
+            if let Err(e) = decode::report_after(&model, rng, case, true) {
+                println!("  decode batch {:>3} after {}: {e}", case.0, case.1);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The prefill kernel once at head_dim 128 and 16,384 tokens (`DOCQA_PROFILE_PREFILL`), for a
 /// profiler attached to the process (`ncu -k regex:flash_prefill`).
 pub fn profile_prefill(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {

@@ -59,28 +59,44 @@ pub fn sequences(
     Ok((kv, ws, blocks))
 }
 
-/// Times decode at `seqs` sequences and prints one line.
+/// Times decode at `seqs` sequences after 512-token prompts and prints one line.
 pub fn report(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize, graphs: bool) -> Result<()> {
-    let (secs, replays) = time_decode(model, rng, seqs)?;
+    report_after(model, rng, (seqs, PROMPT), graphs)
+}
+
+/// Times decode at `seqs` sequences after prompts of `context` tokens and prints one line.
+pub fn report_after(
+    model: &Llama<CudaBackend>,
+    rng: &mut Rng,
+    (seqs, context): (usize, usize),
+    graphs: bool,
+) -> Result<()> {
+    let (secs, replays) = time_decode(model, rng, seqs, context)?;
     let step_ms = secs * 1e3 / STEPS as f64;
     println!(
-        "  decode batch {seqs:>2}, {STEPS} steps after {PROMPT}, graphs {:<3}  {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
+        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3}  {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
         if graphs { "on" } else { "off" },
         (seqs * STEPS) as f64 / secs,
     );
     Ok(())
 }
 
-/// Seconds for [`STEPS`] decode steps of `seqs` sequences, and how many steps replayed a graph.
-fn time_decode(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize) -> Result<(f64, u64)> {
-    let per = (PROMPT + WARM_UP + STEPS + 1).div_ceil(BLOCK);
-    let (mut kv, mut ws, blocks) = sequences(model, (seqs, per), PROMPT.max(seqs))?;
+/// Seconds for [`STEPS`] decode steps of `seqs` sequences after `context`-token prompts (each
+/// prefilled in one pass), and how many steps replayed a graph.
+fn time_decode(
+    model: &Llama<CudaBackend>,
+    rng: &mut Rng,
+    seqs: usize,
+    context: usize,
+) -> Result<(f64, u64)> {
+    let per = (context + WARM_UP + STEPS + 1).div_ceil(BLOCK);
+    let (mut kv, mut ws, blocks) = sequences(model, (seqs, per), context.max(seqs))?;
     let vocab = model.config.vocab_size;
     let mut logits = vec![0f32; vocab];
     let mut next = vec![0u32; seqs];
     let mut ids = model.backend.alloc_ids(seqs)?;
     for (s, row) in blocks.iter().enumerate() {
-        let p = prompt(PROMPT, vocab, rng);
+        let p = prompt(context, vocab, rng);
         let input = SeqInput {
             tokens: &p,
             num_computed_tokens: 0,
@@ -111,7 +127,7 @@ fn time_decode(model: &Llama<CudaBackend>, rng: &mut Rng, seqs: usize) -> Result
             .zip(&blocks)
             .map(|(t, row)| SeqInput {
                 tokens: t,
-                num_computed_tokens: PROMPT + step,
+                num_computed_tokens: context + step,
                 blocks: row,
                 sink_window: None,
             })

@@ -3,8 +3,10 @@
 //! parity on random models (a BERT with MiniLM's shapes, and decoding with Llamas of SmolLM2-135M's
 //! shapes); then, with `--bench`, the timings; last a summary line.
 //!
-//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only]`; `--ops-only` skips the end-to-end
-//! models, `--kernels-only` keeps the timings to the kernels. Exit status 0 when every check passes,
+//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only]`; `--ops-only` skips the
+//! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
+//! the model families against transformers' logits (`tests/golden/families`).
+//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else. Exit status 0 when every check passes,
 //! 1 when one fails, 2 when there is no CUDA device. `DOCQA_TEST_SEED` replays a run;
 //! `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the executable), else the
 //! kernels are compiled with NVRTC.
@@ -14,6 +16,7 @@ mod batched;
 mod bench;
 mod decode;
 mod e2e;
+mod families;
 mod fused;
 mod inputs;
 mod ops;
@@ -38,7 +41,7 @@ pub fn cpu_kv_f32(kv: &CpuKv) -> Vec<f32> {
     (0..len).map(|i| kv.value_at(i)).collect()
 }
 
-fn run(ops_only: bool, bench: bool, kernels_only: bool) -> Result<bool> {
+fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> Result<bool> {
     let t = std::time::Instant::now();
     let gpu = CudaBackend::new(0)?;
     println!(
@@ -55,8 +58,16 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool) -> Result<bool> {
         bench::profile_prefill(&pair.gpu, &mut rng)?;
         return Ok(true);
     }
+    if let Ok(shapes) = std::env::var("DOCQA_BENCH_SHAPES") {
+        bench::real_scale(&shapes, &mut rng)?;
+        return Ok(true);
+    }
     let mut report = Report::default();
     report.header();
+    if families_only {
+        families::run(&mut report)?;
+        return Ok(report.summary());
+    }
     ops::run(&pair, &mut rng, &mut report)?;
     fused::run(&pair, &mut rng, &mut report)?;
     sample::run(&pair, &mut rng, &mut report)?;
@@ -64,6 +75,7 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool) -> Result<bool> {
     if !ops_only {
         e2e::run_bert(&mut rng, &mut report)?;
         e2e::run_llama(&mut rng, &mut report)?;
+        families::run(&mut report)?;
     }
     // The timings come after the parity table, and the summary line last.
     let timed = match bench {
@@ -76,7 +88,8 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool) -> Result<bool> {
 
 fn main() {
     let flag = |f: &str| std::env::args().any(|a| a == f);
-    match run(flag("--ops-only"), flag("--bench"), flag("--kernels-only")) {
+    let flags = (flag("--ops-only"), flag("--bench"), flag("--kernels-only"));
+    match run(flags.0, flags.1, flags.2, flag("--families-only")) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e @ EngineError::NoCudaDevice(_)) => {
