@@ -11,7 +11,8 @@ What it writes, under tests/golden/families/ (read by engine/tests/family_parity
   meta.json         versions, the token sequence, what each family exercises, and the logits' shift
                     from rounding every linear input to bf16 (docqa's matmuls do)
 
-Families (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab 256, 2 layers, 40 tokens):
+Families (hidden 64, 4 heads, 2 KV heads, head_dim 32 (the CUDA kernels take multiples of 32), intermediate 128,
+vocab 256, 2 layers, 40 tokens):
   llama3          LlamaForCausalLM, rope_scaling llama3 (factor 8, low 1, high 4, original 64), untied head
   qwen2-yarn      Qwen2ForCausalLM: q/k/v biases, untied head, rope_scaling yarn (factor 4, original 32),
                   weights in two shards with an index
@@ -42,7 +43,7 @@ from transformers import AutoModelForCausalLM
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/golden/families"
 SEED = 20261202
-HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB, TOKENS = 64, 2, 4, 2, 16, 128, 256, 40
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB, TOKENS = 64, 2, 4, 2, 32, 128, 256, 40
 
 
 def base_config(architecture: str, model_type: str) -> dict:
