@@ -178,6 +178,22 @@ impl LlamaConfig {
         Self::from_file(path)
     }
 
+    /// The context the model serves: `max_position_embeddings`, or the trained context stretched by a
+    /// YaRN `rope_scaling` when that reaches further (Qwen2.5's card adds YaRN with factor 4 over its
+    /// 32,768 tokens and leaves `max_position_embeddings` as it was: 131,072 tokens, as vLLM reads it).
+    pub fn context_window(&self) -> usize {
+        match self.rope_scaling {
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                ..
+            } => self
+                .max_position_embeddings
+                .max((original_max_position_embeddings as f64 * factor) as usize),
+            _ => self.max_position_embeddings,
+        }
+    }
+
     /// RoPE frequencies for a batch whose longest sequence is `seq_len` tokens.
     pub fn rope_freqs(&self, seq_len: usize) -> RopeFreqs {
         self.rope_scaling.inv_freq(
@@ -372,6 +388,21 @@ mod tests {
                 .unwrap_err()
                 .contains("original_max_position_embeddings")
         );
+    }
+
+    #[test]
+    fn yarn_in_the_config_stretches_the_served_context() {
+        // Qwen2.5's card: YaRN over 32,768 tokens, max_position_embeddings left at 32,768.
+        let cfg = LlamaConfig::from_json(
+            r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,
+            "max_position_embeddings":32768,"vocab_size":10,"rope_scaling":{"type":"yarn","factor":4.0,
+            "original_max_position_embeddings":32768}}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.context_window(), 131_072);
+        let plain = parse("", "LlamaForCausalLM").unwrap();
+        assert_eq!(plain.context_window(), 128);
     }
 
     #[test]

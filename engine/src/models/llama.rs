@@ -84,7 +84,7 @@ impl<B: Backend> Llama<B> {
             embed: matrix(&backend, &weights, "model.embed_tokens.weight", [v, h])?,
             norm: vector(&backend, &weights, "model.norm.weight", h)?,
             freqs: config.rope_freqs(0),
-            max_context: config.max_position_embeddings,
+            max_context: config.context_window(),
             layers,
             lm_head,
             config,
