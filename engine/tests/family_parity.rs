@@ -15,6 +15,8 @@
 //! off moves the reference logits by 3.4 to 4.5, so the same comparison against the ablated logits must
 //! miss by more than ten times the tolerance: the feature is what is being checked.
 
+mod common;
+
 use std::path::PathBuf;
 
 use docqa_engine::backend::KvDtype;
@@ -24,6 +26,8 @@ use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::weights::Weights;
 use serde_json::Value;
+
+use common::max_abs_diff;
 
 /// Largest |Δlogit| allowed against transformers (see the header).
 const TOLERANCE: f32 = 0.3;
@@ -64,14 +68,6 @@ fn logits(family: &str, pieces: &[usize]) -> Vec<f32> {
     }
     assert_eq!(at, tokens.len(), "the pieces cover the tokens");
     out
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn matches_transformers(family: &str, pieces: &[usize]) {

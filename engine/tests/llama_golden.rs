@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::max_abs_diff;
+
 use std::path::PathBuf;
 
 use docqa_engine::backend::KvDtype;
@@ -40,14 +42,6 @@ fn ids(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
-}
-
-/// Largest absolute difference between two logit rows.
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn top(row: &[f32], k: usize) -> Vec<u32> {

@@ -16,7 +16,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::Tensor;
+use common::{Tensor, max_abs_diff};
 use docqa_engine::EngineError;
 use docqa_engine::adapter::{Adapter, AdapterProblem};
 use docqa_engine::backend::KvDtype;
@@ -58,14 +58,6 @@ fn logits(adapter: Option<&Adapter>) -> Vec<f32> {
     seq.feed(&tokens, LogitsMode::All)
         .expect("forward")
         .to_vec()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 #[test]

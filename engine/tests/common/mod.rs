@@ -14,6 +14,15 @@ use docqa_engine::fetch::{self, ModelPaths};
 
 pub use docqa_engine::test_rng::Rng;
 
+/// Largest absolute difference between two logit rows (or any two equal-length slices).
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "compared slices differ in length");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 /// The model directories, fetched (and checked) once per test binary with
 /// [`docqa_engine::fetch::ensure_models`] under `$DOCQA_MODELS_DIR` or the default cache.
 pub fn models() -> &'static ModelPaths {
