@@ -155,7 +155,7 @@ def save(model_dir: Path, config: dict, tensors: dict, shards: int) -> None:
     per = math.ceil(len(names) / shards)
     weight_map, total = {}, 0
     for k in range(shards):
-        part = names[k * per:(k + 1) * per]
+        part = names[k * per : (k + 1) * per]
         file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
         save_file({n: tensors[n] for n in part}, str(model_dir / file), metadata={"format": "pt"})
         weight_map.update({n: file for n in part})
@@ -246,8 +246,10 @@ def main() -> None:
     }
     (OUT / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     for name, m in meta["families"].items():
-        print(f"{name:16} feature off shifts logits by {m['feature_off_shift']['max_abs']:.3f}, "
-              f"bf16 inputs by {m['bf16_linear_inputs_shift']['max_abs']:.4f}, range {m['logit_range']}")
+        print(
+            f"{name:16} feature off shifts logits by {m['feature_off_shift']['max_abs']:.3f}, "
+            f"bf16 inputs by {m['bf16_linear_inputs_shift']['max_abs']:.4f}, range {m['logit_range']}"
+        )
 
 
 if __name__ == "__main__":
