@@ -414,32 +414,73 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_windowe
 }
 
 // Merges the splits of one (head, sequence): softmax-weighted sum of their normalized outputs.
-// Grid (num_heads, num_seqs), head_dim threads.
-extern "C" __global__ void flash_decode_reduce(
+// Grid (num_heads, num_seqs), REDUCE_THREADS threads (head_dim a multiple of 4, at most 4 ·
+// REDUCE_THREADS / 4). A decode step at batch 1 has few (head, sequence) pairs and many splits, so
+// the splits are read in parallel, not one after the other: the block finds the largest split max
+// together, then its threads form groups of head_dim / 4 lanes, each group takes every groups-th
+// split (one 16-byte load of the output per lane and split, all in flight together), and the
+// groups' weighted sums meet in shared memory.
+#define REDUCE_THREADS 256
+
+// The largest value over the block; every thread gets it. `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float reduce_block_max(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < REDUCE_THREADS / 32 ? scratch[lane] : NEG_INF;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+extern "C" __global__ void __launch_bounds__(REDUCE_THREADS) flash_decode_reduce(
     const float* part_o,              // [num_seqs, splits, num_heads, head_dim]
     const float* part_ml,             // [num_seqs, splits, num_heads, 2]
     const unsigned* query_start_loc,  // [num_seqs + 1]
     float* out,                       // [num_tokens, num_heads, head_dim]
     int splits, int num_heads, int head_dim) {
-    const int h = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
+    __shared__ float scratch[32];
+    __shared__ float4 partial[REDUCE_THREADS];
+    __shared__ float weights[REDUCE_THREADS];
+    const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
     const long long first = (long long)s * splits * num_heads + h;
     float mx = NEG_INF;
-    for (int sp = 0; sp < splits; ++sp) {
+    for (int sp = tid; sp < splits; sp += REDUCE_THREADS) {
         const long long at = first + (long long)sp * num_heads;
         if (part_ml[at * 2 + 1] > 0.0f) {
             mx = fmaxf(mx, part_ml[at * 2]);
         }
     }
-    float sum = 0.0f, acc = 0.0f;
-    for (int sp = 0; sp < splits; ++sp) {
-        const long long at = first + (long long)sp * num_heads;
-        const float l = part_ml[at * 2 + 1];
-        if (l > 0.0f) {
-            const float w = l * fast_exp2(part_ml[at * 2] - mx);
-            sum += w;
-            acc += w * part_o[at * head_dim + d];
+    mx = reduce_block_max(mx, scratch);
+    const int lanes = head_dim / 4, groups = REDUCE_THREADS / lanes;
+    const int g = tid / lanes, lane = tid % lanes;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float sum = 0.0f;
+    if (g < groups) {
+        for (int sp = g; sp < splits; sp += groups) {
+            const long long at = first + (long long)sp * num_heads;
+            const float l = part_ml[at * 2 + 1];
+            if (l > 0.0f) {
+                const float w = l * fast_exp2(part_ml[at * 2] - mx);
+                const float4 o = reinterpret_cast<const float4*>(part_o + at * head_dim)[lane];
+                sum += w;
+                acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+            }
         }
     }
-    const long long token = query_start_loc[s];
-    out[(token * num_heads + h) * head_dim + d] = sum > 0.0f ? acc / sum : 0.0f;
+    partial[tid] = acc;
+    weights[tid] = lane == 0 && g < groups ? sum : 0.0f;
+    __syncthreads();
+    float total = 0.0f;
+    for (int k = 0; k < groups; ++k) total += weights[k * lanes];
+    if (tid < lanes) {
+        float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int k = 0; k < groups; ++k) {
+            const float4 p = partial[k * lanes + tid];
+            t.x += p.x, t.y += p.y, t.z += p.z, t.w += p.w;
+        }
+        const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        const long long token = query_start_loc[s];
+        float4* dst = reinterpret_cast<float4*>(out + (token * num_heads + h) * head_dim) + tid;
+        *dst = make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+    }
 }

@@ -267,7 +267,7 @@ pub(super) fn decode(
     }
     let cfg = LaunchConfig {
         grid_dim: (shape.num_heads as u32, meta.num_seqs as u32, 1),
-        block_dim: (shape.head_dim as u32, 1, 1),
+        block_dim: (REDUCE_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     let ints = [total, shape.num_heads, shape.head_dim].map(|v| v as i32);
@@ -286,6 +286,10 @@ pub(super) fn decode(
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
 }
+
+/// Threads of a reduce block (`REDUCE_THREADS` in `kernels/cuda/flash_decode.cu`): the splits are read
+/// in parallel by groups of `head_dim / 4` threads.
+const REDUCE_THREADS: u32 = 256;
 
 /// The backend's partial-output and (max, sum) buffers, grown to at least `(o, ml)` elements (a
 /// growth moves the graph epoch: recorded graphs point at the old ones).

@@ -148,17 +148,22 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
 /// `docqa models synth`'s writer into `$DOCQA_BENCH_MODEL_DIR/<shape>` (kept there, so HF can time the
 /// same weights) unless it is there already, then decode with CUDA graphs at batch 1, 32 and 128 after
 /// 8,192-token prompts and at batch 1 and 8 after 32,768 (bf16 KV; what does not fit in the GPU's
-/// memory says so).
+/// memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
 pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
     let root = std::env::var_os("DOCQA_BENCH_MODEL_DIR").map_or_else(
         || std::path::PathBuf::from("/tmp/real-scale"),
         std::path::PathBuf::from,
     );
     for name in shapes.split(',') {
-        let shape = docqa_engine::synth::shape_named(name).ok_or_else(|| {
+        let mut shape = docqa_engine::synth::shape_named(name).ok_or_else(|| {
             docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
         })?;
-        let dir = root.join(name);
+        // A cut-down model of the real width (`DOCQA_BENCH_LAYERS`), for profiling one layer's kernels.
+        let layers = std::env::var("DOCQA_BENCH_LAYERS")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        shape.layers = layers.unwrap_or(shape.layers);
+        let dir = root.join(format!("{name}-{}-layers", shape.layers));
         if !dir.join("config.json").exists() {
             write_llama(&dir, shape, rng)?;
         }
