@@ -66,10 +66,9 @@ fn a_synthesized_config_reads_back_with_the_shape_it_was_written_from() {
         (4, 2, 16)
     );
     assert_eq!((c.rms_norm_eps, c.rope_theta), (1e-6, 1_000_000.0));
-    assert_eq!(
-        (c.max_position_embeddings, c.sliding_window),
-        (32768, Some(131_072))
-    );
+    // Qwen2.5 publishes a sliding_window with use_sliding_window false: no layer slides.
+    assert_eq!((c.max_position_embeddings, c.sliding_window), (32768, None));
+    assert_eq!(c.sliding_layers, vec![false; 3]);
     assert_eq!(
         (c.vocab_size, c.tie_word_embeddings, c.qkv_bias),
         (512, false, true)
