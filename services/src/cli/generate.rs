@@ -38,6 +38,9 @@ pub struct GenerateArgs {
     /// the KV cache may fill together.
     #[arg(long, env = "DOCQA_GPU_MEMORY_SHARE", default_value_t = 0.85)]
     gpu_memory_share: f64,
+    /// Element type of the KV cache [default: as `docqa serve`: bf16].
+    #[arg(long, env = "DOCQA_KV_DTYPE", value_enum)]
+    kv_dtype: Option<crate::device::KvType>,
     /// Prompt tokens computed per engine step [default: as `docqa serve`: 256 on the CPU, 512 on CUDA].
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -100,7 +103,7 @@ fn generate_on<B: Backend>(
     let prompt = prompt_ids(&tokenizer, args)?;
     let device = args.generator.device;
     let engine_config = EngineConfig {
-        kv_dtype: device.kv_dtype(None),
+        kv_dtype: device.kv_dtype(args.kv_dtype),
         kv_cache: device.kv_budget(args.kv_cache_mib, args.gpu_memory_share),
         max_num_batched_tokens: args
             .prefill_chunk
