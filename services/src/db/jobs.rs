@@ -247,19 +247,11 @@ impl Db {
         .bind(status::RUNNING)
         .execute(&mut *tx)
         .await?;
-        if done.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        sqlx::query(super::documents::SET_STATUS)
-            .bind(super::documents::status::CANCELLED)
-            .bind("ingestion cancelled")
-            .bind(now)
-            .bind(document_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(true)
+        let settled = (
+            super::documents::status::CANCELLED,
+            Some("ingestion cancelled"),
+        );
+        settle_document(tx, done.rows_affected(), document_id, settled, now).await
     }
 
     /// How many jobs are in each state.
@@ -337,18 +329,38 @@ impl Db {
         .bind(status::RUNNING)
         .execute(&mut *tx)
         .await?;
-        if done.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        sqlx::query(super::documents::SET_STATUS)
-            .bind(document_to)
-            .bind(failure)
-            .bind(now)
-            .bind(document_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(true)
+        settle_document(
+            tx,
+            done.rows_affected(),
+            document_id,
+            (document_to, failure),
+            now,
+        )
+        .await
     }
+}
+
+/// The second half of ending a job: when the job's update took (`jobs_ended` is 1), its document gets
+/// `status` and `error` in the same transaction, which commits; otherwise (the job had already ended)
+/// nothing changes and the answer is false.
+async fn settle_document(
+    mut tx: Transaction<'_, Any>,
+    jobs_ended: u64,
+    document_id: &str,
+    (status, error): (&str, Option<&str>),
+    now: i64,
+) -> Result<bool, sqlx::Error> {
+    if jobs_ended != 1 {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    sqlx::query(super::documents::SET_STATUS)
+        .bind(status)
+        .bind(error)
+        .bind(now)
+        .bind(document_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(true)
 }
