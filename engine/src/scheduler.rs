@@ -209,11 +209,12 @@ impl Scheduler {
                 break;
             };
             let prefix = kv.find_cached_prefix(&seq.tokens, seq.cache_scope, false);
-            let start = prefix.num_tokens;
-            let n = (seq.tokens.len() - start).min(budget);
-            if !kv.allocate(seq.id, start + n, Some(&prefix))? {
+            let n = (seq.tokens.len() - prefix.num_tokens).min(budget);
+            // Fewer tokens than found may be reused (a lower tier's copy unreadable); the blocks
+            // allocated still cover the chunk.
+            let Some(start) = kv.admit(seq.id, &prefix, prefix.num_tokens + n)? else {
                 break;
-            }
+            };
             let mut seq = self
                 .waiting
                 .pop_front()

@@ -100,6 +100,18 @@ pub struct ServeConfig {
     /// `--gpu-memory-share` leaves].
     #[arg(long, env = "DOCQA_KV_CACHE_MIB")]
     pub kv_cache_mib: Option<usize>,
+    /// Host memory for KV blocks evicted from the KV cache, in MiB (0: none). A question on a
+    /// document whose KV went there brings it back instead of reading the document again.
+    #[arg(long, env = "DOCQA_KV_HOST_MIB", default_value_t = 2048)]
+    pub kv_host_mib: usize,
+    /// Disk space for KV blocks pushed out of host memory (and for everything cached at a shutdown),
+    /// in MiB, under the data directory's `kv/` (0: none). A restarted server finds them there.
+    #[arg(long, env = "DOCQA_KV_DISK_MIB", default_value_t = 10240)]
+    pub kv_disk_mib: usize,
+    /// Share of the KV cache's blocks (running requests' and cached ones not yet copied down) above
+    /// which cached blocks are copied to host memory ahead of their eviction.
+    #[arg(long, env = "DOCQA_KV_HIGH_WATER", default_value_t = 0.85, value_parser = share)]
+    pub kv_high_water: f64,
     /// On CUDA without `--kv-cache-mib`: the share of the GPU's memory that the model, its workspace
     /// and the KV cache may fill together; the KV cache takes what the model leaves of it.
     #[arg(long, env = "DOCQA_GPU_MEMORY_SHARE", default_value_t = 0.85, value_parser = share)]

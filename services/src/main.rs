@@ -11,6 +11,7 @@ mod embedder;
 mod eval;
 mod indexes;
 mod ingest;
+mod kv_tiers;
 mod metrics;
 mod qa;
 mod server;

@@ -1,5 +1,5 @@
 //! Prometheus metrics: HTTP requests and latencies, ingestion jobs, answers per route, and the
-//! engine's KV cache gauges. Rendered in the text exposition format at `GET /metrics`.
+//! engine's KV cache gauges, its lower tiers' among them. Rendered in the text exposition format at `GET /metrics`.
 
 use docqa_engine::serving::EngineStats;
 use prometheus::{
@@ -8,6 +8,7 @@ use prometheus::{
 };
 
 use crate::db::jobs::JobCounts;
+use crate::kv_tiers::KvTierMetrics;
 
 /// Every metric docqa exports.
 pub struct Metrics {
@@ -27,6 +28,7 @@ pub struct Metrics {
     graph_replays: IntGauge,
     prefill_rate: Gauge,
     decode_step_seconds: Gauge,
+    kv_tiers: KvTierMetrics,
 }
 
 fn registered<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
@@ -132,6 +134,7 @@ impl Metrics {
             "docqa_engine_decode_step_seconds",
             "Mean seconds of a decode-only step since start (0 until measured)",
         );
+        let kv_tiers = KvTierMetrics::register(&r);
         Metrics {
             registry: r,
             http_requests,
@@ -149,6 +152,7 @@ impl Metrics {
             graph_replays,
             prefill_rate,
             decode_step_seconds,
+            kv_tiers,
         }
     }
 
@@ -187,6 +191,7 @@ impl Metrics {
             .set(engine.prefill_tokens_per_second().unwrap_or(0.0));
         self.decode_step_seconds
             .set(engine.seconds_per_decode_step().unwrap_or(0.0));
+        self.kv_tiers.set(&engine.tiers);
         for (status, n) in [
             ("queued", jobs.queued),
             ("running", jobs.running),

@@ -132,6 +132,13 @@ pub async fn run_with(
     {
         eprintln!("docqa: ingestion workers did not stop within 60 s");
     }
+    match state.engine.persist_kv().await {
+        Ok(blocks) if blocks > 0 => {
+            eprintln!("docqa: {blocks} cached KV blocks kept for the next start")
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("docqa: the KV cache could not be kept for the next start: {e}"),
+    }
     state.db.close().await;
     Ok(())
 }
@@ -246,13 +253,19 @@ fn spawn_engine<B: Backend + 'static>(
         kv_dtype: config.device.kv_dtype(config.kv_dtype),
         max_waiting: config.max_waiting,
         max_num_batched_tokens: config.device.defaults().prefill_chunk,
+        weights_fingerprint: crate::kv_tiers::fingerprint(
+            config,
+            generator,
+            &AdapterInfo::of(adapter),
+        )?,
         ..EngineConfig::default()
     };
-    let core = EngineCore::new(
+    let mut core = EngineCore::new(
         model,
         TextTokenizer::from_model_dir(generator)?,
         &engine_config,
     )?;
+    core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?;
     let max_context = core.max_context();
     let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
     Ok(StartedEngine {

@@ -58,6 +58,36 @@ pub struct KvShape {
     pub dtype: KvDtype,
 }
 
+impl KvShape {
+    /// Bytes of one block of such a pool as [`Backend::read_kv_blocks`] lays it out: its elements,
+    /// then (int8) its scales.
+    pub fn block_bytes(&self) -> usize {
+        self.block_size * self.num_kv_heads * self.dtype.bytes_per_head(self.head_dim)
+    }
+
+    /// Checks a block transfer: every block exists and has one host record of the block's size.
+    pub(crate) fn check_block_transfer(
+        &self,
+        blocks: &[u32],
+        mut records: impl ExactSizeIterator<Item = usize>,
+    ) -> Result<()> {
+        let record = self.block_bytes();
+        if records.len() != blocks.len() || !records.all(|r| r == record) {
+            return Err(crate::EngineError::InvalidBatch(format!(
+                "{} KV blocks need as many host records of {record} bytes",
+                blocks.len()
+            )));
+        }
+        if let Some(b) = blocks.iter().find(|&&b| b as usize >= self.num_blocks) {
+            return Err(crate::EngineError::InvalidBatch(format!(
+                "KV block {b} is outside a pool of {} blocks",
+                self.num_blocks
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Head layout of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnShape {
@@ -369,6 +399,13 @@ pub trait Backend: Send + Sync + Sized {
 
     /// Copies the front of an index buffer to the host.
     fn read_ids(&self, src: &Self::Ids, dst: &mut [u32]) -> Result<()>;
+    /// Copies whole blocks of a KV pool to the host: block `blocks[i]` goes to `out[i]`, of
+    /// [`KvShape::block_bytes`] bytes: its elements in the pool's layout then (int8) its scales, in
+    /// native byte order.
+    fn read_kv_blocks(&self, kv: &Self::Kv, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()>;
+    /// Writes whole blocks of a KV pool from the host, `src[i]` into block `blocks[i]`, laid out as
+    /// [`Backend::read_kv_blocks`] reads them.
+    fn write_kv_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], src: &[&[u8]]) -> Result<()>;
     /// Writes `k`, `v` rows (`[rows, num_kv_heads * head_dim]`) to the pool slots `slot_mapping[0..rows]`.
     fn kv_write(
         &self,

@@ -4,6 +4,10 @@
 //! queue but keeps its content hash, so a later request with the same prefix can take it back (a prefix-cache
 //! hit) until it reaches the head and is handed out again (evicted, least recently freed first). The free
 //! queue is an intrusive doubly linked list over block ids so a cache hit leaves it in O(1).
+//!
+//! With lower KV tiers behind the pool ([`crate::kv::tiers`]), a block may also be *backed*: its content
+//! has been copied down, so evicting it loses nothing. Evicting a cached block that is not backed records
+//! it ([`BlockPool::take_evicted`]) so its content can be copied down before the block is written again.
 
 use std::collections::HashMap;
 
@@ -20,9 +24,29 @@ struct BlockMeta {
     hash: Option<BlockHash>,
     /// The namespace whose prefix `hash` is (meaningful while `hash` is set).
     namespace: CacheNamespace,
+    /// A lower tier holds a copy of this block's cached content.
+    backed: bool,
     prev: Option<BlockId>,
     next: Option<BlockId>,
     queued: bool,
+}
+
+impl BlockMeta {
+    /// Whether handing this block out would lose cached content no lower tier holds.
+    fn lossy(&self) -> bool {
+        self.hash.is_some() && !self.backed
+    }
+}
+
+/// A cached block handed out again whose content no lower tier held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    /// The block, whose old content is still in place until the next forward pass writes it.
+    pub block: BlockId,
+    /// The prefix it held.
+    pub hash: BlockHash,
+    /// Whose prefix it was.
+    pub namespace: CacheNamespace,
 }
 
 /// Counters the pool keeps about itself.
@@ -42,6 +66,11 @@ pub struct BlockPool {
     cached: HashMap<BlockHash, BlockId>,
     enable_caching: bool,
     counters: PoolCounters,
+    /// Free blocks whose cached content is not backed.
+    lossy_free: usize,
+    /// Record unbacked evictions (lower tiers exist).
+    record_evictions: bool,
+    evicted: Vec<Evicted>,
 }
 
 impl BlockPool {
@@ -55,6 +84,9 @@ impl BlockPool {
             cached: HashMap::new(),
             enable_caching,
             counters: PoolCounters::default(),
+            lossy_free: 0,
+            record_evictions: false,
+            evicted: Vec::new(),
         };
         for id in 0..num_blocks as BlockId {
             pool.push_tail(id);
@@ -110,7 +142,16 @@ impl BlockPool {
         for _ in 0..n {
             let id = self.head?;
             self.unlink(id);
-            if let Some(hash) = self.meta[id as usize].hash.take() {
+            let meta = &mut self.meta[id as usize];
+            let backed = std::mem::take(&mut meta.backed);
+            if let Some(hash) = meta.hash.take() {
+                if self.record_evictions && !backed {
+                    self.evicted.push(Evicted {
+                        block: id,
+                        hash,
+                        namespace: meta.namespace,
+                    });
+                }
                 if self.cached.get(&hash) == Some(&id) {
                     self.cached.remove(&hash);
                 }
@@ -162,7 +203,60 @@ impl BlockPool {
             let meta = &mut self.meta[id as usize];
             meta.hash = Some(hash);
             meta.namespace = namespace;
+            meta.backed = false;
+            if meta.queued {
+                self.lossy_free += 1;
+            }
         }
+    }
+
+    /// Record that a lower tier now holds a copy of block `id`'s cached content, so evicting it loses
+    /// nothing.
+    pub fn mark_backed(&mut self, id: BlockId) {
+        let meta = &mut self.meta[id as usize];
+        if meta.hash.is_none() || meta.backed {
+            return;
+        }
+        if meta.queued {
+            self.lossy_free -= 1;
+        }
+        meta.backed = true;
+    }
+
+    /// Start (or stop) recording evictions of cached blocks no lower tier holds.
+    pub fn record_evictions(&mut self, on: bool) {
+        self.record_evictions = on;
+    }
+
+    /// The unbacked cached blocks handed out since the last call, in the order they were handed out.
+    pub fn take_evicted(&mut self) -> Vec<Evicted> {
+        std::mem::take(&mut self.evicted)
+    }
+
+    /// Free blocks holding cached content no lower tier holds.
+    pub fn num_lossy_free(&self) -> usize {
+        self.lossy_free
+    }
+
+    /// Up to `max` free blocks holding unbacked cached content, next to be evicted first, with what
+    /// they hold.
+    pub fn lossy_free_blocks(&self, max: usize) -> Vec<Evicted> {
+        let mut out = Vec::new();
+        let mut cursor = self.head;
+        while let Some(id) = cursor
+            && out.len() < max.min(self.lossy_free)
+        {
+            let m = &self.meta[id as usize];
+            if let (true, Some(hash)) = (m.lossy(), m.hash) {
+                out.push(Evicted {
+                    block: id,
+                    hash,
+                    namespace: m.namespace,
+                });
+            }
+            cursor = m.next;
+        }
+        out
     }
 
     /// Forget every cached prefix of `namespace` (contents stay until their blocks are reused); returns
@@ -182,7 +276,12 @@ impl BlockPool {
     pub fn uncache(&mut self, hash: BlockHash) -> bool {
         match self.cached.remove(&hash) {
             Some(id) => {
-                self.meta[id as usize].hash = None;
+                let meta = &mut self.meta[id as usize];
+                if meta.queued && meta.lossy() {
+                    self.lossy_free -= 1;
+                }
+                meta.hash = None;
+                meta.backed = false;
                 true
             }
             None => false,
@@ -192,8 +291,10 @@ impl BlockPool {
     /// Drop every cached hash (content stays, but no future request can hit it).
     pub fn reset_prefix_cache(&mut self) {
         self.cached.clear();
+        self.lossy_free = 0;
         for m in &mut self.meta {
             m.hash = None;
+            m.backed = false;
         }
     }
 
@@ -219,6 +320,13 @@ impl BlockPool {
             }
             prev = Some(id);
             cursor = m.next;
+        }
+        let lossy = self.meta.iter().filter(|m| m.queued && m.lossy()).count();
+        if lossy != self.lossy_free {
+            return Err(format!(
+                "{lossy} free blocks hold unbacked content but the count says {}",
+                self.lossy_free
+            ));
         }
         if queued != self.num_free || self.tail != prev {
             return Err(format!("free count {} but {queued} queued", self.num_free));
@@ -252,6 +360,9 @@ impl BlockPool {
         }
         self.tail = Some(id);
         self.num_free += 1;
+        if self.meta[id as usize].lossy() {
+            self.lossy_free += 1;
+        }
     }
 
     fn unlink(&mut self, id: BlockId) {
@@ -263,6 +374,9 @@ impl BlockPool {
             m.queued = false;
             links
         };
+        if self.meta[id as usize].lossy() {
+            self.lossy_free -= 1;
+        }
         match prev {
             Some(p) => self.meta[p as usize].next = next,
             None => self.head = next,

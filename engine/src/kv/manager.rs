@@ -10,11 +10,18 @@
 //! A token's KV depends on what it attended to, so a windowed request's blocks past the first
 //! `num_sink_tokens + window` tokens differ from a dense request's: their hashes carry the window, and
 //! the blocks before that point are shared between dense and windowed requests.
+//!
+//! With lower tiers attached ([`KvCacheManager::attach_tiers`]), a prefix lookup continues past the
+//! blocks on the device into the tiers, a new request's blocks found there are brought back instead of
+//! recomputed, and cached blocks evicted from the pool are copied down first. The copies themselves are
+//! queued as [`KvTransfer`]s for the engine core, which owns the device memory, to carry out before the
+//! next forward pass.
 
 use std::collections::HashMap;
 
 use super::block_hash::{BlockHash, full_block_hashes};
-use super::block_pool::{BlockId, BlockPool};
+use super::block_pool::{BlockId, BlockPool, Evicted};
+use super::tiers::{BlockBytes, KvTiers, TierStats};
 use crate::error::{EngineError, Result};
 
 /// Identifies a request inside the engine.
@@ -108,8 +115,11 @@ pub struct PrefixCacheStats {
 /// What a prefix-cache lookup found for a new request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CachedPrefix {
-    /// For each logical block of the prefix, the cached block (None where a window would drop it anyway).
+    /// For each logical block of the prefix, the cached block (None where a window would drop it anyway,
+    /// or where a lower tier holds it: see `reload`).
     pub blocks: Vec<Option<BlockId>>,
+    /// Logical blocks of the prefix that a lower tier holds, with their hashes, in order.
+    pub reload: Vec<(usize, BlockHash)>,
     /// Tokens whose KV is reused: a whole number of blocks, always fewer than the prompt.
     pub num_tokens: usize,
     /// The scope it was looked up in; the request's new blocks are cached there too.
@@ -125,6 +135,28 @@ struct RequestBlocks {
     scope: CacheScope,
 }
 
+/// A copy between the device pool and the lower tiers, for the engine core to carry out before the
+/// next forward pass, in queue order.
+#[derive(Debug, Clone)]
+pub enum KvTransfer {
+    /// Copy a block's content down ([`KvCacheManager::offloaded`] takes the bytes). `still_cached`:
+    /// the block stays cached on the device (copied ahead of eviction, above the high-water mark);
+    /// otherwise it was just evicted and is about to be written.
+    Offload {
+        /// The block and the prefix it holds.
+        block: Evicted,
+        /// Whether the block keeps its content on the device.
+        still_cached: bool,
+    },
+    /// Write a block's content brought back from a lower tier.
+    Reload {
+        /// The device block to write.
+        block: BlockId,
+        /// Its content.
+        bytes: BlockBytes,
+    },
+}
+
 /// Block tables of every live request over one pool.
 #[derive(Debug)]
 pub struct KvCacheManager {
@@ -132,6 +164,8 @@ pub struct KvCacheManager {
     pool: BlockPool,
     requests: HashMap<RequestId, RequestBlocks>,
     stats: PrefixCacheStats,
+    tiers: Option<KvTiers>,
+    transfers: Vec<KvTransfer>,
 }
 
 impl KvCacheManager {
@@ -148,7 +182,96 @@ impl KvCacheManager {
             pool,
             requests: HashMap::new(),
             stats: PrefixCacheStats::default(),
+            tiers: None,
+            transfers: Vec::new(),
         })
+    }
+
+    /// Puts lower tiers behind the pool: evicted cached blocks are queued for copying down, and prefix
+    /// lookups find blocks there.
+    pub fn attach_tiers(&mut self, tiers: KvTiers) {
+        self.pool.record_evictions(true);
+        self.tiers = Some(tiers);
+    }
+
+    /// The lower tiers' counters, when there are tiers.
+    pub fn tier_stats(&self) -> Option<TierStats> {
+        self.tiers.as_ref().map(KvTiers::stats)
+    }
+
+    /// The copies queued since the last call, in the order they must happen.
+    pub fn take_transfers(&mut self) -> Vec<KvTransfer> {
+        self.drain_evictions();
+        std::mem::take(&mut self.transfers)
+    }
+
+    /// Hands the tiers the content of a block queued by [`KvTransfer::Offload`].
+    pub fn offloaded(&mut self, block: Evicted, still_cached: bool, bytes: BlockBytes) {
+        let Some(tiers) = self.tiers.as_mut() else {
+            return;
+        };
+        tiers.store(block.hash, block.namespace, bytes);
+        if still_cached && self.pool.lookup(block.hash) == Some(block.block) {
+            self.pool.mark_backed(block.block);
+        }
+    }
+
+    /// Above the tiers' high-water mark (running requests' blocks plus cached blocks no tier holds,
+    /// over all blocks), queues up to `max` of the cached free blocks next in line for eviction to be
+    /// copied down while they stay cached; returns how many.
+    pub fn offload_above_high_water(&mut self, max: usize) -> usize {
+        let Some(tiers) = self.tiers.as_ref() else {
+            return 0;
+        };
+        let total = self.pool.num_blocks();
+        let occupied = self.pool.num_used() + self.pool.num_lossy_free();
+        let mark = (tiers.high_water() * total as f64).floor() as usize;
+        let over = occupied.saturating_sub(mark).min(max);
+        let blocks = self.pool.lossy_free_blocks(over);
+        let n = blocks.len();
+        self.transfers
+            .extend(blocks.into_iter().map(|block| KvTransfer::Offload {
+                block,
+                still_cached: true,
+            }));
+        n
+    }
+
+    /// Queues every cached free block no lower tier holds to be copied down (before a shutdown, so
+    /// the disk tier keeps what the device held); returns how many.
+    pub fn offload_all_cached(&mut self) -> usize {
+        if self.tiers.is_none() {
+            return 0;
+        }
+        let blocks = self.pool.lossy_free_blocks(usize::MAX);
+        let n = blocks.len();
+        self.transfers
+            .extend(blocks.into_iter().map(|block| KvTransfer::Offload {
+                block,
+                still_cached: true,
+            }));
+        n
+    }
+
+    /// Writes the host tier's blocks to the disk tier too; returns how many were written.
+    pub fn persist_host_tier(&mut self) -> usize {
+        self.tiers.as_mut().map_or(0, KvTiers::persist_host_blocks)
+    }
+
+    fn drain_evictions(&mut self) {
+        let evicted = self.pool.take_evicted();
+        self.transfers
+            .extend(evicted.into_iter().map(|block| KvTransfer::Offload {
+                block,
+                still_cached: false,
+            }));
+    }
+
+    /// Takes `n` blocks from the pool, queueing the cached content it evicts for copying down.
+    fn take_blocks(&mut self, n: usize) -> Option<Vec<BlockId>> {
+        let out = self.pool.allocate(n);
+        self.drain_evictions();
+        out
     }
 
     /// The configuration.
@@ -240,14 +363,31 @@ impl KvCacheManager {
     pub fn forget_prefix(&mut self, tokens: &[u32], scope: CacheScope) -> usize {
         self.block_hashes(tokens, scope)
             .into_iter()
-            .filter(|h| self.pool.uncache(*h))
+            .filter(|&h| {
+                let device = self.pool.uncache(h);
+                let lower = self.tiers.as_mut().is_some_and(|t| t.remove(h));
+                device || lower
+            })
             .count()
     }
 
     /// Removes every prefix-cache entry of `namespace` (a tenant dropping all its cached KV), whole reads
     /// and sink windows alike; other namespaces keep theirs. Returns how many entries were dropped.
     pub fn forget_namespace(&mut self, namespace: CacheNamespace) -> usize {
-        self.pool.uncache_namespace(namespace)
+        let lower = self
+            .tiers
+            .as_mut()
+            .map_or(0, |t| t.remove_namespace(namespace));
+        self.pool.uncache_namespace(namespace) + lower
+    }
+
+    /// Where block `hash` is: on the device (Some(Some(id))), in a lower tier (Some(None)), or nowhere.
+    fn locate(&self, hash: BlockHash) -> Option<Option<BlockId>> {
+        match self.pool.lookup(hash) {
+            Some(id) => Some(Some(id)),
+            None if self.tiers.as_ref().is_some_and(|t| t.contains(hash)) => Some(None),
+            None => None,
+        }
     }
 
     fn lookup_prefix(&self, prompt: &[u32], scope: CacheScope) -> CachedPrefix {
@@ -262,39 +402,48 @@ impl KvCacheManager {
         let usable = (prompt.len() - 1) / bs;
         let hashes = self.block_hashes(&prompt[..usable * bs], scope);
         if scope.sink_window.is_none() {
-            // Dense: the leading run of cached blocks.
-            let blocks: Vec<Option<BlockId>> = hashes
-                .iter()
-                .map_while(|h| self.pool.lookup(*h).map(Some))
-                .collect();
-            let num_tokens = blocks.len() * bs;
-            return CachedPrefix {
-                blocks,
-                num_tokens,
-                scope,
-            };
+            // Dense: the leading run of cached blocks, on the device or below.
+            let mut found = CachedPrefix { scope, ..empty };
+            for (b, &h) in hashes.iter().enumerate() {
+                let Some(place) = self.locate(h) else { break };
+                if place.is_none() {
+                    found.reload.push((b, h));
+                }
+                found.blocks.push(place);
+            }
+            found.num_tokens = found.blocks.len() * bs;
+            return found;
         }
         // Sink window: the longest prefix whose sink and window blocks are all cached.
         for n in (1..=usable).rev() {
             let live = live_block_range(bs, scope.sink_window, n * bs);
-            let mut blocks = vec![None; n];
-            let all = (0..n).filter(|&b| live(b)).all(|b| {
-                blocks[b] = self.pool.lookup(hashes[b]);
-                blocks[b].is_some()
-            });
+            let mut found = CachedPrefix {
+                blocks: vec![None; n],
+                num_tokens: n * bs,
+                ..empty.clone()
+            };
+            let all = (0..n)
+                .filter(|&b| live(b))
+                .all(|b| match self.locate(hashes[b]) {
+                    Some(Some(id)) => {
+                        found.blocks[b] = Some(id);
+                        true
+                    }
+                    Some(None) => {
+                        found.reload.push((b, hashes[b]));
+                        true
+                    }
+                    None => false,
+                });
             if all {
-                return CachedPrefix {
-                    blocks,
-                    num_tokens: n * bs,
-                    scope,
-                };
+                return found;
             }
         }
         empty
     }
 
     /// Give `request` room for `num_tokens` tokens in total, starting from `prefix` when it is new (a new
-    /// request without one is dense, in namespace 0).
+    /// request without one is dense, in namespace 0; see [`KvCacheManager::admit`]).
     /// Returns Ok(false), changing nothing, when the pool has too few free blocks.
     pub fn allocate(
         &mut self,
@@ -303,55 +452,118 @@ impl KvCacheManager {
         prefix: Option<&CachedPrefix>,
     ) -> Result<bool> {
         let bs = self.cfg.block_size;
-        let is_new = !self.requests.contains_key(&request);
-        let scope = prefix.map_or(CacheScope::default(), |p| p.scope);
-        let entry = self
-            .requests
-            .entry(request)
-            .or_insert_with(|| RequestBlocks {
-                scope,
-                ..RequestBlocks::default()
-            });
-        let mut hit_blocks: Vec<BlockId> = Vec::new();
-        if is_new && let Some(p) = prefix {
-            hit_blocks = p.blocks.iter().flatten().copied().collect();
-        }
-        let have = if is_new {
-            prefix.map_or(0, |p| p.blocks.len())
-        } else {
-            entry.table.len()
+        let Some(entry) = self.requests.get(&request) else {
+            let none = CachedPrefix::default();
+            let prefix = prefix.unwrap_or(&none);
+            return Ok(self.admit(request, prefix, num_tokens)?.is_some());
         };
         // Every block of the new tokens is allocated, since they are written this step; blocks that leave a
         // sink window are freed afterwards, in `commit_computed`.
-        let want = num_tokens.div_ceil(bs);
-        let new_needed = want.saturating_sub(have);
-        // Cache hits that sit in the free queue also come out of the free count.
-        let hits_from_free = hit_blocks
-            .iter()
-            .filter(|&&b| self.pool.ref_count(b) == 0)
-            .count();
-        if new_needed + hits_from_free > self.pool.num_free() {
-            if is_new {
-                self.requests.remove(&request);
-            }
+        let new_needed = num_tokens.div_ceil(bs).saturating_sub(entry.table.len());
+        if new_needed > self.pool.num_free() {
             return Ok(false);
         }
+        let fresh = self
+            .take_blocks(new_needed)
+            .ok_or_else(|| EngineError::Internal("free count lied".into()))?;
         let entry = self
             .requests
             .get_mut(&request)
             .ok_or_else(|| EngineError::Internal("request vanished".into()))?;
-        if is_new && let Some(p) = prefix {
-            self.pool.touch(&hit_blocks);
-            entry.table = p.blocks.clone();
-            entry.num_hashed = p.blocks.len();
+        entry.table.extend(fresh.into_iter().map(Some));
+        Ok(true)
+    }
+
+    /// Admit new request `request` with room for `num_tokens` tokens, reusing `prefix`: its blocks on the
+    /// device are shared, and its blocks in lower tiers are brought back into fresh blocks (queued as
+    /// [`KvTransfer::Reload`]). Returns the tokens reused, fewer than `prefix.num_tokens` when a lower
+    /// tier's copy turned out unreadable; or None, changing nothing, when too few blocks are free.
+    pub fn admit(
+        &mut self,
+        request: RequestId,
+        prefix: &CachedPrefix,
+        num_tokens: usize,
+    ) -> Result<Option<usize>> {
+        if self.requests.contains_key(&request) {
+            return Err(EngineError::Internal(format!(
+                "request {request} is already admitted"
+            )));
         }
+        let want = num_tokens.div_ceil(self.cfg.block_size);
+        if !self.fits(prefix, want) {
+            return Ok(None);
+        }
+        let mut prefix = prefix.clone();
+        let loaded = self.fetch_reloads(&mut prefix);
+        if !self.fits(&prefix, want) {
+            return Ok(None);
+        }
+        let hits: Vec<BlockId> = prefix.blocks.iter().flatten().copied().collect();
+        self.pool.touch(&hits);
+        let have = prefix.blocks.len();
         let mut fresh = self
-            .pool
-            .allocate(new_needed)
+            .take_blocks(want.saturating_sub(have) + loaded.len())
             .ok_or_else(|| EngineError::Internal("free count lied".into()))?
             .into_iter();
-        entry.table.extend((have..want).map(|_| fresh.next()));
-        Ok(true)
+        let mut table = prefix.blocks;
+        for (&(b, hash), bytes) in prefix.reload.iter().zip(loaded) {
+            let id = fresh
+                .next()
+                .ok_or_else(|| EngineError::Internal("too few fresh blocks".into()))?;
+            table[b] = Some(id);
+            self.pool.cache(id, hash, prefix.scope.namespace);
+            self.pool.mark_backed(id);
+            self.transfers.push(KvTransfer::Reload { block: id, bytes });
+        }
+        table.extend((have..want).map(|_| fresh.next()));
+        self.requests.insert(
+            request,
+            RequestBlocks {
+                table,
+                num_hashed: have,
+                parent: None,
+                scope: prefix.scope,
+            },
+        );
+        Ok(Some(prefix.num_tokens))
+    }
+
+    /// Whether a new request reusing `prefix` and needing `want` blocks in all fits in the free blocks.
+    fn fits(&self, prefix: &CachedPrefix, want: usize) -> bool {
+        let new_needed = want.saturating_sub(prefix.blocks.len()) + prefix.reload.len();
+        // Cache hits that sit in the free queue also come out of the free count.
+        let hits_from_free = prefix
+            .blocks
+            .iter()
+            .flatten()
+            .filter(|&&b| self.pool.ref_count(b) == 0)
+            .count();
+        new_needed + hits_from_free <= self.pool.num_free()
+    }
+
+    /// Reads the lower tiers' copies of `prefix`'s blocks, in order. At the first that cannot be read
+    /// the prefix is cut there (a sink window's prefix is dropped whole, since a shorter one needs other
+    /// blocks); returns the bytes of the blocks kept.
+    fn fetch_reloads(&mut self, prefix: &mut CachedPrefix) -> Vec<BlockBytes> {
+        let mut out = Vec::new();
+        for i in 0..prefix.reload.len() {
+            let (b, hash) = prefix.reload[i];
+            match self.tiers.as_mut().and_then(|t| t.fetch(hash)) {
+                Some((bytes, _)) => out.push(bytes),
+                None => {
+                    let keep = match prefix.scope.sink_window {
+                        Some(_) => 0,
+                        None => b,
+                    };
+                    prefix.blocks.truncate(keep);
+                    prefix.reload.retain(|&(r, _)| r < keep);
+                    out.truncate(prefix.reload.len());
+                    prefix.num_tokens = keep * self.cfg.block_size;
+                    break;
+                }
+            }
+        }
+        out
     }
 
     /// After the model has written KV for the first `num_computed` tokens of `tokens`, register the newly

@@ -4,5 +4,6 @@ pub mod block_hash;
 pub mod block_pool;
 pub mod manager;
 pub mod single;
+pub mod tiers;
 
 pub use single::{BlockAllocator, SeqBlocks};

@@ -6,6 +6,7 @@ pub mod batch;
 pub mod bert;
 pub mod generate;
 pub mod graphs;
+mod kv_blocks;
 pub mod llama;
 pub mod perplexity;
 pub mod workspace;

@@ -60,6 +60,9 @@ pub struct EngineConfig {
     pub max_num_seqs: usize,
     /// Requests allowed to wait before new ones are refused as overloaded.
     pub max_waiting: usize,
+    /// Identifies the weights and adapter the engine serves (a checksum; 0 when unknown). It enters
+    /// every KV block's hash, so blocks kept on disk are only found again by the same model.
+    pub weights_fingerprint: u64,
 }
 
 impl Default for EngineConfig {
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             max_num_batched_tokens: 512,
             max_num_seqs: 16,
             max_waiting: 64,
+            weights_fingerprint: 0,
         }
     }
 }
@@ -83,6 +87,17 @@ impl EngineConfig {
             * self.block_size
             * model.num_key_value_heads
             * self.kv_dtype.bytes_per_head(model.head_dim)
+    }
+
+    /// The salt of every KV block hash of an engine with this configuration over `model`: the KV
+    /// dtype, the model's whole configuration (architecture, RoPE settings and their scaling) and the
+    /// weights fingerprint, so no block is reused across any of them.
+    pub fn cache_salt(&self, model: &LlamaConfig) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(format!("{:?}", self.kv_dtype).as_bytes());
+        h.update(format!("{model:?}").as_bytes());
+        h.update(&self.weights_fingerprint.to_le_bytes());
+        h.digest()
     }
 
     /// Blocks that fit in `bytes`.

@@ -11,11 +11,13 @@ use std::time::Instant;
 use super::config::EngineConfig;
 use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 use super::stats::EngineStats;
+use super::tier_moves;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
 use crate::kv::manager::{
     CacheNamespace, CacheScope, KvCacheConfig, KvCacheManager, RequestId, SinkWindow,
 };
+use crate::kv::tiers::{KvTiers, TierSettings};
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::workspace::LlamaWorkspace;
 use crate::models::{Batch, FREED_BLOCK, KvPool, LogitsMode, SeqInput};
@@ -74,7 +76,7 @@ impl<B: Backend> EngineCore<B> {
             block_size: cfg.block_size,
             num_blocks,
             enable_prefix_caching: cfg.enable_prefix_caching,
-            cache_salt: cfg.kv_dtype as u64,
+            cache_salt: cfg.cache_salt(mc),
         })?;
         let shape = KvShape {
             num_blocks,
@@ -106,6 +108,26 @@ impl<B: Backend> EngineCore<B> {
             next_id: 1,
             stats,
         })
+    }
+
+    /// Puts host-memory and disk tiers behind the KV pool ([`crate::kv::tiers`]): cached blocks the
+    /// pool evicts are copied down instead of lost, and found there by later requests. The disk tier's
+    /// directory may hold blocks from an earlier run, which are found again by the same model.
+    pub fn attach_tiers(&mut self, settings: &TierSettings) -> Result<()> {
+        if settings.enabled() {
+            self.kv.attach_tiers(KvTiers::open(settings)?);
+        }
+        Ok(())
+    }
+
+    /// Copies every cached KV block down to the lower tiers and the host tier's blocks on to disk, so
+    /// an engine started later on the same disk tier finds them (a graceful shutdown); returns how
+    /// many blocks were copied from the device.
+    pub fn persist_kv(&mut self) -> Result<usize> {
+        let n = self.kv.offload_all_cached();
+        tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+        self.kv.persist_host_tier();
+        Ok(n)
     }
 
     /// The tokenizer the engine detokenises with.
@@ -188,7 +210,10 @@ impl<B: Backend> EngineCore<B> {
 
     /// Run one step; returns each request's events of this step, in batch order.
     pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
+        self.kv
+            .offload_above_high_water(tier_moves::offload_blocks_per_step(&self.kv_pool));
         let plan = self.scheduler.schedule(&mut self.kv)?;
+        tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
         self.stats.preemptions += plan.preempted.len() as u64;
         if plan.seqs.is_empty() {
             return Ok(Vec::new());
@@ -443,6 +468,8 @@ impl<B: Backend> EngineCore<B> {
             prefix_queried_tokens: prefix.queried_tokens,
             prefix_hit_tokens: prefix.hit_tokens,
             graph_replays: self.ws.graphs.replays,
+            tiers: self.kv.tier_stats().unwrap_or_default(),
+            tiers_attached: self.kv.tier_stats().is_some(),
             ..self.stats
         }
     }

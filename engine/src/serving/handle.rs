@@ -40,6 +40,9 @@ enum Command {
         namespace: CacheNamespace,
         reply: oneshot::Sender<usize>,
     },
+    PersistKv {
+        reply: oneshot::Sender<Result<usize>>,
+    },
 }
 
 struct EmbedJob {
@@ -229,6 +232,17 @@ impl EngineHandle {
         rx.await.map_err(|_| stopped())
     }
 
+    /// Copies every cached KV block down to the lower tiers and on to disk, so the next start on the
+    /// same disk tier finds them (called at a graceful shutdown); returns how many blocks left the
+    /// device.
+    pub async fn persist_kv(&self) -> Result<usize> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::PersistKv { reply })
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
+    }
+
     /// Whether the engine thread is still running (it stops only when every handle is gone, or by a
     /// bug).
     pub fn is_running(&self) -> bool {
@@ -259,7 +273,12 @@ fn run_engine<B: Backend>(
             rx.recv().ok()
         };
         let Some(first) = first.or_else(|| core.has_work().then_some(Command::Cancel(0))) else {
-            return; // every handle is gone and nothing is running
+            // Every handle is gone and nothing is running: keep what the KV cache holds for the next
+            // start (a no-op without lower tiers).
+            if let Err(e) = core.persist_kv() {
+                tracing::warn!(error = %e, "the KV cache could not be copied down at shutdown");
+            }
+            return;
         };
         for cmd in std::iter::once(first).chain(rx.try_iter()) {
             accept(&mut core, &mut streams, cmd);
@@ -328,6 +347,9 @@ fn accept<B: Backend>(
         }
         Command::ForgetNamespace { namespace, reply } => {
             let _ = reply.send(core.forget_namespace(namespace));
+        }
+        Command::PersistKv { reply } => {
+            let _ = reply.send(core.persist_kv());
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod core;
 pub mod handle;
 pub mod request;
 pub mod stats;
+mod tier_moves;
 
 pub use config::{EngineConfig, KvBudget};
 pub use core::EngineCore;

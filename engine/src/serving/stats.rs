@@ -1,5 +1,7 @@
 //! Counters and gauges a serving engine reports (for logs and the service's metrics).
 
+use crate::kv::tiers::TierStats;
+
 /// A snapshot of the engine's state and its counters since it started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EngineStats {
@@ -37,6 +39,10 @@ pub struct EngineStats {
     pub decode_steps: u64,
     /// Wall-clock microseconds of those steps.
     pub decode_micros: u64,
+    /// The lower KV tiers (all zero without them).
+    pub tiers: TierStats,
+    /// Whether lower KV tiers are attached.
+    pub tiers_attached: bool,
 }
 
 /// Steps' worth of measurement below which a rate is not reported (the first steps run op by op

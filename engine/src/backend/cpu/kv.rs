@@ -3,6 +3,7 @@
 //! engine setting.
 
 use crate::backend::{KvDtype, KvShape};
+use crate::error::Result;
 
 /// An element of the KV pool, converted to and from f32.
 pub(crate) trait KvElem: Copy + Send + Sync + 'static {
@@ -105,6 +106,54 @@ impl CpuKv {
         }
     }
 
+    /// Copies whole blocks to `out`, laid out as [`crate::backend::Backend::read_kv_blocks`] says.
+    pub fn read_blocks(&self, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
+        self.check_records(blocks, out.iter().map(|r| r.len()))?;
+        let elems = self.shape.block_size * self.shape.num_kv_heads * self.shape.head_dim;
+        for (&b, record) in blocks.iter().zip(out.iter_mut()) {
+            let b = b as usize;
+            match &self.store {
+                KvStore::F32(d) => copy_out(d, elems, b, record),
+                KvStore::Bf16(d) => copy_out(d, elems, b, record),
+                KvStore::Int8 { q, scales } => {
+                    let (head, tail) = record.split_at_mut(elems);
+                    copy_out(q, elems, b, head);
+                    copy_out(scales, elems / self.shape.head_dim, b, tail);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes whole blocks from `src`, laid out as [`CpuKv::read_blocks`] writes them.
+    pub fn write_blocks(&mut self, blocks: &[u32], src: &[&[u8]]) -> Result<()> {
+        self.check_records(blocks, src.iter().map(|r| r.len()))?;
+        let elems = self.shape.block_size * self.shape.num_kv_heads * self.shape.head_dim;
+        let head_dim = self.shape.head_dim;
+        for (&b, record) in blocks.iter().zip(src) {
+            let b = b as usize;
+            match &mut self.store {
+                KvStore::F32(d) => copy_in(d, elems, b, record),
+                KvStore::Bf16(d) => copy_in(d, elems, b, record),
+                KvStore::Int8 { q, scales } => {
+                    let (head, tail) = record.split_at(elems);
+                    copy_in(q, elems, b, head);
+                    copy_in(scales, elems / head_dim, b, tail);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a block transfer: every block exists and has one host record of the block's size.
+    fn check_records(
+        &self,
+        blocks: &[u32],
+        records: impl ExactSizeIterator<Item = usize>,
+    ) -> Result<()> {
+        self.shape.check_block_transfer(blocks, records)
+    }
+
     /// Element `i` of the pool as f32 (dequantised for int8).
     pub fn value_at(&self, i: usize) -> f32 {
         match &self.store {
@@ -113,6 +162,17 @@ impl CpuKv {
             KvStore::Int8 { q, scales } => q[i] as f32 * scales[i / self.shape.head_dim],
         }
     }
+}
+
+/// Copies block `b` of `per_block` elements of `d` into `out`, as bytes.
+fn copy_out<T: bytemuck::Pod>(d: &[T], per_block: usize, b: usize, out: &mut [u8]) {
+    out.copy_from_slice(bytemuck::cast_slice(&d[b * per_block..(b + 1) * per_block]));
+}
+
+/// Overwrites block `b` of `per_block` elements of `d` with the bytes `src`.
+fn copy_in<T: bytemuck::Pod>(d: &mut [T], per_block: usize, b: usize, src: &[u8]) {
+    bytemuck::cast_slice_mut::<T, u8>(&mut d[b * per_block..(b + 1) * per_block])
+        .copy_from_slice(src);
 }
 
 /// Quantises each head of each row with its own scale.

@@ -192,6 +192,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn read_kv_blocks(&self, kv: &CpuKv, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
+        kv.read_blocks(blocks, out)
+    }
+
+    fn write_kv_blocks(&self, kv: &mut CpuKv, blocks: &[u32], src: &[&[u8]]) -> Result<()> {
+        kv.write_blocks(blocks, src)
+    }
+
     fn sample_rows(
         &self,
         logits: &Vec<f32>,

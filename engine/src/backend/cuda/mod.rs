@@ -15,6 +15,7 @@ mod device;
 mod flash;
 mod gemv;
 mod graph;
+mod kv_blocks;
 mod matmul;
 mod modules;
 mod ops;
@@ -88,6 +89,8 @@ pub struct CudaBackend {
     freqs: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
     /// Partial outputs and (max, sum) pairs of split-KV decode; only grow.
     decode_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
+    /// Pinned host memory KV blocks pass through on their way to and from the host; only grows.
+    staging: Mutex<Option<cudarc::driver::PinnedHostSlice<u8>>>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
@@ -126,6 +129,7 @@ impl CudaBackend {
             scratch: Mutex::new(None),
             freqs: Mutex::new(None),
             decode_parts: Mutex::new(None),
+            staging: Mutex::new(None),
             graphs: AtomicBool::new(graphs),
             epoch: AtomicU64::new(0),
         })
@@ -228,6 +232,14 @@ impl Backend for CudaBackend {
             },
         };
         Ok(CudaKv { shape, store })
+    }
+
+    fn read_kv_blocks(&self, kv: &CudaKv, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
+        self.read_blocks(kv, blocks, out)
+    }
+
+    fn write_kv_blocks(&self, kv: &mut CudaKv, blocks: &[u32], src: &[&[u8]]) -> Result<()> {
+        self.write_blocks(kv, blocks, src)
     }
 
     fn upload_matrix(&self, t: &TensorRef<'_>) -> Result<CudaWeight> {

@@ -1,0 +1,326 @@
+//! Tiered KV memory behind the device pool: blocks the pool evicts go to host memory, and from there to
+//! files on disk, each tier under its own byte limit, least recently used first out (LMCache's and
+//! SGLang HiCache's idea, for docqa's own block pool).
+//!
+//! Blocks are keyed by their [`BlockHash`], which already covers the whole token prefix, the tenant's
+//! cache namespace and the engine's cache salt (model weights, adapter, KV dtype, RoPE settings), so a
+//! stored block can only ever be found again by the same prefix of the same tenant on the same model and
+//! settings. The tiers hold bytes; moving them in and out of the device pool is the engine core's part
+//! ([`crate::serving::EngineCore`]).
+
+mod disk;
+mod fingerprint;
+mod host;
+mod lru;
+mod record;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{EngineError, Result};
+use crate::kv::block_hash::BlockHash;
+use crate::kv::manager::CacheNamespace;
+use disk::{DiskReadError, DiskTier};
+use host::{HostBlock, HostTier};
+
+pub use fingerprint::weights_fingerprint;
+
+/// One KV block's content over every layer, as [`crate::models::KvPool::read_blocks`] lays it out.
+pub type BlockBytes = Arc<Vec<u8>>;
+
+/// Sizes and policy of the lower tiers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierSettings {
+    /// Host-memory tier limit in bytes (0: no host tier).
+    pub host_bytes: usize,
+    /// Disk tier: its directory and limit in bytes (None or 0 bytes: no disk tier).
+    pub disk: Option<(PathBuf, usize)>,
+    /// Share of the device pool's blocks (running requests' blocks and cached blocks not yet copied
+    /// down) above which cached blocks are copied to the host tier ahead of their eviction.
+    pub high_water: f64,
+}
+
+impl Default for TierSettings {
+    fn default() -> Self {
+        TierSettings {
+            host_bytes: 0,
+            disk: None,
+            high_water: 0.85,
+        }
+    }
+}
+
+impl TierSettings {
+    /// Whether any lower tier is configured.
+    pub fn enabled(&self) -> bool {
+        self.host_bytes > 0 || self.disk.as_ref().is_some_and(|(_, b)| *b > 0)
+    }
+}
+
+/// Which lower tier a block was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Host memory.
+    Host,
+    /// A file on disk.
+    Disk,
+}
+
+/// What the tiers hold and what has moved through them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Blocks in host memory.
+    pub host_blocks: u64,
+    /// Bytes in host memory.
+    pub host_bytes: u64,
+    /// Blocks on disk.
+    pub disk_blocks: u64,
+    /// Bytes on disk (files, headers included).
+    pub disk_bytes: u64,
+    /// Blocks brought back to the device from host memory.
+    pub host_hits: u64,
+    /// Blocks brought back to the device from disk.
+    pub disk_hits: u64,
+    /// Blocks copied from the device down to host memory (or straight to disk without a host tier).
+    pub offloaded_blocks: u64,
+    /// Bytes copied from the device down.
+    pub bytes_offloaded: u64,
+    /// Bytes written to disk.
+    pub bytes_to_disk: u64,
+    /// Bytes brought back to the device.
+    pub bytes_reloaded: u64,
+    /// Blocks pushed out of host memory (to disk, or dropped without a disk tier).
+    pub host_evictions: u64,
+    /// Files deleted to stay under the disk limit.
+    pub disk_evictions: u64,
+    /// Disk writes that failed (a full disk) and files found damaged on reading; each is a miss.
+    pub disk_errors: u64,
+}
+
+/// The host and disk tiers of one engine.
+#[derive(Debug)]
+pub struct KvTiers {
+    host: HostTier,
+    disk: Option<DiskTier>,
+    high_water: f64,
+    stats: TierStats,
+}
+
+impl KvTiers {
+    /// Opens the tiers `settings` describe; the disk tier indexes the blocks already in its directory.
+    pub fn open(settings: &TierSettings) -> Result<Self> {
+        if !(settings.high_water > 0.0 && settings.high_water <= 1.0) {
+            return Err(EngineError::InvalidConfig(format!(
+                "a KV high-water mark of {} is not in (0, 1]",
+                settings.high_water
+            )));
+        }
+        let disk = match &settings.disk {
+            Some((dir, limit)) if *limit > 0 => Some(DiskTier::open(dir, *limit).map_err(|e| {
+                EngineError::InvalidConfig(format!(
+                    "the KV disk tier at {} cannot be opened: {e}",
+                    dir.display()
+                ))
+            })?),
+            _ => None,
+        };
+        Ok(KvTiers {
+            host: HostTier::new(settings.host_bytes),
+            disk,
+            high_water: settings.high_water,
+            stats: TierStats::default(),
+        })
+    }
+
+    /// The device pool's high-water mark.
+    pub fn high_water(&self) -> f64 {
+        self.high_water
+    }
+
+    /// Whether a lower tier holds `hash`.
+    pub fn contains(&self, hash: BlockHash) -> bool {
+        self.host.contains(hash) || self.disk.as_ref().is_some_and(|d| d.contains(hash))
+    }
+
+    /// Keeps a block copied down from the device: in host memory, pushing the least recently used
+    /// blocks there down to disk (or dropping them without a disk tier).
+    pub fn store(&mut self, hash: BlockHash, namespace: CacheNamespace, bytes: BlockBytes) {
+        self.stats.offloaded_blocks += 1;
+        self.stats.bytes_offloaded += bytes.len() as u64;
+        let pushed_out = self.host.insert(hash, HostBlock { namespace, bytes });
+        for (h, block) in pushed_out {
+            if h != hash {
+                self.stats.host_evictions += 1;
+            }
+            self.write_to_disk(h, block);
+        }
+    }
+
+    fn write_to_disk(&mut self, hash: BlockHash, block: HostBlock) {
+        let Some(disk) = self.disk.as_mut() else {
+            return;
+        };
+        match disk.write(hash, block.namespace, &block.bytes) {
+            Ok(dropped) => {
+                self.stats.disk_evictions += dropped as u64;
+                self.stats.bytes_to_disk += block.bytes.len() as u64;
+            }
+            Err(e) => {
+                self.stats.disk_errors += 1;
+                tracing::warn!(error = %e, "a KV block could not be written to the disk tier; it is dropped");
+            }
+        }
+    }
+
+    /// The bytes of block `hash` and the tier they came from, counted as a hit there; None on a miss.
+    /// A damaged file is deleted and is a miss.
+    pub fn fetch(&mut self, hash: BlockHash) -> Option<(BlockBytes, Tier)> {
+        let found = match self.host.get(hash) {
+            Some(bytes) => Some((bytes, Tier::Host)),
+            None => self.read_disk(hash).map(|b| (Arc::new(b), Tier::Disk)),
+        }?;
+        match found.1 {
+            Tier::Host => self.stats.host_hits += 1,
+            Tier::Disk => self.stats.disk_hits += 1,
+        }
+        self.stats.bytes_reloaded += found.0.len() as u64;
+        Some(found)
+    }
+
+    fn read_disk(&mut self, hash: BlockHash) -> Option<Vec<u8>> {
+        match self.disk.as_mut()?.read(hash) {
+            Ok(found) => found,
+            Err(why) => {
+                self.stats.disk_errors += 1;
+                match why {
+                    DiskReadError::Corrupt(kind) => {
+                        tracing::warn!(
+                            ?kind,
+                            "a damaged KV block file was deleted; the block is recomputed"
+                        )
+                    }
+                    DiskReadError::Io(e) => {
+                        tracing::warn!(error = %e, "a KV block file could not be read; the block is recomputed")
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Writes every block held in host memory to disk as well (those not there already), so a
+    /// restarted engine finds them; returns how many were written. Without a disk tier, nothing.
+    pub fn persist_host_blocks(&mut self) -> usize {
+        let Some(disk) = self.disk.as_ref() else {
+            return 0;
+        };
+        let pending: Vec<(BlockHash, HostBlock)> = self
+            .host
+            .blocks()
+            .filter(|(h, _)| !disk.contains(*h))
+            .map(|(h, b)| (h, b.clone()))
+            .collect();
+        let n = pending.len();
+        for (hash, block) in pending {
+            self.write_to_disk(hash, block);
+        }
+        n
+    }
+
+    /// Drops block `hash` from every tier; true when one held it.
+    pub fn remove(&mut self, hash: BlockHash) -> bool {
+        let host = self.host.remove(hash);
+        let disk = self.disk.as_mut().is_some_and(|d| d.remove(hash));
+        host || disk
+    }
+
+    /// Drops every block of `namespace` from every tier; returns how many entries went.
+    pub fn remove_namespace(&mut self, namespace: CacheNamespace) -> usize {
+        let host = self.host.remove_namespace(namespace);
+        host + self
+            .disk
+            .as_mut()
+            .map_or(0, |d| d.remove_namespace(namespace))
+    }
+
+    /// Counters, with the current sizes.
+    pub fn stats(&self) -> TierStats {
+        let (disk_blocks, disk_bytes) = self
+            .disk
+            .as_ref()
+            .map_or((0, 0), |d| (d.len() as u64, d.bytes() as u64));
+        TierStats {
+            host_blocks: self.host.len() as u64,
+            host_bytes: self.host.bytes() as u64,
+            disk_blocks,
+            disk_bytes,
+            ..self.stats
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: u8, len: usize) -> BlockBytes {
+        Arc::new(vec![n; len])
+    }
+
+    fn tiers(host: usize, disk: Option<(&std::path::Path, usize)>) -> KvTiers {
+        KvTiers::open(&TierSettings {
+            host_bytes: host,
+            disk: disk.map(|(p, b)| (p.to_path_buf(), b)),
+            high_water: 0.85,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn blocks_pushed_out_of_host_memory_go_to_disk_and_come_back_from_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = tiers(200, Some((dir.path(), 1 << 20)));
+        t.store(BlockHash(1), 0, bytes(1, 100));
+        t.store(BlockHash(2), 0, bytes(2, 100));
+        t.store(BlockHash(3), 0, bytes(3, 100));
+        let s = t.stats();
+        assert_eq!((s.host_blocks, s.disk_blocks, s.host_evictions), (2, 1, 1));
+        assert_eq!(t.fetch(BlockHash(1)), Some((bytes(1, 100), Tier::Disk)));
+        assert_eq!(t.fetch(BlockHash(3)), Some((bytes(3, 100), Tier::Host)));
+        assert_eq!(t.fetch(BlockHash(4)), None);
+        let s = t.stats();
+        assert_eq!((s.host_hits, s.disk_hits, s.bytes_reloaded), (1, 1, 200));
+    }
+
+    #[test]
+    fn without_a_host_tier_blocks_go_straight_to_disk_and_without_either_they_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = tiers(0, Some((dir.path(), 1 << 20)));
+        t.store(BlockHash(1), 0, bytes(1, 100));
+        assert!(t.contains(BlockHash(1)));
+        assert_eq!(t.stats().host_evictions, 0);
+        assert_eq!(t.fetch(BlockHash(1)).map(|f| f.1), Some(Tier::Disk));
+        let mut none = tiers(0, None);
+        none.store(BlockHash(1), 0, bytes(1, 100));
+        assert!(!none.contains(BlockHash(1)));
+    }
+
+    #[test]
+    fn removal_reaches_every_tier_and_a_bad_high_water_mark_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = tiers(100, Some((dir.path(), 1 << 20)));
+        t.store(BlockHash(1), 7, bytes(1, 100));
+        t.store(BlockHash(2), 7, bytes(2, 100));
+        t.store(BlockHash(3), 8, bytes(3, 100));
+        assert_eq!(t.remove_namespace(7), 2);
+        assert!(t.remove(BlockHash(3)));
+        assert!(!t.contains(BlockHash(1)) && !t.contains(BlockHash(3)));
+        let s = t.stats();
+        assert_eq!((s.host_blocks, s.disk_blocks), (0, 0));
+        let bad = KvTiers::open(&TierSettings {
+            high_water: 1.5,
+            ..TierSettings::default()
+        });
+        assert!(bad.is_err());
+    }
+}

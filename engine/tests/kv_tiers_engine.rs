@@ -1,0 +1,223 @@
+//! The tiered KV cache on the real SmolLM2 model and the CPU backend: a document pushed out of a small
+//! device pool comes back from host memory or disk with logits equal bit for bit to a cache that never
+//! lost it, survives a restart on disk, and a damaged file is recomputed rather than believed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
+use docqa_engine::kv::tiers::TierSettings;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::sampling::SamplingParams;
+use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, KvBudget};
+use docqa_engine::text::{ChatMessage, TextTokenizer};
+
+/// The SmolLM2 f32 KV of one 16-token block: 2 · 30 layers · 16 · 3 heads · 64 · 4 bytes.
+const BLOCK_BYTES: usize = 737_280;
+
+fn generator_dir() -> PathBuf {
+    ensure_models(&default_models_dir(), &NoProgress)
+        .expect("models are fetched")
+        .generator
+}
+
+/// An engine whose device pool holds `blocks` KV blocks, with `tiers` behind it.
+fn engine(blocks: usize, tiers: &TierSettings) -> EngineCore<CpuBackend> {
+    let dir = generator_dir();
+    let model = Llama::load(CpuBackend::new(), &dir).unwrap();
+    let tokenizer = TextTokenizer::from_model_dir(&dir).unwrap();
+    let cfg = EngineConfig {
+        kv_cache: KvBudget::Bytes(blocks * BLOCK_BYTES),
+        ..EngineConfig::default()
+    };
+    let mut core = EngineCore::new(model, tokenizer, &cfg).unwrap();
+    assert_eq!(core.stats().total_blocks, blocks);
+    core.attach_tiers(tiers).unwrap();
+    core
+}
+
+/// A question about the `n`-th document: a different 1,100-character stretch of the QMSum transcript.
+fn prompt(core: &EngineCore<CpuBackend>, n: usize, question: &str) -> Vec<u32> {
+    let text = common::fixture_text("qmsum_val.jsonl");
+    let doc: String = text.chars().skip(n * 1100).take(1100).collect();
+    let user = format!("Document:\n{doc}\n\nQuestion: {question}");
+    let prompt = core
+        .tokenizer()
+        .apply_chat_template(&[ChatMessage::new("user", &user)], true)
+        .unwrap();
+    core.tokenizer().encode(&prompt, false).unwrap()
+}
+
+/// What one request produced: its tokens, its first step's top log-probabilities (as bits), and the
+/// prompt tokens it took from the cache.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    tokens: Vec<u32>,
+    first_logprobs: Vec<(u32, u32)>,
+    cached: usize,
+}
+
+/// Asks `question` about the `n`-th document.
+fn ask(core: &mut EngineCore<CpuBackend>, n: usize, question: &str) -> Outcome {
+    let prompt = prompt(core, n, question);
+    run(core, prompt)
+}
+
+fn run(core: &mut EngineCore<CpuBackend>, prompt: Vec<u32>) -> Outcome {
+    let params = SamplingParams {
+        max_tokens: 4,
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut request = GenerateRequest::new(prompt, params);
+    request.top_logprobs = 20;
+    let id = core.add_request(request).unwrap();
+    let mut out = Outcome {
+        tokens: Vec::new(),
+        first_logprobs: Vec::new(),
+        cached: 0,
+    };
+    while core.has_work() {
+        for (rid, event) in core.step().unwrap() {
+            assert_eq!(rid, id);
+            match event {
+                GenerationEvent::Token {
+                    id: token,
+                    top_logprobs,
+                    ..
+                } => {
+                    if out.tokens.is_empty() {
+                        out.first_logprobs = top_logprobs
+                            .iter()
+                            .map(|&(t, l)| (t, l.to_bits()))
+                            .collect();
+                    }
+                    out.tokens.push(token);
+                }
+                GenerationEvent::Finished { usage, .. } => out.cached = usage.cached_prompt_tokens,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The second question about document 0, asked after the first on a pool large enough to keep it.
+fn reference() -> Outcome {
+    let mut core = engine(256, &TierSettings::default());
+    ask(&mut core, 0, "What is discussed?");
+    let second = ask(&mut core, 0, "Who speaks first?");
+    assert!(second.cached >= 16 * 14, "the document came from the cache");
+    second
+}
+
+fn disk_tier(dir: &Path, host_bytes: usize) -> TierSettings {
+    TierSettings {
+        host_bytes,
+        disk: Some((dir.to_path_buf(), 1 << 30)),
+        ..TierSettings::default()
+    }
+}
+
+/// Reads documents 0..4 on a pool that holds about two of them.
+fn read_four_documents(core: &mut EngineCore<CpuBackend>) {
+    for n in 0..4 {
+        ask(core, n, "What is discussed?");
+    }
+}
+
+#[test]
+fn a_document_pushed_out_to_host_memory_comes_back_with_bit_identical_logits() {
+    let expected = reference();
+    let host = TierSettings {
+        host_bytes: 256 << 20,
+        ..TierSettings::default()
+    };
+    let mut core = engine(48, &host);
+    read_four_documents(&mut core);
+    let before = core.stats().tiers;
+    assert!(
+        before.offloaded_blocks > 0 && before.host_blocks > 0,
+        "{before:?}"
+    );
+    let got = ask(&mut core, 0, "Who speaks first?");
+    let after = core.stats().tiers;
+    assert!(after.host_hits > before.host_hits, "{after:?}");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_document_on_disk_is_found_by_an_engine_started_later_on_the_same_directory() {
+    let expected = reference();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut core = engine(256, &disk_tier(dir.path(), 64 << 20));
+        ask(&mut core, 0, "What is discussed?");
+        assert!(core.persist_kv().unwrap() >= 14);
+        assert!(core.stats().tiers.disk_blocks >= 14);
+    }
+    let mut restarted = engine(256, &disk_tier(dir.path(), 64 << 20));
+    let got = ask(&mut restarted, 0, "Who speaks first?");
+    let tiers = restarted.stats().tiers;
+    assert!(tiers.disk_hits >= 14, "{tiers:?}");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_damaged_block_file_is_recomputed_and_the_answer_is_unchanged() {
+    let expected = reference();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut core = engine(256, &disk_tier(dir.path(), 0));
+        ask(&mut core, 0, "What is discussed?");
+        core.persist_kv().unwrap();
+    }
+    let mut files: Vec<PathBuf> = walk(dir.path());
+    files.sort();
+    assert!(files.len() >= 14);
+    for (i, file) in files.iter().enumerate().filter(|(i, _)| i % 3 == 1) {
+        let mut bytes = std::fs::read(file).unwrap();
+        match i % 2 {
+            0 => bytes.truncate(bytes.len() / 2),
+            _ => *bytes.last_mut().unwrap() ^= 0x10,
+        }
+        std::fs::write(file, bytes).unwrap();
+    }
+    let mut restarted = engine(256, &disk_tier(dir.path(), 0));
+    let got = ask(&mut restarted, 0, "Who speaks first?");
+    let tiers = restarted.stats().tiers;
+    assert!(tiers.disk_errors >= 1, "{tiers:?}");
+    assert_eq!(got.tokens, expected.tokens);
+    assert!(
+        got.cached < expected.cached,
+        "the damaged blocks were recomputed"
+    );
+}
+
+#[test]
+fn a_disk_tier_that_cannot_be_opened_is_a_clear_error() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let dir = generator_dir();
+    let model = Llama::load(CpuBackend::new(), &dir).unwrap();
+    let tokenizer = TextTokenizer::from_model_dir(&dir).unwrap();
+    let mut core = EngineCore::new(model, tokenizer, &EngineConfig::default()).unwrap();
+    let err = core
+        .attach_tiers(&disk_tier(&file.path().join("kv"), 0))
+        .unwrap_err();
+    assert!(err.to_string().contains("KV disk tier"), "{err}");
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

@@ -1,0 +1,173 @@
+//! The KV cache manager with lower tiers behind its pool: which blocks are copied down and when, how a
+//! lookup finds them again, and that tenants and deletions are respected in every tier. Copies are
+//! only queued here ([`KvTransfer`]); the bytes handed to the tiers stand for a block's content.
+
+use std::sync::Arc;
+
+use docqa_engine::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, KvTransfer};
+use docqa_engine::kv::tiers::{KvTiers, TierSettings};
+
+const BS: usize = 4;
+
+fn manager(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
+    let mut kv = KvCacheManager::new(KvCacheConfig {
+        block_size: BS,
+        num_blocks,
+        enable_prefix_caching: true,
+        cache_salt: 0,
+    })
+    .unwrap();
+    kv.attach_tiers(KvTiers::open(&settings).unwrap());
+    kv
+}
+
+fn host_only() -> TierSettings {
+    TierSettings {
+        host_bytes: 1 << 20,
+        ..TierSettings::default()
+    }
+}
+
+/// Runs `tokens` as one finished request of `scope`, then carries out the queued copies with fake
+/// content: the block's id in every byte.
+fn run(kv: &mut KvCacheManager, id: u64, tokens: &[u32], scope: CacheScope) -> Vec<KvTransfer> {
+    let prefix = kv.find_cached_prefix(tokens, scope, true);
+    assert!(kv.admit(id, &prefix, tokens.len()).unwrap().is_some());
+    kv.commit_computed(id, tokens, tokens.len()).unwrap();
+    kv.free(id).unwrap();
+    settle(kv)
+}
+
+fn settle(kv: &mut KvCacheManager) -> Vec<KvTransfer> {
+    let transfers = kv.take_transfers();
+    for t in &transfers {
+        if let KvTransfer::Offload {
+            block,
+            still_cached,
+        } = t
+        {
+            kv.offloaded(*block, *still_cached, Arc::new(vec![block.block as u8; 8]));
+        }
+    }
+    transfers
+}
+
+fn offloaded(transfers: &[KvTransfer]) -> Vec<u32> {
+    transfers
+        .iter()
+        .filter_map(|t| match t {
+            KvTransfer::Offload { block, .. } => Some(block.block),
+            KvTransfer::Reload { .. } => None,
+        })
+        .collect()
+}
+
+fn doc(start: u32, blocks: usize) -> Vec<u32> {
+    // Full blocks plus one token, so every full block is cacheable.
+    (start..start + (blocks * BS) as u32 + 1).collect()
+}
+
+#[test]
+fn evicted_blocks_are_copied_down_least_recently_freed_first_and_found_again_there() {
+    let mut kv = manager(8, host_only());
+    let dense = CacheScope::dense(0);
+    let (a, b) = (doc(0, 4), doc(1000, 4));
+    assert!(offloaded(&run(&mut kv, 1, &a, dense)).is_empty());
+    // A held blocks 0..5 (four full, one partial) and freed them tail first. B needs five blocks:
+    // the three never used, A's partial block, then A's last full block, the only cached one lost.
+    let moved = offloaded(&run(&mut kv, 2, &b, dense));
+    assert_eq!(
+        moved,
+        [3],
+        "A's last full block is copied down before reuse"
+    );
+    let stats = kv.tier_stats().unwrap();
+    assert_eq!((stats.offloaded_blocks, stats.host_blocks), (1, 1));
+    // Looking A up again finds three blocks on the device and one in host memory: all four.
+    let again = kv.find_cached_prefix(&a, dense, false);
+    assert_eq!(again.num_tokens, 4 * BS);
+    assert_eq!(again.reload.iter().map(|r| r.0).collect::<Vec<_>>(), [3]);
+    assert!(kv.admit(3, &again, a.len()).unwrap().is_some());
+    let reloads = kv
+        .take_transfers()
+        .into_iter()
+        .filter(|t| matches!(t, KvTransfer::Reload { .. }))
+        .count();
+    assert_eq!(reloads, 1);
+    assert_eq!(kv.tier_stats().unwrap().host_hits, 1);
+}
+
+#[test]
+fn above_the_high_water_mark_cached_blocks_are_copied_down_ahead_of_eviction_and_never_twice() {
+    let mut kv = manager(
+        10,
+        TierSettings {
+            high_water: 0.5,
+            ..host_only()
+        },
+    );
+    run(&mut kv, 1, &doc(0, 8), CacheScope::dense(0));
+    // Eight full blocks hold cached content (the partial ninth is not cached): 8 of 10 would lose
+    // content if reused, and the mark is 5.
+    assert_eq!(kv.offload_above_high_water(100), 3);
+    let moved = settle(&mut kv);
+    assert!(moved.iter().all(|t| matches!(
+        t,
+        KvTransfer::Offload {
+            still_cached: true,
+            ..
+        }
+    )));
+    assert_eq!(kv.offload_above_high_water(100), 0, "under the mark now");
+    // Blocks copied down ahead of time are evicted without a copy: five new blocks take the unused
+    // one, the partial one and the three copied down.
+    let before = kv.tier_stats().unwrap().offloaded_blocks;
+    run(&mut kv, 2, &doc(5000, 4), CacheScope::dense(0));
+    assert_eq!(kv.tier_stats().unwrap().offloaded_blocks, before);
+}
+
+#[test]
+fn a_tenants_blocks_in_a_lower_tier_are_invisible_to_another_tenant() {
+    let mut kv = manager(6, host_only());
+    let secret = doc(0, 4);
+    run(&mut kv, 1, &secret, CacheScope::dense(7));
+    run(&mut kv, 2, &doc(900, 4), CacheScope::dense(7));
+    assert!(kv.tier_stats().unwrap().host_blocks > 0);
+    let other = kv.find_cached_prefix(&secret, CacheScope::dense(8), false);
+    assert_eq!(other.num_tokens, 0);
+    let owner = kv.find_cached_prefix(&secret, CacheScope::dense(7), false);
+    assert_eq!(owner.num_tokens, 4 * BS);
+}
+
+#[test]
+fn forgetting_a_document_or_a_tenant_removes_its_blocks_from_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = TierSettings {
+        host_bytes: 16,
+        disk: Some((dir.path().to_path_buf(), 1 << 20)),
+        ..TierSettings::default()
+    };
+    let mut kv = manager(6, settings);
+    let (a, b) = (doc(0, 4), doc(500, 4));
+    run(&mut kv, 1, &a, CacheScope::dense(1));
+    run(&mut kv, 2, &b, CacheScope::dense(2));
+    run(&mut kv, 3, &doc(900, 4), CacheScope::dense(3));
+    let s = kv.tier_stats().unwrap();
+    assert!(s.host_blocks > 0 && s.disk_blocks > 0, "{s:?}");
+    assert!(kv.forget_prefix(&a, CacheScope::dense(1)) >= 4);
+    assert_eq!(
+        kv.find_cached_prefix(&a, CacheScope::dense(1), false)
+            .num_tokens,
+        0
+    );
+    assert!(kv.forget_namespace(2) >= 4);
+    assert_eq!(
+        kv.find_cached_prefix(&b, CacheScope::dense(2), false)
+            .num_tokens,
+        0
+    );
+    let ns_dir = |n: u64| dir.path().join(format!("{n:016x}"));
+    assert!(!ns_dir(2).exists());
+    let files_of_1 = std::fs::read_dir(ns_dir(1)).map_or(0, |d| d.count());
+    assert_eq!(files_of_1, 0, "the deleted document's files are gone");
+}
