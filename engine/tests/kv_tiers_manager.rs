@@ -152,6 +152,7 @@ fn forgetting_a_document_or_a_tenant_removes_its_blocks_from_every_tier() {
     run(&mut kv, 1, &a, CacheScope::dense(1));
     run(&mut kv, 2, &b, CacheScope::dense(2));
     run(&mut kv, 3, &doc(900, 4), CacheScope::dense(3));
+    kv.flush_tiers();
     let s = kv.tier_stats().unwrap();
     assert!(s.host_blocks > 0 && s.disk_blocks > 0, "{s:?}");
     assert!(kv.forget_prefix(&a, CacheScope::dense(1)) >= 4);

@@ -1,5 +1,5 @@
 // KV-cache writes: new K and V rows scattered into the paged pools at their slots (f32, bf16, or int8
-// with one scale per slot and head).
+// with one scale per slot and head); and whole blocks packed out of and back into the pools (tiered KV).
 #include "common.cuh"
 
 // kc[slots[t]] = k[t], vc[slots[t]] = v[t], rounded to T, for the entry points below.
@@ -149,4 +149,28 @@ extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v
                                               const unsigned* slots, bf16_t* kc, bf16_t* vc, int rows,
                                               int heads, int kv_heads, int head_dim) {
     rope_scatter(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
+}
+
+// Whole KV blocks between one part of a pool (elements, or an int8 pool's scales) and a packed buffer,
+// 16 bytes at a time, for the tiered KV cache: packed[i] is block ids[i] of the part, `words` 16-byte
+// words per block.
+extern "C" __global__ void kv_blocks_gather(const uint4* part, uint4* packed, const unsigned* ids,
+                                            int n, int words) {
+    const long long total = (long long)n * words;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long b = i / words, w = i % words;
+        packed[i] = part[(long long)ids[b] * words + w];
+    }
+}
+
+// The reverse of kv_blocks_gather: part's block ids[i] = packed[i].
+extern "C" __global__ void kv_blocks_scatter(const uint4* packed, uint4* part, const unsigned* ids,
+                                             int n, int words) {
+    const long long total = (long long)n * words;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long b = i / words, w = i % words;
+        part[(long long)ids[b] * words + w] = packed[i];
+    }
 }

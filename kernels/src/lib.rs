@@ -71,6 +71,8 @@ pub const SOURCES: &[KernelSource] = &[
             "kv_write_int8",
             "rope_kv_write_f32",
             "rope_kv_write_bf16",
+            "kv_blocks_gather",
+            "kv_blocks_scatter",
         ],
     },
     KernelSource {

@@ -253,6 +253,13 @@ impl KvCacheManager {
         n
     }
 
+    /// Waits until every block queued for the disk tier is written.
+    pub fn flush_tiers(&self) {
+        if let Some(t) = &self.tiers {
+            t.flush();
+        }
+    }
+
     /// Writes the host tier's blocks to the disk tier too; returns how many were written.
     pub fn persist_host_tier(&mut self) -> usize {
         self.tiers.as_mut().map_or(0, KvTiers::persist_host_blocks)
@@ -545,15 +552,19 @@ impl KvCacheManager {
     /// the prefix is cut there (a sink window's prefix is dropped whole, since a shorter one needs other
     /// blocks); returns the bytes of the blocks kept.
     fn fetch_reloads(&mut self, prefix: &mut CachedPrefix) -> Vec<BlockBytes> {
+        let hashes: Vec<BlockHash> = prefix.reload.iter().map(|&(_, h)| h).collect();
+        let found = match self.tiers.as_mut() {
+            Some(t) => t.fetch_many(&hashes),
+            None => vec![None; hashes.len()],
+        };
         let mut out = Vec::new();
-        for i in 0..prefix.reload.len() {
-            let (b, hash) = prefix.reload[i];
-            match self.tiers.as_mut().and_then(|t| t.fetch(hash)) {
+        for (i, f) in found.into_iter().enumerate() {
+            match f {
                 Some((bytes, _)) => out.push(bytes),
                 None => {
                     let keep = match prefix.scope.sink_window {
                         Some(_) => 0,
-                        None => b,
+                        None => prefix.reload[i].0,
                     };
                     prefix.blocks.truncate(keep);
                     prefix.reload.retain(|&(r, _)| r < keep);

@@ -130,6 +130,11 @@ impl<B: Backend> EngineCore<B> {
         Ok(n)
     }
 
+    /// Bytes of one KV block over all layers (what a lower tier stores per block).
+    pub fn kv_block_bytes(&self) -> usize {
+        self.kv_pool.block_bytes()
+    }
+
     /// The tokenizer the engine detokenises with.
     pub fn tokenizer(&self) -> &TextTokenizer {
         &self.tokenizer

@@ -21,6 +21,7 @@ mod eval_cli;
 mod follow_ups;
 mod ingest_bounds;
 mod job_lease;
+mod kv_tiers;
 mod local_keys;
 mod prompts;
 mod qa_routes;

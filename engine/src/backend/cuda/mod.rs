@@ -90,7 +90,7 @@ pub struct CudaBackend {
     /// Partial outputs and (max, sum) pairs of split-KV decode; only grow.
     decode_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
     /// Pinned host memory KV blocks pass through on their way to and from the host; only grows.
-    staging: Mutex<Option<cudarc::driver::PinnedHostSlice<u8>>>,
+    staging: Mutex<kv_blocks::Staging>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
@@ -129,7 +129,7 @@ impl CudaBackend {
             scratch: Mutex::new(None),
             freqs: Mutex::new(None),
             decode_parts: Mutex::new(None),
-            staging: Mutex::new(None),
+            staging: Mutex::new(kv_blocks::Staging::default()),
             graphs: AtomicBool::new(graphs),
             epoch: AtomicU64::new(0),
         })

@@ -1,12 +1,13 @@
 //! gpu-check: runs every CUDA backend op against the CPU reference on fresh random inputs, with the
 //! GPU outputs poisoned (NaN) beforehand, and prints a table of relative errors; then end-to-end
 //! parity on random models (a BERT with MiniLM's shapes, and decoding with Llamas of SmolLM2-135M's
-//! shapes); then, with `--bench`, the timings; last a summary line.
+//! shapes) and the tiered KV cache's reloads; then, with `--bench`, the timings; last a summary line.
 //!
-//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only]`; `--ops-only` skips the
+//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only] [--tiers-only]`; `--ops-only` skips the
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
 //! the model families against transformers' logits (`tests/golden/families`).
-//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else. Exit status 0 when every check passes,
+//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else;
+//! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`) instead. Exit status 0 when every check passes,
 //! 1 when one fails, 2 when there is no CUDA device. `DOCQA_TEST_SEED` replays a run;
 //! `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the executable), else the
 //! kernels are compiled with NVRTC.
@@ -19,10 +20,13 @@ mod e2e;
 mod families;
 mod fused;
 mod inputs;
+#[path = "../../../benches/kv_tiers.rs"]
+mod kv_tiers_bench;
 mod ops;
 mod random_models;
 mod report;
 mod sample;
+mod tiers;
 
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};
 use docqa_engine::backend::cuda::CudaBackend;
@@ -54,6 +58,16 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
         gpu,
     };
     let mut rng = Rng::fresh("gpu-check seed");
+    if std::env::var_os("DOCQA_BENCH_KV_TIERS").is_some() {
+        kv_tiers_bench::main().map_err(|e| EngineError::Internal(e.to_string()))?;
+        return Ok(true);
+    }
+    if flag_set("--tiers-only") {
+        let mut report = Report::default();
+        report.header();
+        tiers::run(&mut rng, &mut report)?;
+        return Ok(report.summary());
+    }
     if std::env::var_os("DOCQA_PROFILE_PREFILL").is_some() {
         bench::profile_prefill(&pair.gpu, &mut rng)?;
         return Ok(true);
@@ -76,6 +90,7 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
         e2e::run_bert(&mut rng, &mut report)?;
         e2e::run_llama(&mut rng, &mut report)?;
         families::run(&mut report)?;
+        tiers::run(&mut rng, &mut report)?;
     }
     // The timings come after the parity table, and the summary line last.
     let timed = match bench {
@@ -86,8 +101,12 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     timed.map(|()| passed)
 }
 
+fn flag_set(f: &str) -> bool {
+    std::env::args().any(|a| a == f)
+}
+
 fn main() {
-    let flag = |f: &str| std::env::args().any(|a| a == f);
+    let flag = flag_set;
     let flags = (flag("--ops-only"), flag("--bench"), flag("--kernels-only"));
     match run(flags.0, flags.1, flags.2, flag("--families-only")) {
         Ok(true) => {}

@@ -5,7 +5,13 @@
 //! checksum ([`super::record`]), and is believed only when it reads back whole: anything else is deleted
 //! and counts as a miss. The index is rebuilt from the directory at start (oldest modification first
 //! out), which is how a restarted engine finds what it read before.
+//!
+//! The tier is shared between the engine thread (lookups, reads, deletions) and the thread that writes
+//! files ([`super::writer`]), behind one lock that is never held over a file's write or read: a write
+//! reserves its room ([`DiskTier::begin_write`]), writes without the lock, and is indexed after
+//! ([`DiskTier::finish_write`]) unless its block was forgotten meanwhile.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -16,7 +22,7 @@ use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
 #[derive(Debug, Clone, Copy)]
-struct DiskEntry {
+pub(crate) struct DiskEntry {
     namespace: CacheNamespace,
     file_bytes: usize,
 }
@@ -30,15 +36,91 @@ pub(crate) enum DiskReadError {
     Io(io::Error),
 }
 
+impl std::fmt::Display for DiskReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiskReadError::Corrupt(why) => write!(f, "damaged file ({why:?})"),
+            DiskReadError::Io(e) => write!(f, "unreadable file ({e})"),
+        }
+    }
+}
+
 /// Blocks in files under one directory.
 #[derive(Debug)]
 pub(crate) struct DiskTier {
     dir: PathBuf,
     blocks: LruIndex<DiskEntry>,
     bytes: usize,
+    /// Bytes of writes under way.
+    reserved: usize,
     limit: usize,
+    /// Blocks and namespaces forgotten while a write of theirs may be under way.
+    forgotten: HashSet<BlockHash>,
+    forgotten_namespaces: HashSet<CacheNamespace>,
+    /// Bytes written since start.
+    pub written_bytes: u64,
+    /// Files deleted to stay under the limit since start.
+    pub evictions: u64,
+    /// Failed writes and damaged files since start.
+    pub errors: u64,
     #[cfg(test)]
     pub(crate) simulate_full: bool,
+}
+
+/// A write [`DiskTier::begin_write`] made room for: done without the tier's lock, then handed to
+/// [`DiskTier::finish_write`].
+pub(crate) struct PendingWrite {
+    hash: BlockHash,
+    namespace: CacheNamespace,
+    path: PathBuf,
+    file_bytes: usize,
+    simulate_full: bool,
+}
+
+impl PendingWrite {
+    /// Writes the file durably (temporary file, fsync, rename); an error leaves nothing behind.
+    pub fn write(&self, payload: &[u8]) -> io::Result<()> {
+        let tmp = self.path.with_extension("tmp");
+        let header = record::header(self.hash, self.namespace, payload);
+        let written = write_durably(&tmp, &self.path, &header, payload, self.simulate_full);
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
+    }
+}
+
+fn write_durably(
+    tmp: &Path,
+    path: &Path,
+    header: &[u8],
+    payload: &[u8],
+    simulate_full: bool,
+) -> io::Result<()> {
+    if let Some(parent) = tmp.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let mut file = fs::File::create(tmp)?;
+    file.write_all(header)?;
+    if simulate_full {
+        file.write_all(&payload[..payload.len() / 2])?;
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            "no space left on device",
+        ));
+    }
+    file.write_all(payload)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(tmp, path)
+}
+
+/// Reads and checks block `hash`'s file at `path`; its payload.
+pub(crate) fn read_record(path: &Path, hash: BlockHash) -> Result<Vec<u8>, DiskReadError> {
+    let mut file = fs::read(path).map_err(DiskReadError::Io)?;
+    record::decode(&file, hash).map_err(DiskReadError::Corrupt)?;
+    file.drain(..HEADER_BYTES);
+    Ok(file)
 }
 
 fn block_file(dir: &Path, namespace: CacheNamespace, hash: BlockHash) -> PathBuf {
@@ -89,7 +171,13 @@ impl DiskTier {
             dir: dir.to_path_buf(),
             blocks: LruIndex::default(),
             bytes: 0,
+            reserved: 0,
             limit,
+            forgotten: HashSet::new(),
+            forgotten_namespaces: HashSet::new(),
+            written_bytes: 0,
+            evictions: 0,
+            errors: 0,
             #[cfg(test)]
             simulate_full: false,
         };
@@ -125,7 +213,7 @@ impl DiskTier {
     /// Deletes the least recently used files until `incoming` more bytes fit; returns how many.
     fn make_room(&mut self, incoming: usize) -> usize {
         let mut dropped = 0;
-        while self.bytes + incoming > self.limit {
+        while self.bytes + self.reserved + incoming > self.limit {
             let Some((hash, entry)) = self.blocks.pop_oldest() else {
                 break;
             };
@@ -136,15 +224,15 @@ impl DiskTier {
         dropped
     }
 
-    /// Stores block `hash` of `namespace` durably; returns how many older files were deleted to make
-    /// room. An error (a full disk, say) leaves nothing behind.
-    pub fn write(
+    /// Makes room for block `hash` of `namespace` (`payload_len` bytes) and reserves it; the write
+    /// itself is then done without the lock. Fails when one block is larger than the whole tier.
+    pub fn begin_write(
         &mut self,
         hash: BlockHash,
         namespace: CacheNamespace,
-        payload: &[u8],
-    ) -> io::Result<usize> {
-        let file_bytes = HEADER_BYTES + payload.len();
+        payload_len: usize,
+    ) -> io::Result<PendingWrite> {
+        let file_bytes = HEADER_BYTES + payload_len;
         if file_bytes > self.limit {
             return Err(io::Error::new(
                 io::ErrorKind::StorageFull,
@@ -155,81 +243,103 @@ impl DiskTier {
             ));
         }
         self.remove(hash);
-        let dropped = self.make_room(file_bytes);
-        let path = block_file(&self.dir, namespace, hash);
-        let tmp = path.with_extension("tmp");
-        let written = self.write_durably(
-            &tmp,
-            &path,
-            &record::header(hash, namespace, payload),
-            payload,
-        );
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        written?;
-        self.blocks.insert(
+        self.evictions += self.make_room(file_bytes) as u64;
+        self.reserved += file_bytes;
+        Ok(PendingWrite {
             hash,
-            DiskEntry {
-                namespace,
-                file_bytes,
-            },
-        );
-        self.bytes += file_bytes;
-        Ok(dropped)
+            namespace,
+            path: block_file(&self.dir, namespace, hash),
+            file_bytes,
+            #[cfg(test)]
+            simulate_full: self.simulate_full,
+            #[cfg(not(test))]
+            simulate_full: false,
+        })
     }
 
-    fn write_durably(
-        &self,
-        tmp: &Path,
-        path: &Path,
-        header: &[u8],
+    /// Indexes a finished write (or counts its failure). A block forgotten while it was written is
+    /// deleted instead.
+    pub fn finish_write(&mut self, w: PendingWrite, written: io::Result<()>) -> io::Result<()> {
+        self.reserved -= w.file_bytes;
+        written.inspect_err(|_| self.errors += 1)?;
+        if self.forgotten.contains(&w.hash) || self.forgotten_namespaces.contains(&w.namespace) {
+            let _ = fs::remove_file(&w.path);
+            return Ok(());
+        }
+        self.blocks.insert(
+            w.hash,
+            DiskEntry {
+                namespace: w.namespace,
+                file_bytes: w.file_bytes,
+            },
+        );
+        self.bytes += w.file_bytes;
+        self.written_bytes += (w.file_bytes - HEADER_BYTES) as u64;
+        Ok(())
+    }
+
+    /// Stores block `hash` of `namespace` durably, all under the caller's hold on the tier; returns how
+    /// many older files were deleted to make room. An error (a full disk, say) leaves nothing behind.
+    #[cfg(test)]
+    pub fn write(
+        &mut self,
+        hash: BlockHash,
+        namespace: CacheNamespace,
         payload: &[u8],
-    ) -> io::Result<()> {
-        if let Some(parent) = tmp.parent() {
-            fs::create_dir_all(parent)?;
+    ) -> io::Result<usize> {
+        let before = self.evictions;
+        let pending = self.begin_write(hash, namespace, payload.len())?;
+        let written = pending.write(payload);
+        self.finish_write(pending, written)?;
+        Ok((self.evictions - before) as usize)
+    }
+
+    /// Where block `hash`'s file is, marking it used; None when there is none.
+    pub fn locate(&mut self, hash: BlockHash) -> Option<PathBuf> {
+        let entry = *self.blocks.touch(hash)?;
+        Some(block_file(&self.dir, entry.namespace, hash))
+    }
+
+    /// Drops a block whose file turned out damaged or unreadable (and deletes the file).
+    pub fn drop_damaged(&mut self, hash: BlockHash) {
+        self.errors += 1;
+        self.remove(hash);
+    }
+
+    /// Forgets `hash` now and keeps it forgotten until [`DiskTier::settle_forgotten`], so a write of
+    /// it under way is not indexed.
+    pub fn forget(&mut self, hash: BlockHash) -> bool {
+        self.forgotten.insert(hash);
+        self.remove(hash)
+    }
+
+    /// Forgets `namespace` now, likewise.
+    pub fn forget_namespace(&mut self, namespace: CacheNamespace) -> usize {
+        self.forgotten_namespaces.insert(namespace);
+        self.remove_namespace(namespace)
+    }
+
+    /// Ends the forgetting of [`DiskTier::forget`] and [`DiskTier::forget_namespace`]: called by the
+    /// writer once every write queued before them is done.
+    pub fn settle_forgotten(&mut self, hash: Option<BlockHash>, namespace: Option<CacheNamespace>) {
+        if let Some(h) = hash {
+            self.forgotten.remove(&h);
         }
-        let mut file = fs::File::create(tmp)?;
-        file.write_all(header)?;
-        #[cfg(test)]
-        if self.simulate_full {
-            file.write_all(&payload[..payload.len() / 2])?;
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "no space left on device",
-            ));
+        if let Some(n) = namespace {
+            self.forgotten_namespaces.remove(&n);
         }
-        file.write_all(payload)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(tmp, path)
     }
 
     /// The block's bytes, marking it used; None when there is no file. A damaged or unreadable file is
     /// dropped and reported.
+    #[cfg(test)]
     pub fn read(&mut self, hash: BlockHash) -> Result<Option<Vec<u8>>, DiskReadError> {
-        let Some(&entry) = self.blocks.touch(hash) else {
+        let Some(path) = self.locate(hash) else {
             return Ok(None);
         };
-        let path = block_file(&self.dir, entry.namespace, hash);
-        let fail = |tier: &mut Self| {
-            tier.blocks.remove(hash);
-            tier.bytes -= entry.file_bytes;
-            let _ = fs::remove_file(&path);
-        };
-        let mut file = match fs::read(&path) {
-            Ok(file) => file,
-            Err(e) => {
-                fail(self);
-                return Err(DiskReadError::Io(e));
-            }
-        };
-        if let Err(why) = record::decode(&file, hash) {
-            fail(self);
-            return Err(DiskReadError::Corrupt(why));
-        }
-        file.drain(..HEADER_BYTES);
-        Ok(Some(file))
+        read_record(&path, hash)
+            .inspect_err(|_| self.drop_damaged(hash))
+            .map(Some)
     }
 
     /// Deletes block `hash`; true when it had a file.

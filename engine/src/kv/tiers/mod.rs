@@ -13,15 +13,19 @@ mod fingerprint;
 mod host;
 mod lru;
 mod record;
+mod writer;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
-use disk::{DiskReadError, DiskTier};
+use disk::DiskTier;
 use host::{HostBlock, HostTier};
+use writer::DiskWriter;
 
 pub use fingerprint::weights_fingerprint;
 
@@ -97,17 +101,31 @@ pub struct TierStats {
     pub disk_errors: u64,
 }
 
+/// The disk tier, shared with its writer thread.
+#[derive(Debug)]
+struct Disk {
+    tier: Arc<Mutex<DiskTier>>,
+    writer: DiskWriter,
+}
+
+impl Disk {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DiskTier> {
+        self.tier.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The host and disk tiers of one engine.
 #[derive(Debug)]
 pub struct KvTiers {
     host: HostTier,
-    disk: Option<DiskTier>,
+    disk: Option<Disk>,
     high_water: f64,
     stats: TierStats,
 }
 
 impl KvTiers {
-    /// Opens the tiers `settings` describe; the disk tier indexes the blocks already in its directory.
+    /// Opens the tiers `settings` describe; the disk tier indexes the blocks already in its directory
+    /// and starts its writer thread.
     pub fn open(settings: &TierSettings) -> Result<Self> {
         if !(settings.high_water > 0.0 && settings.high_water <= 1.0) {
             return Err(EngineError::InvalidConfig(format!(
@@ -116,12 +134,17 @@ impl KvTiers {
             )));
         }
         let disk = match &settings.disk {
-            Some((dir, limit)) if *limit > 0 => Some(DiskTier::open(dir, *limit).map_err(|e| {
-                EngineError::InvalidConfig(format!(
-                    "the KV disk tier at {} cannot be opened: {e}",
-                    dir.display()
-                ))
-            })?),
+            Some((dir, limit)) if *limit > 0 => {
+                let cannot = |e: std::io::Error| {
+                    EngineError::InvalidConfig(format!(
+                        "the KV disk tier at {} cannot be opened: {e}",
+                        dir.display()
+                    ))
+                };
+                let tier = Arc::new(Mutex::new(DiskTier::open(dir, *limit).map_err(cannot)?));
+                let writer = DiskWriter::spawn(Arc::clone(&tier)).map_err(cannot)?;
+                Some(Disk { tier, writer })
+            }
             _ => None,
         };
         Ok(KvTiers {
@@ -139,7 +162,7 @@ impl KvTiers {
 
     /// Whether a lower tier holds `hash`.
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.host.contains(hash) || self.disk.as_ref().is_some_and(|d| d.contains(hash))
+        self.host.contains(hash) || self.disk.as_ref().is_some_and(|d| d.lock().contains(hash))
     }
 
     /// Keeps a block copied down from the device: in host memory, pushing the least recently used
@@ -152,22 +175,8 @@ impl KvTiers {
             if h != hash {
                 self.stats.host_evictions += 1;
             }
-            self.write_to_disk(h, block);
-        }
-    }
-
-    fn write_to_disk(&mut self, hash: BlockHash, block: HostBlock) {
-        let Some(disk) = self.disk.as_mut() else {
-            return;
-        };
-        match disk.write(hash, block.namespace, &block.bytes) {
-            Ok(dropped) => {
-                self.stats.disk_evictions += dropped as u64;
-                self.stats.bytes_to_disk += block.bytes.len() as u64;
-            }
-            Err(e) => {
-                self.stats.disk_errors += 1;
-                tracing::warn!(error = %e, "a KV block could not be written to the disk tier; it is dropped");
+            if let Some(disk) = &self.disk {
+                disk.writer.write(h, block.namespace, block.bytes);
             }
         }
     }
@@ -175,86 +184,114 @@ impl KvTiers {
     /// The bytes of block `hash` and the tier they came from, counted as a hit there; None on a miss.
     /// A damaged file is deleted and is a miss.
     pub fn fetch(&mut self, hash: BlockHash) -> Option<(BlockBytes, Tier)> {
-        let found = match self.host.get(hash) {
-            Some(bytes) => Some((bytes, Tier::Host)),
-            None => self.read_disk(hash).map(|b| (Arc::new(b), Tier::Disk)),
-        }?;
-        match found.1 {
-            Tier::Host => self.stats.host_hits += 1,
-            Tier::Disk => self.stats.disk_hits += 1,
-        }
-        self.stats.bytes_reloaded += found.0.len() as u64;
-        Some(found)
+        self.fetch_many(&[hash]).pop().flatten()
     }
 
-    fn read_disk(&mut self, hash: BlockHash) -> Option<Vec<u8>> {
-        match self.disk.as_mut()?.read(hash) {
-            Ok(found) => found,
-            Err(why) => {
-                self.stats.disk_errors += 1;
-                match why {
-                    DiskReadError::Corrupt(kind) => {
-                        tracing::warn!(
-                            ?kind,
-                            "a damaged KV block file was deleted; the block is recomputed"
-                        )
-                    }
-                    DiskReadError::Io(e) => {
-                        tracing::warn!(error = %e, "a KV block file could not be read; the block is recomputed")
+    /// [`KvTiers::fetch`] of each of `hashes`, the files read in parallel.
+    pub fn fetch_many(&mut self, hashes: &[BlockHash]) -> Vec<Option<(BlockBytes, Tier)>> {
+        let mut found: Vec<Option<(BlockBytes, Tier)>> = hashes
+            .iter()
+            .map(|&h| self.host.get(h).map(|b| (b, Tier::Host)))
+            .collect();
+        if let Some(disk) = &self.disk {
+            let wanted: Vec<(usize, BlockHash, std::path::PathBuf)> = {
+                let mut tier = disk.lock();
+                (0..hashes.len())
+                    .filter(|&i| found[i].is_none())
+                    .filter_map(|i| tier.locate(hashes[i]).map(|p| (i, hashes[i], p)))
+                    .collect()
+            };
+            let read: Vec<_> = wanted
+                .par_iter()
+                .map(|(i, h, path)| (*i, *h, disk::read_record(path, *h)))
+                .collect();
+            let mut tier = disk.lock();
+            for (i, h, result) in read {
+                match result {
+                    Ok(bytes) => found[i] = Some((Arc::new(bytes), Tier::Disk)),
+                    Err(why) => {
+                        tier.drop_damaged(h);
+                        tracing::warn!(%why, "a KV block file could not be read; the block is recomputed");
                     }
                 }
-                None
             }
         }
+        for (bytes, tier) in found.iter().flatten() {
+            match tier {
+                Tier::Host => self.stats.host_hits += 1,
+                Tier::Disk => self.stats.disk_hits += 1,
+            }
+            self.stats.bytes_reloaded += bytes.len() as u64;
+        }
+        found
     }
 
-    /// Writes every block held in host memory to disk as well (those not there already), so a
-    /// restarted engine finds them; returns how many were written. Without a disk tier, nothing.
+    /// Writes every block held in host memory to disk as well (those not there already) and waits
+    /// for the disk, so a restarted engine finds them; returns how many were queued. Without a disk
+    /// tier, nothing.
     pub fn persist_host_blocks(&mut self) -> usize {
-        let Some(disk) = self.disk.as_ref() else {
+        let Some(disk) = &self.disk else {
             return 0;
         };
-        let pending: Vec<(BlockHash, HostBlock)> = self
-            .host
-            .blocks()
-            .filter(|(h, _)| !disk.contains(*h))
-            .map(|(h, b)| (h, b.clone()))
-            .collect();
+        let pending: Vec<(BlockHash, HostBlock)> = {
+            let tier = disk.lock();
+            self.host
+                .blocks()
+                .filter(|(h, _)| !tier.contains(*h))
+                .map(|(h, b)| (h, b.clone()))
+                .collect()
+        };
         let n = pending.len();
         for (hash, block) in pending {
-            self.write_to_disk(hash, block);
+            disk.writer.write(hash, block.namespace, block.bytes);
         }
+        disk.writer.flush();
         n
     }
 
     /// Drops block `hash` from every tier; true when one held it.
     pub fn remove(&mut self, hash: BlockHash) -> bool {
         let host = self.host.remove(hash);
-        let disk = self.disk.as_mut().is_some_and(|d| d.remove(hash));
+        let disk = self.disk.as_ref().is_some_and(|d| {
+            let held = d.lock().forget(hash);
+            d.writer.settle(Some(hash), None);
+            held
+        });
         host || disk
     }
 
     /// Drops every block of `namespace` from every tier; returns how many entries went.
     pub fn remove_namespace(&mut self, namespace: CacheNamespace) -> usize {
         let host = self.host.remove_namespace(namespace);
-        host + self
-            .disk
-            .as_mut()
-            .map_or(0, |d| d.remove_namespace(namespace))
+        host + self.disk.as_ref().map_or(0, |d| {
+            let n = d.lock().forget_namespace(namespace);
+            d.writer.settle(None, Some(namespace));
+            n
+        })
     }
 
     /// Counters, with the current sizes.
     pub fn stats(&self) -> TierStats {
-        let (disk_blocks, disk_bytes) = self
-            .disk
-            .as_ref()
-            .map_or((0, 0), |d| (d.len() as u64, d.bytes() as u64));
-        TierStats {
+        let mut stats = TierStats {
             host_blocks: self.host.len() as u64,
             host_bytes: self.host.bytes() as u64,
-            disk_blocks,
-            disk_bytes,
             ..self.stats
+        };
+        if let Some(d) = &self.disk {
+            let tier = d.lock();
+            stats.disk_blocks = tier.len() as u64;
+            stats.disk_bytes = tier.bytes() as u64;
+            stats.bytes_to_disk = tier.written_bytes;
+            stats.disk_evictions = tier.evictions;
+            stats.disk_errors = tier.errors;
+        }
+        stats
+    }
+
+    /// Waits until every block queued for the disk is written (tests and shutdown).
+    pub fn flush(&self) {
+        if let Some(d) = &self.disk {
+            d.writer.flush();
         }
     }
 }
@@ -283,6 +320,7 @@ mod tests {
         t.store(BlockHash(1), 0, bytes(1, 100));
         t.store(BlockHash(2), 0, bytes(2, 100));
         t.store(BlockHash(3), 0, bytes(3, 100));
+        t.flush();
         let s = t.stats();
         assert_eq!((s.host_blocks, s.disk_blocks, s.host_evictions), (2, 1, 1));
         assert_eq!(t.fetch(BlockHash(1)), Some((bytes(1, 100), Tier::Disk)));
@@ -297,6 +335,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = tiers(0, Some((dir.path(), 1 << 20)));
         t.store(BlockHash(1), 0, bytes(1, 100));
+        t.flush();
         assert!(t.contains(BlockHash(1)));
         assert_eq!(t.stats().host_evictions, 0);
         assert_eq!(t.fetch(BlockHash(1)).map(|f| f.1), Some(Tier::Disk));
@@ -312,6 +351,7 @@ mod tests {
         t.store(BlockHash(1), 7, bytes(1, 100));
         t.store(BlockHash(2), 7, bytes(2, 100));
         t.store(BlockHash(3), 8, bytes(3, 100));
+        t.flush();
         assert_eq!(t.remove_namespace(7), 2);
         assert!(t.remove(BlockHash(3)));
         assert!(!t.contains(BlockHash(1)) && !t.contains(BlockHash(3)));

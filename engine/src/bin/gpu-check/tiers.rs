@@ -1,0 +1,122 @@
+//! The tiered KV cache on CUDA: a document read on a small KV pool, pushed out to host memory (or to disk
+//! and found by a new engine on the same directory) and brought back, gives logits equal bit for bit to
+//! a pool that never lost it, for bf16 and int8 pools (whose scales travel with the blocks).
+
+use docqa_engine::backend::KvDtype;
+use docqa_engine::backend::cuda::CudaBackend;
+use docqa_engine::kv::tiers::TierSettings;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::sampling::SamplingParams;
+use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, KvBudget};
+use docqa_engine::text::TextTokenizer;
+use docqa_engine::{EngineError, Result};
+
+use crate::inputs::Rng;
+use crate::random_models::write_smollm2;
+use crate::report::Report;
+
+const DOC_TOKENS: usize = 600;
+const VOCAB: u64 = 49_152;
+
+fn engine(
+    dir: &std::path::Path,
+    dtype: KvDtype,
+    blocks: usize,
+    tiers: &TierSettings,
+) -> Result<EngineCore<CudaBackend>> {
+    let model = Llama::load(CudaBackend::new(0)?, dir)?;
+    let mut cfg = EngineConfig {
+        kv_dtype: dtype,
+        ..EngineConfig::default()
+    };
+    cfg.kv_cache = KvBudget::Bytes(blocks * cfg.kv_block_bytes(&model.config));
+    let mut core = EngineCore::new(model, TextTokenizer::from_model_dir(dir)?, &cfg)?;
+    core.attach_tiers(tiers)?;
+    Ok(core)
+}
+
+/// The first token and its top-20 log-probabilities (bits) of a one-token answer.
+fn first_step(core: &mut EngineCore<CudaBackend>, prompt: Vec<u32>) -> Result<Vec<(u32, u32)>> {
+    let params = SamplingParams {
+        max_tokens: 1,
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut request = GenerateRequest::new(prompt, params);
+    request.top_logprobs = 20;
+    core.add_request(request)?;
+    let mut out = Vec::new();
+    while core.has_work() {
+        for (_, event) in core.step()? {
+            if let GenerationEvent::Token { top_logprobs, .. } = event {
+                out = top_logprobs
+                    .iter()
+                    .map(|&(t, l)| (t, l.to_bits()))
+                    .collect();
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn prompt(doc: &[u32], question: u32) -> Vec<u32> {
+    let mut p = doc.to_vec();
+    p.extend((0..24).map(|i| 100 + question * 50 + i));
+    p
+}
+
+/// Runs the checks and adds their rows to `r`.
+pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
+    write_smollm2(dir.path(), rng)?;
+    let docs: Vec<Vec<u32>> = (0..4)
+        .map(|_| {
+            (0..DOC_TOKENS)
+                .map(|_| 3 + rng.below(VOCAB as usize - 3) as u32)
+                .collect()
+        })
+        .collect();
+    for dtype in [KvDtype::Bf16, KvDtype::Int8] {
+        // Never evicted: a pool that holds every document.
+        let mut whole = engine(dir.path(), dtype, 256, &TierSettings::default())?;
+        first_step(&mut whole, prompt(&docs[0], 0))?;
+        let expected = first_step(&mut whole, prompt(&docs[0], 1))?;
+        drop(whole);
+        let host = TierSettings {
+            host_bytes: 1 << 30,
+            ..TierSettings::default()
+        };
+        let mut small = engine(dir.path(), dtype, 2 * DOC_TOKENS / 16 + 8, &host)?;
+        for doc in &docs {
+            first_step(&mut small, prompt(doc, 0))?;
+        }
+        let got = first_step(&mut small, prompt(&docs[0], 1))?;
+        let hits = small.stats().tiers.host_hits;
+        r.note(
+            "KV reloaded from host memory",
+            &format!("{dtype:?} pool, {hits} blocks back"),
+            "logits equal bit for bit",
+            hits > 0 && got == expected,
+        );
+        drop(small);
+        let disk_dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
+        let disk = TierSettings {
+            disk: Some((disk_dir.path().to_path_buf(), 1 << 30)),
+            ..TierSettings::default()
+        };
+        let mut before = engine(dir.path(), dtype, 256, &disk)?;
+        first_step(&mut before, prompt(&docs[0], 0))?;
+        before.persist_kv()?;
+        drop(before);
+        let mut after = engine(dir.path(), dtype, 256, &disk)?;
+        let got = first_step(&mut after, prompt(&docs[0], 1))?;
+        let hits = after.stats().tiers.disk_hits;
+        r.note(
+            "KV from disk after a restart",
+            &format!("{dtype:?} pool, {hits} blocks back"),
+            "logits equal bit for bit",
+            hits > 0 && got == expected,
+        );
+    }
+    Ok(())
+}

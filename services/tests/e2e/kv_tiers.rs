@@ -1,0 +1,95 @@
+//! The tiered KV cache through `docqa serve`: a document read before a clean restart is answered from
+//! the disk tier afterwards (its prompt tokens come from the cache, and `/metrics` and `/v1/stats` count
+//! the blocks brought back from disk), and deleting the document removes its block files.
+
+use std::path::Path;
+
+use crate::support;
+
+use serde_json::Value;
+use support::{Database, Options, Server};
+
+fn ask(server: &Server, key: &str, doc: &str, question: &str) -> Value {
+    server.ask(key, (doc, "long"), question, 8)
+}
+
+fn block_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map_while(Result::ok)
+        .map(|e| match e.path().is_dir() {
+            true => block_files(&e.path()),
+            false => usize::from(e.path().extension().is_some_and(|x| x == "kv")),
+        })
+        .sum()
+}
+
+fn metric(server: &Server, line_start: &str) -> f64 {
+    let text = server
+        .http
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line_start} in /metrics"))
+}
+
+#[test]
+fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes_its_files() {
+    let mut server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 512));
+    let (_, key) = server.tenant("tiers");
+    let (title, text, questions) = support::squad_article(3);
+    let (doc, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        text.into_bytes(),
+        "text/plain",
+    );
+    let first = ask(&server, &key, &doc, &questions[0].0);
+    assert_eq!(first["route"], "long", "{first}");
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+
+    assert!(server.terminate(), "a clean exit: {}", server.log_text());
+    assert!(
+        server
+            .log_text()
+            .contains("cached KV blocks kept for the next start"),
+        "{}",
+        server.log_text()
+    );
+    let kv_dir = server.data_dir.join("kv");
+    let kept = block_files(&kv_dir);
+    assert!(
+        kept as u64 >= prompt_tokens / 16 - 8,
+        "{kept} block files for {prompt_tokens} tokens"
+    );
+
+    server.restart();
+    let second = ask(&server, &key, &doc, &questions[1].0);
+    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached > prompt_tokens - 200,
+        "{cached} of about {prompt_tokens} tokens from the cache"
+    );
+    assert!(metric(&server, "docqa_kv_tier_hits{tier=\"disk\"} ") >= (cached / 16) as f64);
+    let stats: Value = server.get("/v1/stats", &key).json().unwrap();
+    assert!(
+        stats["kv_cache"]["disk_hits"].as_u64().unwrap() >= cached / 16,
+        "{stats}"
+    );
+    assert_eq!(stats["kv_cache"]["tiers_attached"], true);
+
+    let deleted = server.delete(&format!("/v1/documents/{doc}"), &key);
+    assert_eq!(deleted.status(), 204);
+    let left = block_files(&kv_dir);
+    assert!(
+        left < kept / 4,
+        "{left} of {kept} block files left after the deletion"
+    );
+}
