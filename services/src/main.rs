@@ -1,5 +1,6 @@
 //! The `docqa` command line (one subcommand per file under [`cli`]) and the service behind
-//! `docqa serve`: [`server`] wires [`db`], [`indexes`], [`ingest`], [`qa`] and the HTTP [`api`].
+//! `docqa serve`: [`server`] wires [`db`], [`indexes`] (kept in step with other replicas by [`follower`]),
+//! [`ingest`], [`qa`] and the HTTP [`api`].
 
 mod adapter;
 mod api;
@@ -9,6 +10,7 @@ mod db;
 mod device;
 mod embedder;
 mod eval;
+mod follower;
 mod indexes;
 mod ingest;
 mod metrics;
