@@ -3,6 +3,7 @@
 //! [`ingest`], [`qa`] and the HTTP [`api`].
 
 mod adapter;
+mod affinity;
 mod api;
 mod cli;
 mod config;
