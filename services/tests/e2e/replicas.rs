@@ -2,7 +2,9 @@
 //! shipped `deploy/haproxy.cfg`: a document ingested through one replica becomes searchable through every
 //! replica within the follower's bound and its deletion is seen everywhere; a replica stopped while
 //! changes are made catches up when it starts again; the questions about one document, sent with its
-//! affinity key, all reach one replica, whose prefix cache alone is hit.
+//! affinity key, all reach one replica, whose prefix cache alone is hit; a replica killed mid-ingestion
+//! has its job finished by another (the replicas share one originals folder), once, with the chunks of an
+//! uninterrupted ingestion.
 
 use crate::support;
 
@@ -274,4 +276,115 @@ fn questions_about_one_document_with_its_affinity_key_all_reach_one_replica_thro
         searched >= 2,
         "requests without a key are spread by least connections: {delta:?}"
     );
+}
+
+/// The QMSum fixture's meeting transcript `copies` times over: an ingestion of many seconds.
+fn long_transcript(copies: usize) -> Vec<u8> {
+    let path = support::test_data::fixture("qa/qmsum_val.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first = text.lines().next().expect("a meeting");
+    let meeting = serde_json::from_str::<Value>(first).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    vec![meeting; copies].join("\n\n").into_bytes()
+}
+
+/// Lines of `server`'s log that carry `job` and `phrase`.
+fn log_lines(server: &Server, job: &str, phrase: &str) -> usize {
+    server
+        .log_text()
+        .lines()
+        .filter(|l| l.contains(job) && l.contains(phrase))
+        .count()
+}
+
+/// Waits until one replica runs `job` and has embedded `percent` of it; returns that replica's index.
+fn running_replica(cluster: &Cluster, key: &str, job: &str, percent: f64) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let v: Value = cluster.replicas[0]
+            .get(&format!("/v1/jobs/{job}"), key)
+            .json()
+            .unwrap();
+        assert!(
+            ["queued", "running"].contains(&v["status"].as_str().unwrap()),
+            "ended too early: {v}"
+        );
+        if v["step"] == "embed" && v["percent"].as_f64().unwrap() >= percent {
+            let runs: Vec<usize> = (0..cluster.replicas.len())
+                .filter(|&i| log_lines(&cluster.replicas[i], job, "ingesting") > 0)
+                .collect();
+            assert_eq!(runs.len(), 1, "one replica runs it");
+            return runs[0];
+        }
+        assert!(Instant::now() < deadline, "never reached {percent}%: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_replica_killed_mid_ingestion_has_its_job_finished_by_another_with_nothing_lost_or_duplicated()
+{
+    let test = "replicas::takeover";
+    let options = options().arg("--job-lease-secs", 2);
+    let Some(mut cluster) = Cluster::start_sharing_originals(test, 3, &options) else {
+        return;
+    };
+    let (_, key) = cluster.replicas[0].tenant("replicas");
+    let (_, control_key) = cluster.replicas[0].tenant("control");
+    let bytes = long_transcript(2);
+    let res =
+        cluster.replicas[0].upload(&key, &[("meetings.txt", bytes.clone(), "text/plain")], None);
+    assert_eq!(res.status(), 202);
+    let v: Value = res.json().unwrap();
+    let (doc, job) = (
+        v["document_id"].as_str().unwrap().to_string(),
+        v["job_id"].as_str().unwrap().to_string(),
+    );
+
+    let victim = running_replica(&cluster, &key, &job, 20.0);
+    cluster.replicas[victim].kill();
+    let survivors: Vec<&Server> = (0..3)
+        .filter(|&i| i != victim)
+        .map(|i| &cluster.replicas[i])
+        .collect();
+    // The same file, ingested once without interruption, for its chunk count.
+    let (_, control) = survivors[0].ingest(&control_key, "meetings.txt", bytes, "text/plain");
+    assert_eq!(control["status"], "succeeded", "{control}");
+    let ended = survivors[0].wait_job(&key, &job);
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    assert_eq!(ended["attempts"], 2, "{ended}");
+
+    let taken_back: usize = survivors
+        .iter()
+        .map(|s| log_lines(s, &job, "recovered an interrupted ingestion job"))
+        .sum();
+    assert_eq!(taken_back, 1, "one replica took the job back");
+    let reruns: usize = survivors
+        .iter()
+        .map(|s| log_lines(s, &job, "ingesting"))
+        .sum();
+    assert_eq!(reruns, 1, "and one ran it again");
+
+    let got: Value = survivors[0]
+        .get(&format!("/v1/documents/{doc}"), &key)
+        .json()
+        .unwrap();
+    let controlled: Value = survivors[0]
+        .get(
+            &format!("/v1/documents/{}", control["document_id"].as_str().unwrap()),
+            &control_key,
+        )
+        .json()
+        .unwrap();
+    let chunks = controlled["chunk_count"].as_i64().unwrap();
+    assert_eq!(got["chunk_count"].as_i64().unwrap(), chunks, "{got}");
+    for s in &survivors {
+        within(
+            BOUND,
+            "every survivor's index holds the document once",
+            || counts(s, &key) == (chunks, chunks, chunks),
+        );
+    }
 }

@@ -14,25 +14,38 @@ use reqwest::blocking::{Client, RequestBuilder};
 
 use super::{Options, Server, drop_postgres_database, fresh_postgres_database, postgres_url};
 
-/// Replicas sharing one database; the database goes when the cluster does.
+/// Replicas sharing one database (and perhaps one originals folder); both go when the cluster does.
 pub struct Cluster {
     /// The replicas, in start order.
     pub replicas: Vec<Server>,
     database_url: String,
+    _originals: Option<tempfile::TempDir>,
 }
 
 impl Cluster {
     /// Starts `n` replicas with `options` (its database choice is ignored) on a new PostgreSQL
     /// database, all at once, as a deployment would; None, after saying why, without PostgreSQL.
     pub fn start(test: &str, n: usize, options: &Options) -> Option<Cluster> {
+        Self::start_with(test, n, options, false)
+    }
+
+    /// As [`Cluster::start`], with every replica's `originals/` on one shared folder (as on a shared
+    /// filesystem), so any replica can read any upload.
+    pub fn start_sharing_originals(test: &str, n: usize, options: &Options) -> Option<Cluster> {
+        Self::start_with(test, n, options, true)
+    }
+
+    fn start_with(test: &str, n: usize, options: &Options, share: bool) -> Option<Cluster> {
         if postgres_url().is_none() {
             eprintln!("skipped: {test}: no PostgreSQL (set DOCQA_TEST_POSTGRES_URL)");
             return None;
         }
+        let originals = share.then(|| tempfile::tempdir().expect("temp dir"));
+        let shared = originals.as_ref().map(|d| d.path());
         let database_url = fresh_postgres_database();
         let replicas = std::thread::scope(|s| {
             let starting: Vec<_> = (0..n)
-                .map(|_| s.spawn(|| Server::start_on(options.clone(), &database_url)))
+                .map(|_| s.spawn(|| Server::start_on(options.clone(), &database_url, shared)))
                 .collect();
             starting
                 .into_iter()
@@ -42,6 +55,7 @@ impl Cluster {
         Some(Cluster {
             replicas,
             database_url,
+            _originals: originals,
         })
     }
 }

@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -168,13 +168,27 @@ impl Server {
     }
 
     /// Starts a server on a new data directory and the existing database at `database_url`, which
-    /// other servers share (it outlives this one).
-    pub fn start_on(options: Options, database_url: &str) -> Server {
-        Self::start_with(options, Some(database_url.to_string()), false)
+    /// other servers share (it outlives this one). With `originals`, the data directory's `originals/`
+    /// is a link to that folder, which other servers share too.
+    pub fn start_on(options: Options, database_url: &str, originals: Option<&Path>) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        if let Some(shared) = originals {
+            std::os::unix::fs::symlink(shared, temp.path().join("originals")).expect("link");
+        }
+        Self::start_in(temp, options, Some(database_url.to_string()), false)
     }
 
     fn start_with(options: Options, database_url: Option<String>, owns_database: bool) -> Server {
         let temp = tempfile::tempdir().expect("temp dir");
+        Self::start_in(temp, options, database_url, owns_database)
+    }
+
+    fn start_in(
+        temp: tempfile::TempDir,
+        options: Options,
+        database_url: Option<String>,
+        owns_database: bool,
+    ) -> Server {
         let data_dir = temp.path().to_path_buf();
         let mut server = Server {
             child: None,
@@ -206,7 +220,7 @@ impl Server {
             .arg(&self.data_dir)
             .args(self.options.args.iter().flat_map(|(f, v)| [f, v]))
             .env("DOCQA_ADMIN_KEY", ADMIN_KEY)
-            .env("RUST_LOG", "warn,docqa_service=info")
+            .env("RUST_LOG", "warn,docqa=info")
             .stdout(Stdio::piped())
             .stderr(log);
         if let Some(url) = &self.database_url {
