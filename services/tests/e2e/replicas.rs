@@ -4,7 +4,7 @@
 //! changes are made catches up when it starts again; the questions about one document, sent with its
 //! affinity key, all reach one replica, whose prefix cache alone is hit; a replica killed mid-ingestion
 //! has its job finished by another (the replicas share one originals folder), once, with the chunks of an
-//! uninterrupted ingestion.
+//! uninterrupted ingestion; a key's rate limit is counted by each replica.
 
 use crate::support;
 
@@ -387,4 +387,31 @@ fn a_replica_killed_mid_ingestion_has_its_job_finished_by_another_with_nothing_l
             || counts(s, &key) == (chunks, chunks, chunks),
         );
     }
+}
+
+#[test]
+fn a_keys_rate_limit_is_counted_by_each_replica_so_each_admits_its_own_share() {
+    let test = "replicas::rate_limits";
+    let per_minute = 5;
+    let options = options().arg("--rate-limit-per-minute", per_minute);
+    let Some(cluster) = Cluster::start(test, 2, &options) else {
+        return;
+    };
+    let [a, b] = &cluster.replicas[..] else {
+        unreachable!()
+    };
+    let (_, key) = a.tenant("limited");
+    let statuses = |r: &Server, n: usize| -> Vec<u16> {
+        (0..n)
+            .map(|_| r.get("/v1/documents", &key).status().as_u16())
+            .collect()
+    };
+    let mut expected = vec![200; per_minute];
+    expected.push(429);
+    assert_eq!(statuses(a, per_minute + 1), expected, "replica a");
+    assert_eq!(
+        statuses(b, per_minute + 1),
+        expected,
+        "replica b admits its own share"
+    );
 }
