@@ -1,6 +1,6 @@
 // The docqa REST API as the page uses it: the key kept in this browser, JSON calls whose failures become
 // `ApiError`s carrying the server's message, file downloads, uploads with progress, and the server-sent
-// events of /v1/ask.
+// events of /v1/ask (sent with the scope's routing key for a load balancer).
 
 const KEY_STORAGE = "docqa.apiKey";
 
@@ -109,16 +109,31 @@ export function upload(files, collection, onProgress, { allowDuplicate = false }
 }
 
 /**
+ * The routing key of a question's scope (the `X-Docqa-Affinity` header), so that a load balancer in front
+ * of several replicas sends the questions about the same documents to the replica whose KV cache holds
+ * them: the document ids sorted and joined with commas, or `collection:` and the collection's name; none
+ * for every document.
+ */
+export function affinityKey(scope) {
+  if (scope?.document_ids?.length) return [...new Set(scope.document_ids)].sort().join(",");
+  if (scope?.collection) return `collection:${encodeURIComponent(scope.collection)}`;
+  return null;
+}
+
+/**
  * Asks with `stream: true`; calls `on.progress({read, total, eta_ms})` per `progress` event (the model
  * reading the prompt), `on.token(text)` per `token` event, and resolves to the final answer. `signal`
  * aborts the request (the server then stops reading or generating).
  */
 export async function askStreaming(input, on, signal) {
+  const extra = { "Content-Type": "application/json", Accept: "text/event-stream" };
+  const affinity = affinityKey(input.scope);
+  if (affinity) extra["X-Docqa-Affinity"] = affinity;
   let res;
   try {
     res = await fetch("/v1/ask", {
       method: "POST",
-      headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+      headers: headers(extra),
       body: JSON.stringify({ ...input, stream: true }),
       signal,
     });

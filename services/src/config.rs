@@ -134,6 +134,11 @@ pub struct ServeConfig {
     /// (PostgreSQL; with SQLite, one process owns the file and recovers at start).
     #[arg(long, env = "DOCQA_JOB_LEASE_SECS", default_value_t = 30)]
     pub job_lease_secs: u64,
+    /// Milliseconds between two reads of the index change log: a document made ready or deleted
+    /// through another replica sharing the database is searchable, or gone, here within about this.
+    #[arg(long, env = "DOCQA_INDEX_POLL_MS", default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub index_poll_ms: u64,
 }
 
 /// A probability: a number from 0 to 1.

@@ -1,7 +1,9 @@
 //! The `docqa` command line (one subcommand per file under [`cli`]) and the service behind
-//! `docqa serve`: [`server`] wires [`db`], [`indexes`], [`ingest`], [`qa`] and the HTTP [`api`].
+//! `docqa serve`: [`server`] wires [`db`], [`indexes`] (kept in step with other replicas by [`follower`]),
+//! [`ingest`], [`qa`] and the HTTP [`api`].
 
 mod adapter;
+mod affinity;
 mod api;
 mod cli;
 mod config;
@@ -9,6 +11,7 @@ mod db;
 mod device;
 mod embedder;
 mod eval;
+mod follower;
 mod indexes;
 mod ingest;
 mod kv_tiers;

@@ -1,6 +1,6 @@
-//! `docqa serve`: prepares the data directory, models, database, engine and indexes, recovers what a
-//! crash left behind, starts the ingestion workers and the HTTP server, and on SIGINT/SIGTERM stops
-//! accepting requests, lets running ones finish, and puts a running ingestion back in the queue.
+//! `docqa serve`: prepares the data directory, models, database, engine and indexes, recovers what a crash
+//! left behind, starts the ingestion workers, the index follower and the HTTP server, and on SIGINT/SIGTERM
+//! stops accepting requests, lets running ones finish, and puts a running ingestion back in the queue.
 
 use std::io::Write;
 use std::path::Path;
@@ -109,7 +109,10 @@ pub async fn run_with(
         instance_id: uuid::Uuid::new_v4().to_string(),
         config: config.clone(),
     });
+    // Read before anything opens an index: a new data directory starts at the log's end.
+    let position = crate::follower::Position::load(&data_dir.join("indexes"), &state.db).await?;
     recover(&state).await?;
+    tokio::spawn(crate::follower::run(state.clone().into_inner(), position));
     let workers = tokio::spawn(crate::ingest::run(
         state.clone().into_inner(),
         config.ingest_workers,
@@ -164,8 +167,15 @@ async fn bootstrap_keys(db: &Db, config: &ServeConfig) -> anyhow::Result<()> {
             anyhow::bail!("the admin key must have at least 16 characters");
         }
         if db.key_owner(key).await?.is_none() {
-            db.insert_key(key, None, "admin (from configuration)", true)
-                .await?;
+            let inserted = db
+                .insert_key(key, None, "admin (from configuration)", true)
+                .await;
+            // Another replica starting on the same database at the same moment may have stored it first.
+            if let Err(error) = inserted
+                && db.key_owner(key).await?.is_none()
+            {
+                return Err(error.into());
+            }
         }
         return Ok(());
     }

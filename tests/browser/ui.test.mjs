@@ -273,7 +273,15 @@ test("a question over the server's limit is counted, not cut, and cannot be sent
 test("a question streams its answer, then shows the route badge, timings and its sources numbered as read", async () => {
   await rowsOfFile(basename(documentPath)).getByRole("checkbox").check();
   await page.getByLabel("Question").fill(question);
+  const selected = await page.$$eval("#documents tr[data-id]", (rows) =>
+    rows.filter((r) => r.querySelector("input[type=checkbox]")?.checked).map((r) => r.dataset.id),
+  );
+  const [doc] = await documentsNamed(basename(documentPath));
+  assert.ok(selected.includes(doc.id));
+  const sent = page.waitForRequest((r) => r.url().endsWith("/v1/ask"));
   await page.getByRole("button", { name: "Ask", exact: true }).click();
+  const routingKey = (await sent).headers()["x-docqa-affinity"];
+  assert.equal(routingKey, selected.sort().join(","), "the scope's routing key for a load balancer");
   // Text appears while the answer is still being generated.
   await page.waitForFunction(
     () => {

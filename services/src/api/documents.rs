@@ -315,7 +315,11 @@ pub async fn delete(
             .cancel_job(&caller.tenant_id, &job.id, &doc.id)
             .await?;
     }
-    if !state.db.delete_document(&caller.tenant_id, &doc.id).await? {
+    if !state
+        .db
+        .delete_document(&caller.tenant_id, &doc.id, &state.instance_id)
+        .await?
+    {
         return Err(ApiError::not_found("document", &id));
     }
     crate::ingest::discard_index_entries(&state, &caller.tenant_id, &doc.id).await;

@@ -60,6 +60,9 @@ pub fn vector_from_bytes(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// A chunk as the indexes take it: the row, its document's collection and its stored vector.
+pub type IndexableChunk = (ChunkRow, Option<String>, Vec<f32>);
+
 const CHUNK_COLUMNS: &str =
     "id, document_id, ordinal, text, char_start, char_end, page_start, page_end";
 
@@ -148,15 +151,35 @@ impl Db {
     pub async fn indexable_chunks(
         &self,
         tenant_id: &str,
-    ) -> Result<Vec<(ChunkRow, Option<String>, Vec<f32>)>, sqlx::Error> {
+    ) -> Result<Vec<IndexableChunk>, sqlx::Error> {
+        self.indexable(tenant_id, None).await
+    }
+
+    /// The chunks of one of a tenant's documents, as [`Self::indexable_chunks`]: none unless it is
+    /// ready (a deleted document has none).
+    pub async fn indexable_chunks_of(
+        &self,
+        tenant_id: &str,
+        document_id: &str,
+    ) -> Result<Vec<IndexableChunk>, sqlx::Error> {
+        self.indexable(tenant_id, Some(document_id)).await
+    }
+
+    async fn indexable(
+        &self,
+        tenant_id: &str,
+        document_id: Option<&str>,
+    ) -> Result<Vec<IndexableChunk>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT k.id, k.document_id, k.ordinal, k.text, k.char_start, k.char_end, k.page_start, \
              k.page_end, k.embedding, c.name AS collection \
              FROM chunks k JOIN documents d ON d.id = k.document_id \
              LEFT JOIN collections c ON c.id = d.collection_id \
-             WHERE k.tenant_id = $1 AND d.status = 'ready' ORDER BY k.id",
+             WHERE k.tenant_id = $1 AND d.status = 'ready' AND ($2 IS NULL OR k.document_id = $2) \
+             ORDER BY k.id",
         )
         .bind(tenant_id)
+        .bind(document_id)
         .fetch_all(self.pool())
         .await?;
         rows.iter()

@@ -381,8 +381,14 @@ impl Db {
             .transpose()
     }
 
-    /// Deletes a tenant's document with its text, chunks and jobs; false when there is none.
-    pub async fn delete_document(&self, tenant_id: &str, id: &str) -> Result<bool, sqlx::Error> {
+    /// Deletes a tenant's document with its text, chunks and jobs, and logs the change for the other
+    /// replicas' indexes (`origin`: this process's instance id); false when there is none.
+    pub async fn delete_document(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        origin: &str,
+    ) -> Result<bool, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         for table in ["chunks", "document_texts", "jobs", "answer_documents"] {
             sqlx::query(AssertSqlSafe(format!(
@@ -401,6 +407,8 @@ impl Db {
             tx.rollback().await?;
             return Ok(false);
         }
+        super::index_changes::append_deleted(&mut tx, self.dialect(), (tenant_id, id), origin)
+            .await?;
         tx.commit().await?;
         Ok(true)
     }

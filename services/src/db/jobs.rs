@@ -276,8 +276,9 @@ impl Db {
 }
 
 impl Db {
-    /// Marks a running job succeeded and its document ready, in one transaction; false (and no
-    /// change) when the job was no longer running, e.g. cancelled meanwhile.
+    /// Marks a running job succeeded and its document ready, and logs the change for the other
+    /// replicas' indexes, in one transaction; false (and no change) when the job was no longer running,
+    /// e.g. cancelled meanwhile.
     pub async fn complete_ingestion(
         &self,
         job_id: &str,
@@ -329,6 +330,9 @@ impl Db {
         .bind(status::RUNNING)
         .execute(&mut *tx)
         .await?;
+        if failure.is_none() && done.rows_affected() == 1 {
+            super::index_changes::append_ready(&mut tx, self.dialect(), job_id).await?;
+        }
         settle_document(
             tx,
             done.rows_affected(),

@@ -4,11 +4,13 @@
 //! dialect.
 //!
 //! One file per table family: [`tenants`] (tenants and API keys), [`documents`], [`chunks`], [`jobs`]
-//! (and [`job_recovery`] for jobs a crashed process left running), [`answers`].
+//! (and [`job_recovery`] for jobs a crashed process left running), [`answers`], and [`index_changes`]
+//! (the log every replica follows to keep its search indexes in step).
 
 pub mod answers;
 pub mod chunks;
 pub mod documents;
+pub mod index_changes;
 mod job_recovery;
 pub mod jobs;
 pub mod tenants;

@@ -8,6 +8,8 @@ use anyhow::{Context, bail};
 use reqwest::blocking::{Client, RequestBuilder, multipart};
 use serde_json::{Value, json};
 
+use crate::affinity;
+
 /// A docqa server and the key to use.
 #[derive(Clone)]
 pub struct DocqaClient {
@@ -123,12 +125,19 @@ impl DocqaClient {
     }
 
     /// Drops everything the caller's tenant has in the server's KV cache; returns the blocks it freed.
-    pub fn drop_kv_cache(&self) -> anyhow::Result<u64> {
-        let dropped = self.json(self.http.delete(format!("{}/v1/kv-cache", self.base)))?;
+    /// Behind a load balancer, the request goes where the questions about `document_id` go (the
+    /// affinity header), so it empties the cache they will use.
+    pub fn drop_kv_cache(&self, document_id: &str) -> anyhow::Result<u64> {
+        let request = self
+            .http
+            .delete(format!("{}/v1/kv-cache", self.base))
+            .header(affinity::HEADER, affinity::key(&[document_id]));
+        let dropped = self.json(request)?;
         Ok(dropped["dropped_blocks"].as_u64().unwrap_or(0))
     }
 
-    /// Asks a question about one document (greedy decoding); returns the answer JSON.
+    /// Asks a question about one document (greedy decoding), with the document as affinity key; returns
+    /// the answer JSON.
     pub fn ask(
         &self,
         document_id: &str,
@@ -140,7 +149,12 @@ impl DocqaClient {
             "question": question, "route": route, "max_tokens": max_tokens, "temperature": 0.0,
             "scope": { "document_ids": [document_id] },
         });
-        self.json(self.http.post(format!("{}/v1/ask", self.base)).json(&body))
+        let request = self
+            .http
+            .post(format!("{}/v1/ask", self.base))
+            .header(affinity::HEADER, affinity::key(&[document_id]))
+            .json(&body);
+        self.json(request)
     }
 
     /// The texts of the `k` best chunks for `query` in one document.

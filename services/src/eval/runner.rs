@@ -151,7 +151,7 @@ fn run_questions(
         if todo.is_empty() {
             continue;
         }
-        if let Err(e) = ctx.client.drop_kv_cache() {
+        if let Err(e) = ctx.client.drop_kv_cache(ctx.docqa_id) {
             bar.println(format!(
                 "warning: could not drop the cached KV before route {route} on {}: {e:#}",
                 ctx.doc.id

@@ -49,7 +49,9 @@ pub(super) async fn record(
 /// queued or running again belongs to another worker, which settles the document itself.
 async fn follow_the_job(state: &Arc<AppState>, job: &Job) -> Result<(), sqlx::Error> {
     let Some(now) = state.db.job(&job.tenant_id, &job.id).await? else {
-        return Ok(()); // deleted with its document
+        // Deleted with its document, perhaps through another replica: what this run indexed goes.
+        discard_index_entries(state, &job.tenant_id, &job.document_id).await;
+        return Ok(());
     };
     let (status, reason) = match now.status.as_str() {
         job_status::CANCELLED => (doc_status::CANCELLED, "ingestion cancelled".to_string()),

@@ -1,5 +1,6 @@
 //! End-to-end tests of `docqa serve` and `docqa eval`: real server processes on loopback, the real models
-//! on the CPU engine, SQLite and PostgreSQL, talked to over HTTP. One test binary, one module per area.
+//! on the CPU engine, SQLite and PostgreSQL (several replicas on one database, behind HAProxy), talked to
+//! over HTTP. One test binary, one module per area.
 
 #[macro_use]
 mod support;
@@ -26,5 +27,6 @@ mod local_keys;
 mod prompts;
 mod qa_routes;
 mod reader;
+mod replicas;
 mod training_data;
 mod web_ui;

@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -66,7 +66,7 @@ pub fn postgres_url() -> Option<String> {
 }
 
 /// A new, empty PostgreSQL database; returns its URL.
-fn fresh_postgres_database() -> String {
+pub fn fresh_postgres_database() -> String {
     let base = postgres_url().expect("a PostgreSQL URL");
     let name = format!("docqa_test_{}", uuid_like());
     let status = Command::new("psql")
@@ -144,6 +144,8 @@ pub struct Server {
     /// Its data directory (kept across restarts).
     pub data_dir: PathBuf,
     database_url: Option<String>,
+    /// Whether the database is this server's alone (dropped with it) or shared with others.
+    owns_database: bool,
     options: Options,
     _temp: Option<tempfile::TempDir>,
     log: PathBuf,
@@ -158,17 +160,42 @@ fn binary() -> &'static str {
 impl Server {
     /// Starts a server on a new data directory (and a new database).
     pub fn start(options: Options) -> Server {
-        let temp = tempfile::tempdir().expect("temp dir");
-        let data_dir = temp.path().to_path_buf();
         let database_url = match options.database {
             Database::Sqlite => None,
             Database::Postgres => Some(fresh_postgres_database()),
         };
+        Self::start_with(options, database_url, true)
+    }
+
+    /// Starts a server on a new data directory and the existing database at `database_url`, which
+    /// other servers share (it outlives this one). With `originals`, the data directory's `originals/`
+    /// is a link to that folder, which other servers share too.
+    pub fn start_on(options: Options, database_url: &str, originals: Option<&Path>) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        if let Some(shared) = originals {
+            std::os::unix::fs::symlink(shared, temp.path().join("originals")).expect("link");
+        }
+        Self::start_in(temp, options, Some(database_url.to_string()), false)
+    }
+
+    fn start_with(options: Options, database_url: Option<String>, owns_database: bool) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        Self::start_in(temp, options, database_url, owns_database)
+    }
+
+    fn start_in(
+        temp: tempfile::TempDir,
+        options: Options,
+        database_url: Option<String>,
+        owns_database: bool,
+    ) -> Server {
+        let data_dir = temp.path().to_path_buf();
         let mut server = Server {
             child: None,
             base: String::new(),
             data_dir,
             database_url,
+            owns_database,
             options,
             log: temp.path().join("server.log"),
             _temp: Some(temp),
@@ -193,7 +220,7 @@ impl Server {
             .arg(&self.data_dir)
             .args(self.options.args.iter().flat_map(|(f, v)| [f, v]))
             .env("DOCQA_ADMIN_KEY", ADMIN_KEY)
-            .env("RUST_LOG", "warn,docqa_service=info")
+            .env("RUST_LOG", "warn,docqa=info")
             .stdout(Stdio::piped())
             .stderr(log);
         if let Some(url) = &self.database_url {
@@ -406,19 +433,27 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
-        if let (Some(url), Some(base)) = (&self.database_url, postgres_url()) {
-            let name = url.rsplit('/').next().unwrap_or_default();
-            let _ = Command::new("psql")
-                .arg(base)
-                .args(["-q", "-c"])
-                .arg(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .status();
+        if let Some(url) = self.database_url.as_ref().filter(|_| self.owns_database) {
+            drop_postgres_database(url);
         }
     }
 }
 
+/// Drops the PostgreSQL database at `url` (made by [`fresh_postgres_database`]), if it still exists.
+pub fn drop_postgres_database(url: &str) {
+    let Some(base) = postgres_url() else { return };
+    let name = url.rsplit('/').next().unwrap_or_default();
+    let _ = Command::new("psql")
+        .arg(base)
+        .args(["-q", "-c"])
+        .arg(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .status();
+}
+
 #[path = "../../../../tests/support/test_data.rs"]
 pub mod test_data;
+
+pub mod cluster;
 
 /// SQuAD 2.0 dev article `index` (its number in the full dev file) from the QA fixture, which holds
 /// the articles the tests ingest, each whole with its first questions of each kind.
