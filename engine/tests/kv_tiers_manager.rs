@@ -172,3 +172,80 @@ fn forgetting_a_document_or_a_tenant_removes_its_blocks_from_every_tier() {
     let files_of_1 = std::fs::read_dir(ns_dir(1)).map_or(0, |d| d.count());
     assert_eq!(files_of_1, 0, "the deleted document's files are gone");
 }
+
+/// What a block of a prefix holds in the simulated device: a digest of every token up to its end (a
+/// block's KV depends on its whole prefix).
+fn content_of(tokens: &[u32], block: usize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    tokens[..(block + 1) * BS].hash(&mut h);
+    h.finish()
+}
+
+/// Carries out queued copies against a simulated device (block id → content).
+fn settle_on(kv: &mut KvCacheManager, device: &mut std::collections::HashMap<u32, u64>) {
+    for t in kv.take_transfers() {
+        match t {
+            KvTransfer::Offload {
+                block,
+                still_cached,
+            } => {
+                let content = device.get(&block.block).copied().unwrap_or(0);
+                kv.offloaded(
+                    block,
+                    still_cached,
+                    Arc::new(content.to_le_bytes().to_vec()),
+                );
+            }
+            KvTransfer::Reload { block, bytes } => {
+                let content = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+                device.insert(block, content);
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn reused_blocks_always_hold_their_prefix_whether_kept_offloaded_or_reloaded(
+        docs in proptest::collection::vec((0u32..6, 1usize..7, 0u64..2), 1..60),
+        host_blocks in 0usize..12,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = (host_blocks % 3 == 0).then(|| (dir.path().to_path_buf(), 1 << 20));
+        let mut kv = manager(10, TierSettings { host_bytes: host_blocks * 8, disk, high_water: 0.6 });
+        let mut device = std::collections::HashMap::new();
+        for (id, (doc, blocks, tenant)) in docs.into_iter().enumerate() {
+            let id = id as u64;
+            let tokens = doc_tokens(doc, blocks);
+            let scope = CacheScope::dense(tenant);
+            kv.offload_above_high_water(3);
+            let prefix = kv.find_cached_prefix(&tokens, scope, true);
+            let Some(start) = kv.admit(id, &prefix, tokens.len()).unwrap() else { continue };
+            settle_on(&mut kv, &mut device);
+            let table = kv.block_table(id).unwrap().to_vec();
+            for (b, block) in table.iter().enumerate().take(start / BS) {
+                let block = block.unwrap();
+                proptest::prop_assert_eq!(device.get(&block).copied(), Some(content_of(&tokens, b)),
+                    "block {} of request {} holds another prefix", b, id);
+            }
+            // The model writes the rest.
+            for (b, block) in table.iter().enumerate().skip(start / BS) {
+                if (b + 1) * BS <= tokens.len() {
+                    device.insert(block.unwrap(), content_of(&tokens, b));
+                }
+            }
+            kv.commit_computed(id, &tokens, tokens.len()).unwrap();
+            kv.free(id).unwrap();
+            kv.pool().check_invariants().map_err(proptest::test_runner::TestCaseError::fail)?;
+            kv.flush_tiers();
+        }
+    }
+}
+
+/// Document `doc` cut to `blocks` full blocks and one token more.
+fn doc_tokens(doc: u32, blocks: usize) -> Vec<u32> {
+    (0..(blocks * BS) as u32 + 1)
+        .map(|i| doc * 1000 + i)
+        .collect()
+}
