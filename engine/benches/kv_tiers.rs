@@ -134,6 +134,7 @@ fn bench<B: Backend>(backend: impl Fn() -> Res<B>, model: &Path, plan: &Plan) ->
             .iter()
             .map(|d| ttft(&mut core, question(d, 0, vocab)))
             .collect::<Res<_>>()?;
+        core.flush_kv_tiers();
         if tier == "restart" {
             core.persist_kv()?;
             drop(core);

@@ -130,6 +130,11 @@ impl<B: Backend> EngineCore<B> {
         Ok(n)
     }
 
+    /// Waits until every KV block queued for the disk tier is written.
+    pub fn flush_kv_tiers(&self) {
+        self.kv.flush_tiers();
+    }
+
     /// Bytes of one KV block over all layers (what a lower tier stores per block).
     pub fn kv_block_bytes(&self) -> usize {
         self.kv_pool.block_bytes()
