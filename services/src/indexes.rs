@@ -1,6 +1,8 @@
 //! The search indexes of every tenant, one [`SearchIndex`] per tenant under `<data>/indexes/<tenant>/`,
 //! opened on first use. On opening, an index whose size disagrees with the database is rebuilt from the
-//! stored chunks and vectors (the database is the source of truth).
+//! stored chunks and vectors (the database is the source of truth). Opening is one at a time: two
+//! openers of one directory would fight over the index's writer lock (a search and the index follower
+//! at a replica's start, say), and the loser would fail.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +20,8 @@ pub struct TenantIndexes {
     dir: PathBuf,
     embedder: Arc<dyn Embedder>,
     open: Mutex<HashMap<String, SharedIndex>>,
+    /// Held while an index is being opened.
+    opening: tokio::sync::Mutex<()>,
 }
 
 /// Why an index could not be opened.
@@ -41,6 +45,7 @@ impl TenantIndexes {
             dir,
             embedder,
             open: Mutex::new(HashMap::new()),
+            opening: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -51,6 +56,10 @@ impl TenantIndexes {
 
     /// A tenant's index, opened (and checked against the database) on first use.
     pub async fn get(&self, db: &Db, tenant_id: &str) -> Result<SharedIndex, IndexOpenError> {
+        if let Some(index) = self.cached(tenant_id) {
+            return Ok(index);
+        }
+        let _opening = self.opening.lock().await;
         if let Some(index) = self.cached(tenant_id) {
             return Ok(index);
         }

@@ -162,3 +162,19 @@ async fn a_follower_whose_database_is_gone_reports_it_and_keeps_its_position() {
     assert!(matches!(result, Err(IndexOpenError::Db(_))), "{result:?}");
     assert_eq!(position.seq(), 0);
 }
+
+#[tokio::test]
+async fn concurrent_first_uses_of_a_tenants_index_open_it_once_and_both_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open_sqlite(&dir.path().join("docqa.db")).await.unwrap();
+    db.ensure_local_tenant().await.unwrap();
+    ingest(&db, "doc-a", "worker-a").await;
+    let indexes = indexes(dir.path());
+    let (first, second) = tokio::join!(
+        indexes.get(&db, LOCAL_TENANT),
+        indexes.get(&db, LOCAL_TENANT)
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert!(Arc::ptr_eq(&first, &second), "one index, opened once");
+    assert_eq!(first.read().unwrap().counts(), (2, 2));
+}

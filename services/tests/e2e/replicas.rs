@@ -51,7 +51,14 @@ fn ingest(server: &Server, key: &str, name: &str, bytes: Vec<u8>) -> Value {
 /// Whether a BM25 search for `word` through `server` finds a chunk of `document` (its index has it).
 fn finds(server: &Server, key: &str, word: &str, document: &str) -> bool {
     let body = json!({ "query": word, "k": 10, "mode": "bm25" });
-    let v: Value = server.post("/v1/search", key, &body).json().unwrap();
+    let res = server.post("/v1/search", key, &body);
+    let status = res.status();
+    let v: Value = res.json().unwrap();
+    assert!(
+        status.is_success(),
+        "search on {}: {status} {v}",
+        server.base
+    );
     v["hits"]
         .as_array()
         .unwrap()
