@@ -234,6 +234,7 @@ fn questions_about_one_document_with_its_affinity_key_all_reach_one_replica_thro
         "What did ships pay their dues in?",
         "Why are there no entries for the winter months?",
     ];
+    let mut answers = Vec::new();
     for q in questions {
         let body = json!({
             "question": q, "route": "long", "max_tokens": 8,
@@ -246,6 +247,22 @@ fn questions_about_one_document_with_its_affinity_key_all_reach_one_replica_thro
             .send()
             .unwrap();
         assert_eq!(res.status(), 200, "{}", lb.log_text());
+        let answer: Value = res.json().unwrap();
+        answers.push(answer["answer_id"].as_str().unwrap().to_string());
+    }
+    // Every replica serves every stored answer, whichever replica gave it.
+    for replica in &cluster.replicas {
+        for answer in &answers {
+            let stored: Value = replica
+                .get(&format!("/v1/answers/{answer}"), &key)
+                .json()
+                .unwrap();
+            assert_eq!(
+                stored["status"], "succeeded",
+                "{} on {}",
+                stored, replica.base
+            );
+        }
     }
     for _ in 0..6 {
         let res = lb
