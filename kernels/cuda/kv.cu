@@ -153,24 +153,28 @@ extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v
 
 // Whole KV blocks between one part of a pool (elements, or an int8 pool's scales) and a packed buffer,
 // 16 bytes at a time, for the tiered KV cache: packed[i] is block ids[i] of the part, `words` 16-byte
-// words per block.
-extern "C" __global__ void kv_blocks_gather(const uint4* part, uint4* packed, const unsigned* ids,
-                                            int n, int words) {
+// words per block. `gather` packs the blocks, else unpacks them.
+__device__ void copy_blocks(uint4* part, uint4* packed, const unsigned* ids, int n, int words,
+                            bool gather) {
     const long long total = (long long)n * words;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const long long b = i / words, w = i % words;
-        packed[i] = part[(long long)ids[b] * words + w];
+        uint4* slot = part + (long long)ids[b] * words + w;
+        if (gather) {
+            packed[i] = *slot;
+        } else {
+            *slot = packed[i];
+        }
     }
 }
 
-// The reverse of kv_blocks_gather: part's block ids[i] = packed[i].
-extern "C" __global__ void kv_blocks_scatter(const uint4* packed, uint4* part, const unsigned* ids,
-                                             int n, int words) {
-    const long long total = (long long)n * words;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const long long b = i / words, w = i % words;
-        part[(long long)ids[b] * words + w] = packed[i];
-    }
+extern "C" __global__ void kv_blocks_gather(uint4* part, uint4* packed, const unsigned* ids, int n,
+                                            int words) {
+    copy_blocks(part, packed, ids, n, words, true);
+}
+
+extern "C" __global__ void kv_blocks_scatter(uint4* packed, uint4* part, const unsigned* ids, int n,
+                                             int words) {
+    copy_blocks(part, packed, ids, n, words, false);
 }

@@ -83,24 +83,13 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::documents::NewDocument;
     use crate::db::tenants::LOCAL_TENANT;
+    use crate::db::test_support;
 
     /// A fresh SQLite database with one job, claimed by `worker` (so running, heartbeat now).
     async fn a_job_running_under(worker: &str) -> (tempfile::TempDir, Db, Job) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open_sqlite(&dir.path().join("docqa.db")).await.unwrap();
-        db.ensure_local_tenant().await.unwrap();
-        let doc = NewDocument {
-            tenant_id: LOCAL_TENANT,
-            collection: None,
-            file_name: "a.txt",
-            content_type: None,
-            size_bytes: 1,
-            sha256: "00",
-        };
-        db.create_document_with_job("d1", &doc).await.unwrap();
-        let job = db.claim_job(worker).await.unwrap().unwrap();
+        let (dir, db) = test_support::local_database().await;
+        let job = test_support::claimed_job(&db, "d1", worker).await;
         (dir, db, job)
     }
 

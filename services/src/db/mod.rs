@@ -14,6 +14,8 @@ pub mod index_changes;
 mod job_recovery;
 pub mod jobs;
 pub mod tenants;
+#[cfg(test)]
+pub mod test_support;
 
 use std::path::Path;
 use std::str::FromStr;

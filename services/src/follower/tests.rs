@@ -8,7 +8,6 @@ use docqa_indexer::Embedder;
 
 use super::*;
 use crate::db::chunks::NewChunk;
-use crate::db::documents::NewDocument;
 use crate::db::tenants::LOCAL_TENANT;
 
 /// Four numbers from a text's length: enough for the dense index.
@@ -46,16 +45,7 @@ fn chunk(ordinal: i64, text: &str) -> NewChunk {
 
 /// Ingests document `id` as `worker` would: chunks stored, job completed (so a ready change logged).
 async fn ingest(db: &Db, id: &str, worker: &str) {
-    let doc = NewDocument {
-        tenant_id: LOCAL_TENANT,
-        collection: None,
-        file_name: "a.txt",
-        content_type: None,
-        size_bytes: 1,
-        sha256: id,
-    };
-    db.create_document_with_job(id, &doc).await.unwrap();
-    let job = db.claim_job(worker).await.unwrap().unwrap();
+    let job = crate::db::test_support::claimed_job(db, id, worker).await;
     let chunks = [chunk(0, "the harbour dues"), chunk(1, "were paid in full")];
     db.replace_chunks(LOCAL_TENANT, id, &chunks).await.unwrap();
     assert!(db.complete_ingestion(&job.id, id).await.unwrap());

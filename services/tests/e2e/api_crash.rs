@@ -10,19 +10,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::{Options, Server};
 
-/// A long real document, the QMSum fixture's meeting transcript (about 30,000 characters) `copies` times
-/// over: its ingestion takes many seconds.
-fn long_transcript(copies: usize) -> Vec<u8> {
-    let path = support::test_data::fixture("qa/qmsum_val.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let first = text.lines().next().expect("a meeting");
-    let meeting = serde_json::from_str::<Value>(first).unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    vec![meeting; copies].join("\n\n").into_bytes()
-}
-
 fn upload_one(server: &Server, key: &str, name: &str, bytes: Vec<u8>) -> (String, String) {
     let res = server.upload(key, &[(name, bytes, "text/plain")], None);
     assert_eq!(res.status(), 202);
@@ -77,7 +64,7 @@ on_both_databases! {
         // A small document first, ready before the crash: it must survive untouched.
         let (small, job) = server.ingest(&key, "small.txt", b"The lighthouse keeper logs every passing ship.".to_vec(), "text/plain");
         assert_eq!(job["status"], "succeeded");
-        let (doc, job) = upload_one(&server, &key, "meetings.txt", long_transcript(10));
+        let (doc, job) = upload_one(&server, &key, "meetings.txt", support::long_transcript(10));
 
         // SIGTERM mid-embedding: a clean exit, and the job goes back to the queue.
         let during = wait_until_embedding(&server, &key, &job, 15.0);
@@ -114,7 +101,7 @@ on_both_databases! {
     fn cancelled_jobs_queued_or_running_leave_nothing_searchable(db) {
         let server = Server::start(Options::new(db));
         let (_, key) = server.tenant("t");
-        let (big, big_job) = upload_one(&server, &key, "meetings.txt", long_transcript(7));
+        let (big, big_job) = upload_one(&server, &key, "meetings.txt", support::long_transcript(7));
         let (queued, queued_job) = upload_one(&server, &key, "later.txt", b"The ferry to the island leaves at noon.".to_vec());
         wait_until_embedding(&server, &key, &big_job, 5.0);
         // The second job waits behind the first (one ingestion worker): cancel it while queued.

@@ -302,18 +302,6 @@ fn questions_about_one_document_with_its_affinity_key_all_reach_one_replica_thro
     );
 }
 
-/// The QMSum fixture's meeting transcript `copies` times over: an ingestion of many seconds.
-fn long_transcript(copies: usize) -> Vec<u8> {
-    let path = support::test_data::fixture("qa/qmsum_val.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let first = text.lines().next().expect("a meeting");
-    let meeting = serde_json::from_str::<Value>(first).unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    vec![meeting; copies].join("\n\n").into_bytes()
-}
-
 /// Lines of `server`'s log that carry `job` and `phrase`.
 fn log_lines(server: &Server, job: &str, phrase: &str) -> usize {
     server
@@ -357,7 +345,7 @@ fn a_replica_killed_mid_ingestion_has_its_job_finished_by_another_with_nothing_l
     };
     let (_, key) = cluster.replicas[0].tenant("replicas");
     let (_, control_key) = cluster.replicas[0].tenant("control");
-    let bytes = long_transcript(2);
+    let bytes = support::long_transcript(2);
     let res =
         cluster.replicas[0].upload(&key, &[("meetings.txt", bytes.clone(), "text/plain")], None);
     assert_eq!(res.status(), 202);

@@ -16,7 +16,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::lru::LruIndex;
+use super::lru::{HasSize, LruIndex};
 use super::record::{self, HEADER_BYTES, RecordError};
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
@@ -25,6 +25,12 @@ use crate::kv::manager::CacheNamespace;
 pub(crate) struct DiskEntry {
     namespace: CacheNamespace,
     file_bytes: usize,
+}
+
+impl HasSize for DiskEntry {
+    fn size(&self) -> usize {
+        self.file_bytes
+    }
 }
 
 /// Why a stored block could not be read.
@@ -50,7 +56,6 @@ impl std::fmt::Display for DiskReadError {
 pub(crate) struct DiskTier {
     dir: PathBuf,
     blocks: LruIndex<DiskEntry>,
-    bytes: usize,
     /// Bytes of writes under way.
     reserved: usize,
     limit: usize,
@@ -170,7 +175,6 @@ impl DiskTier {
         let mut tier = DiskTier {
             dir: dir.to_path_buf(),
             blocks: LruIndex::default(),
-            bytes: 0,
             reserved: 0,
             limit,
             forgotten: HashSet::new(),
@@ -189,7 +193,6 @@ impl DiskTier {
                     file_bytes,
                 },
             );
-            tier.bytes += file_bytes;
         }
         tier.make_room(0);
         Ok(tier)
@@ -202,7 +205,7 @@ impl DiskTier {
 
     /// Bytes of the files held.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.blocks.bytes()
     }
 
     /// Whether `hash` has a file.
@@ -213,11 +216,10 @@ impl DiskTier {
     /// Deletes the least recently used files until `incoming` more bytes fit; returns how many.
     fn make_room(&mut self, incoming: usize) -> usize {
         let mut dropped = 0;
-        while self.bytes + self.reserved + incoming > self.limit {
+        while self.blocks.bytes() + self.reserved + incoming > self.limit {
             let Some((hash, entry)) = self.blocks.pop_oldest() else {
                 break;
             };
-            self.bytes -= entry.file_bytes;
             let _ = fs::remove_file(block_file(&self.dir, entry.namespace, hash));
             dropped += 1;
         }
@@ -273,7 +275,6 @@ impl DiskTier {
                 file_bytes: w.file_bytes,
             },
         );
-        self.bytes += w.file_bytes;
         self.written_bytes += (w.file_bytes - HEADER_BYTES) as u64;
         Ok(())
     }
@@ -346,7 +347,6 @@ impl DiskTier {
     pub fn remove(&mut self, hash: BlockHash) -> bool {
         match self.blocks.remove(hash) {
             Some(entry) => {
-                self.bytes -= entry.file_bytes;
                 let _ = fs::remove_file(block_file(&self.dir, entry.namespace, hash));
                 true
             }
@@ -357,7 +357,6 @@ impl DiskTier {
     /// Deletes every block of `namespace` and its directory; returns how many blocks.
     pub fn remove_namespace(&mut self, namespace: CacheNamespace) -> usize {
         let gone = self.blocks.remove_where(|e| e.namespace == namespace);
-        self.bytes -= gone.iter().map(|(_, e)| e.file_bytes).sum::<usize>();
         let _ = fs::remove_dir_all(self.dir.join(format!("{namespace:016x}")));
         gone.len()
     }

@@ -2,7 +2,7 @@
 //! recently used first out (to the disk tier when there is one).
 
 use super::BlockBytes;
-use super::lru::LruIndex;
+use super::lru::{HasSize, LruIndex};
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
@@ -15,11 +15,16 @@ pub(crate) struct HostBlock {
     pub bytes: BlockBytes,
 }
 
+impl HasSize for HostBlock {
+    fn size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 /// Blocks in host memory under a byte limit.
 #[derive(Debug)]
 pub(crate) struct HostTier {
     blocks: LruIndex<HostBlock>,
-    bytes: usize,
     limit: usize,
 }
 
@@ -28,7 +33,6 @@ impl HostTier {
     pub fn new(limit: usize) -> Self {
         HostTier {
             blocks: LruIndex::default(),
-            bytes: 0,
             limit,
         }
     }
@@ -40,7 +44,7 @@ impl HostTier {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.blocks.bytes()
     }
 
     /// Whether `hash` is held.
@@ -59,17 +63,13 @@ impl HostTier {
         if block.bytes.len() > self.limit {
             return vec![(hash, block)];
         }
-        self.bytes += block.bytes.len();
-        if let Some(old) = self.blocks.insert(hash, block) {
-            self.bytes -= old.bytes.len();
-        }
+        self.blocks.insert(hash, block);
         let mut out = Vec::new();
-        while self.bytes > self.limit {
-            let Some((h, b)) = self.blocks.pop_oldest() else {
+        while self.blocks.bytes() > self.limit {
+            let Some(oldest) = self.blocks.pop_oldest() else {
                 break;
             };
-            self.bytes -= b.bytes.len();
-            out.push((h, b));
+            out.push(oldest);
         }
         out
     }
@@ -81,20 +81,12 @@ impl HostTier {
 
     /// Drops `hash`; true when it was held.
     pub fn remove(&mut self, hash: BlockHash) -> bool {
-        match self.blocks.remove(hash) {
-            Some(b) => {
-                self.bytes -= b.bytes.len();
-                true
-            }
-            None => false,
-        }
+        self.blocks.remove(hash).is_some()
     }
 
     /// Drops every block of `namespace`; returns how many.
     pub fn remove_namespace(&mut self, namespace: CacheNamespace) -> usize {
-        let gone = self.blocks.remove_where(|b| b.namespace == namespace);
-        self.bytes -= gone.iter().map(|(_, b)| b.bytes.len()).sum::<usize>();
-        gone.len()
+        self.blocks.remove_where(|b| b.namespace == namespace).len()
     }
 }
 

@@ -1,9 +1,16 @@
-//! A least-recently-used index over block hashes: each entry carries a value and a use stamp, and the
-//! oldest entry comes out first. Both lower tiers keep their blocks in one.
+//! A least-recently-used index over block hashes: each entry carries a value and a use stamp, the
+//! oldest entry comes out first, and the index keeps the total size of its values. Both lower tiers
+//! keep their blocks in one.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::kv::block_hash::BlockHash;
+
+/// A value whose size the index adds up.
+pub(crate) trait HasSize {
+    /// Its size in bytes.
+    fn size(&self) -> usize;
+}
 
 /// Entries keyed by block hash, ordered by last use.
 #[derive(Debug)]
@@ -11,6 +18,7 @@ pub(crate) struct LruIndex<V> {
     entries: HashMap<BlockHash, (u64, V)>,
     order: BTreeMap<u64, BlockHash>,
     clock: u64,
+    bytes: usize,
 }
 
 impl<V> Default for LruIndex<V> {
@@ -19,14 +27,20 @@ impl<V> Default for LruIndex<V> {
             entries: HashMap::new(),
             order: BTreeMap::new(),
             clock: 0,
+            bytes: 0,
         }
     }
 }
 
-impl<V> LruIndex<V> {
+impl<V: HasSize> LruIndex<V> {
     /// Entries held.
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The sizes of the values held, added up.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Whether `hash` is held.
@@ -39,6 +53,7 @@ impl<V> LruIndex<V> {
         let old = self.remove(hash);
         self.clock += 1;
         self.order.insert(self.clock, hash);
+        self.bytes += value.size();
         self.entries.insert(hash, (self.clock, value));
         old
     }
@@ -58,6 +73,7 @@ impl<V> LruIndex<V> {
     pub fn remove(&mut self, hash: BlockHash) -> Option<V> {
         let (stamp, value) = self.entries.remove(&hash)?;
         self.order.remove(&stamp);
+        self.bytes -= value.size();
         Some(value)
     }
 
@@ -65,6 +81,7 @@ impl<V> LruIndex<V> {
     pub fn pop_oldest(&mut self) -> Option<(BlockHash, V)> {
         let (_, hash) = self.order.pop_first()?;
         let (_, value) = self.entries.remove(&hash)?;
+        self.bytes -= value.size();
         Some((hash, value))
     }
 
@@ -98,11 +115,17 @@ mod tests {
         BlockHash(n)
     }
 
+    impl HasSize for i32 {
+        fn size(&self) -> usize {
+            *self as usize
+        }
+    }
+
     #[test]
     fn the_least_recently_used_entry_comes_out_first_and_a_touch_renews_an_entry() {
         let mut lru = LruIndex::default();
         for n in 1..=3 {
-            lru.insert(h(n), n);
+            lru.insert(h(n), n as i32);
         }
         assert_eq!(lru.touch(h(1)), Some(&1));
         assert_eq!(lru.pop_oldest(), Some((h(2), 2)));
@@ -121,7 +144,7 @@ mod tests {
         let mut gone = lru.remove_where(|v| v % 2 == 1);
         gone.sort();
         assert_eq!(gone, vec![(h(1), 11), (h(3), 31)]);
-        assert_eq!(lru.len(), 1);
+        assert_eq!((lru.len(), lru.bytes()), (1, 20));
         assert!(lru.contains(h(2)));
     }
 }

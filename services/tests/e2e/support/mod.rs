@@ -453,6 +453,25 @@ pub fn drop_postgres_database(url: &str) {
 #[path = "../../../../tests/support/test_data.rs"]
 pub mod test_data;
 
+/// A long real document, the QMSum fixture's meeting transcript (about 30,000 characters) `copies` times
+/// over: its ingestion takes many seconds.
+pub fn long_transcript(copies: usize) -> Vec<u8> {
+    let path = test_data::fixture("qa/qmsum_val.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first = text.lines().next().expect("a meeting");
+    let meeting = serde_json::from_str::<Value>(first).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    vec![meeting; copies]
+        .join(
+            "
+
+",
+        )
+        .into_bytes()
+}
+
 pub mod cluster;
 
 /// SQuAD 2.0 dev article `index` (its number in the full dev file) from the QA fixture, which holds
