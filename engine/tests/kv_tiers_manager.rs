@@ -46,7 +46,11 @@ fn settle(kv: &mut KvCacheManager) -> Vec<KvTransfer> {
             still_cached,
         } = t
         {
-            kv.offloaded(*block, *still_cached, Arc::new(vec![block.block as u8; 8]));
+            kv.offloaded(
+                *block,
+                *still_cached,
+                Arc::new(vec![block.block as u8; 8].into()),
+            );
         }
     }
     transfers
@@ -194,7 +198,7 @@ fn settle_on(kv: &mut KvCacheManager, device: &mut std::collections::HashMap<u32
                 kv.offloaded(
                     block,
                     still_cached,
-                    Arc::new(content.to_le_bytes().to_vec()),
+                    Arc::new(content.to_le_bytes().to_vec().into()),
                 );
             }
             KvTransfer::Reload { block, bytes } => {

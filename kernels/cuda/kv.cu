@@ -151,30 +151,39 @@ extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v
     rope_scatter(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
 }
 
-// Whole KV blocks between one part of a pool (elements, or an int8 pool's scales) and a packed buffer,
-// 16 bytes at a time, for the tiered KV cache: packed[i] is block ids[i] of the part, `words` 16-byte
-// words per block. `gather` packs the blocks, else unpacks them.
-__device__ void copy_blocks(uint4* part, uint4* packed, const unsigned* ids, int n, int words,
-                            bool gather) {
+// Whole KV blocks between the parts of a model's pools (each layer's K and V elements, and an int8 pool's
+// scales) and packed host records, 16 bytes at a time, for the tiered KV cache. Record i is block ids[i]
+// of every part in turn, `record_words` 16-byte words long. blockIdx.y picks the part: parts[y] is its
+// base address, parts[num_parts + y] its words per block, parts[2 * num_parts + y] where its words start
+// in a record. `gather` packs the blocks, else unpacks them.
+__device__ void copy_blocks(const unsigned long long* parts, int num_parts, uint4* packed,
+                            const unsigned* ids, int n, int record_words, bool gather) {
+    const int y = blockIdx.y;
+    uint4* part = (uint4*)parts[y];
+    const long long words = (long long)parts[num_parts + y];
+    const long long offset = (long long)parts[2 * num_parts + y];
     const long long total = (long long)n * words;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const long long b = i / words, w = i % words;
         uint4* slot = part + (long long)ids[b] * words + w;
+        uint4* rec = packed + b * record_words + offset + w;
         if (gather) {
-            packed[i] = *slot;
+            *rec = *slot;
         } else {
-            *slot = packed[i];
+            *slot = *rec;
         }
     }
 }
 
-extern "C" __global__ void kv_blocks_gather(uint4* part, uint4* packed, const unsigned* ids, int n,
-                                            int words) {
-    copy_blocks(part, packed, ids, n, words, true);
+extern "C" __global__ void kv_blocks_gather(const unsigned long long* parts, int num_parts,
+                                            uint4* packed, const unsigned* ids, int n,
+                                            int record_words) {
+    copy_blocks(parts, num_parts, packed, ids, n, record_words, true);
 }
 
-extern "C" __global__ void kv_blocks_scatter(uint4* packed, uint4* part, const unsigned* ids, int n,
-                                             int words) {
-    copy_blocks(part, packed, ids, n, words, false);
+extern "C" __global__ void kv_blocks_scatter(const unsigned long long* parts, int num_parts,
+                                             uint4* packed, const unsigned* ids, int n,
+                                             int record_words) {
+    copy_blocks(parts, num_parts, packed, ids, n, record_words, false);
 }

@@ -65,13 +65,15 @@ impl KvShape {
         self.block_size * self.num_kv_heads * self.dtype.bytes_per_head(self.head_dim)
     }
 
-    /// Checks a block transfer: every block exists and has one host record of the block's size.
+    /// Checks a block transfer over `pools` pools of this shape: every block exists and has one host
+    /// record of that many blocks' bytes.
     pub(crate) fn check_block_transfer(
         &self,
         blocks: &[u32],
         mut records: impl ExactSizeIterator<Item = usize>,
+        pools: usize,
     ) -> Result<()> {
-        let record = self.block_bytes();
+        let record = pools * self.block_bytes();
         if records.len() != blocks.len() || !records.all(|r| r == record) {
             return Err(crate::EngineError::InvalidBatch(format!(
                 "{} KV blocks need as many host records of {record} bytes",
@@ -399,13 +401,28 @@ pub trait Backend: Send + Sync + Sized {
 
     /// Copies the front of an index buffer to the host.
     fn read_ids(&self, src: &Self::Ids, dst: &mut [u32]) -> Result<()>;
-    /// Copies whole blocks of a KV pool to the host: block `blocks[i]` goes to `out[i]`, of
-    /// [`KvShape::block_bytes`] bytes: its elements in the pool's layout then (int8) its scales, in
-    /// native byte order.
-    fn read_kv_blocks(&self, kv: &Self::Kv, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()>;
-    /// Writes whole blocks of a KV pool from the host, `src[i]` into block `blocks[i]`, laid out as
-    /// [`Backend::read_kv_blocks`] reads them.
-    fn write_kv_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], src: &[&[u8]]) -> Result<()>;
+    /// Copies whole blocks of KV pools of one shape to host records: record `out[i]` is block
+    /// `blocks[i]` of every pool in turn, [`KvShape::block_bytes`] bytes of each: its elements in the
+    /// pool's layout then (int8) its scales, in native byte order.
+    fn read_kv_blocks(
+        &self,
+        pools: &[&Self::Kv],
+        blocks: &[u32],
+        out: &mut [&mut [u8]],
+    ) -> Result<()>;
+    /// Writes whole blocks of KV pools from host records, `src[i]` into block `blocks[i]` of every
+    /// pool, laid out as [`Backend::read_kv_blocks`] reads them.
+    fn write_kv_blocks(
+        &self,
+        pools: &mut [&mut Self::Kv],
+        blocks: &[u32],
+        src: &[&[u8]],
+    ) -> Result<()>;
+    /// Host memory for the tiered KV cache's block records: pinned where the device copies faster from
+    /// it; by default plain heap memory.
+    fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {
+        crate::kv::tiers::heap_allocator()
+    }
     /// Writes `k`, `v` rows (`[rows, num_kv_heads * head_dim]`) to the pool slots `slot_mapping[0..rows]`.
     fn kv_write(
         &self,

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use super::block_hash::{BlockHash, full_block_hashes};
 use super::block_pool::{BlockId, BlockPool, Evicted};
-use super::tiers::{BlockBytes, KvTiers, TierStats};
+use super::tiers::{BlockBuf, BlockBytes, KvTiers, TierStats};
 use crate::error::{EngineError, Result};
 
 /// Identifies a request inside the engine.
@@ -203,6 +203,15 @@ impl KvCacheManager {
     pub fn take_transfers(&mut self) -> Vec<KvTransfer> {
         self.drain_evictions();
         std::mem::take(&mut self.transfers)
+    }
+
+    /// A buffer for one block record of `bytes` to copy down into: host-tier memory when there is some
+    /// free.
+    pub fn block_buffer(&self, bytes: usize) -> BlockBuf {
+        match &self.tiers {
+            Some(t) => t.block_buffer(bytes),
+            None => BlockBuf::from(vec![0; bytes]),
+        }
     }
 
     /// Hands the tiers the content of a block queued by [`KvTransfer::Offload`].

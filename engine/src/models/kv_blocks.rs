@@ -4,12 +4,10 @@
 //! A block's bytes are its K then V content, layer by layer, each as the backend lays one block of a
 //! pool out ([`crate::backend::Backend::read_kv_blocks`]).
 
-use std::sync::Arc;
-
 use super::KvPool;
 use crate::backend::Backend;
 use crate::error::Result;
-use crate::kv::tiers::BlockBytes;
+use crate::kv::tiers::{BlockBuf, BlockBytes};
 
 impl<B: Backend> KvPool<B> {
     /// Bytes of one block over all layers, K and V.
@@ -17,31 +15,25 @@ impl<B: Backend> KvPool<B> {
         2 * self.k.len() * self.shape.block_bytes()
     }
 
-    /// The content of each of `blocks`.
-    pub fn read_blocks(&self, backend: &B, blocks: &[u32]) -> Result<Vec<BlockBytes>> {
-        let per_pool = self.shape.block_bytes();
-        let mut out: Vec<Vec<u8>> = blocks
+    /// Reads the content of each of `blocks` into `out[i]`, of [`KvPool::block_bytes`] each.
+    pub fn read_blocks(&self, backend: &B, blocks: &[u32], out: &mut [BlockBuf]) -> Result<()> {
+        let pools: Vec<&B::Kv> = self
+            .k
             .iter()
-            .map(|_| vec![0u8; self.block_bytes()])
+            .zip(&self.v)
+            .flat_map(|(k, v)| [k, v])
             .collect();
-        for (p, pool) in self.pools().enumerate() {
-            let mut parts: Vec<&mut [u8]> = out
-                .iter_mut()
-                .map(|record| &mut record[p * per_pool..(p + 1) * per_pool])
-                .collect();
-            backend.read_kv_blocks(pool, blocks, &mut parts)?;
-        }
-        Ok(out.into_iter().map(Arc::new).collect())
+        let mut records: Vec<&mut [u8]> = out.iter_mut().map(|b| &mut b[..]).collect();
+        backend.read_kv_blocks(&pools, blocks, &mut records)
     }
 
-    /// Writes `contents[i]` (as [`KvPool::read_blocks`] returns it) into block `blocks[i]`.
+    /// Writes `contents[i]` (as [`KvPool::read_blocks`] reads it) into block `blocks[i]`.
     pub fn write_blocks(
         &mut self,
         backend: &B,
         blocks: &[u32],
         contents: &[BlockBytes],
     ) -> Result<()> {
-        let per_pool = self.shape.block_bytes();
         let whole = self.block_bytes();
         if let Some(bad) = contents.iter().find(|c| c.len() != whole) {
             return Err(crate::EngineError::InvalidBatch(format!(
@@ -49,23 +41,13 @@ impl<B: Backend> KvPool<B> {
                 bad.len()
             )));
         }
-        let layers = self.k.len();
-        for p in 0..2 * layers {
-            let parts: Vec<&[u8]> = contents
-                .iter()
-                .map(|record| &record[p * per_pool..(p + 1) * per_pool])
-                .collect();
-            let pool = match p % 2 {
-                0 => &mut self.k[p / 2],
-                _ => &mut self.v[p / 2],
-            };
-            backend.write_kv_blocks(pool, blocks, &parts)?;
-        }
-        Ok(())
-    }
-
-    /// Every pool in block-byte order: layer 0's K, layer 0's V, layer 1's K...
-    fn pools(&self) -> impl Iterator<Item = &B::Kv> {
-        self.k.iter().zip(&self.v).flat_map(|(k, v)| [k, v])
+        let mut pools: Vec<&mut B::Kv> = self
+            .k
+            .iter_mut()
+            .zip(self.v.iter_mut())
+            .flat_map(|(k, v)| [k, v])
+            .collect();
+        let records: Vec<&[u8]> = contents.iter().map(|c| &c[..]).collect();
+        backend.write_kv_blocks(&mut pools, blocks, &records)
     }
 }

@@ -115,7 +115,12 @@ impl<B: Backend> EngineCore<B> {
     /// directory may hold blocks from an earlier run, which are found again by the same model.
     pub fn attach_tiers(&mut self, settings: &TierSettings) -> Result<()> {
         if settings.enabled() {
-            self.kv.attach_tiers(KvTiers::open(settings)?);
+            let mut tiers = KvTiers::open(settings)?;
+            tiers.use_host_memory(
+                self.kv_pool.block_bytes(),
+                self.model.backend.host_allocator(),
+            );
+            self.kv.attach_tiers(tiers);
         }
         Ok(())
     }

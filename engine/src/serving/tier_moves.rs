@@ -1,9 +1,12 @@
 //! The engine core's side of the tiered KV cache: carrying out the copies the KV cache manager queues
 //! ([`KvTransfer`]) between the device pool and the lower tiers, before each forward pass, in order.
 
+use std::sync::Arc;
+
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::kv::manager::{KvCacheManager, KvTransfer};
+use crate::kv::tiers::BlockBuf;
 use crate::models::KvPool;
 
 /// Bytes copied down ahead of eviction per step at most, so a step above the high-water mark is not
@@ -56,9 +59,13 @@ fn offload<B: Backend>(
         })
         .collect();
     let ids: Vec<u32> = blocks.iter().map(|(b, _)| b.block).collect();
-    let contents = pool.read_blocks(backend, &ids)?;
+    let mut contents: Vec<BlockBuf> = ids
+        .iter()
+        .map(|_| kv.block_buffer(pool.block_bytes()))
+        .collect();
+    pool.read_blocks(backend, &ids, &mut contents)?;
     for ((block, still_cached), bytes) in blocks.into_iter().zip(contents) {
-        kv.offloaded(block, still_cached, bytes);
+        kv.offloaded(block, still_cached, Arc::new(bytes));
     }
     Ok(())
 }

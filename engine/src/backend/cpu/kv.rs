@@ -106,7 +106,8 @@ impl CpuKv {
         }
     }
 
-    /// Copies whole blocks to `out`, laid out as [`crate::backend::Backend::read_kv_blocks`] says.
+    /// Copies whole blocks to `out`, laid out as [`crate::backend::Backend::read_kv_blocks`] says for
+    /// one pool.
     pub fn read_blocks(&self, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
         self.check_records(blocks, out.iter().map(|r| r.len()))?;
         let elems = self.shape.block_size * self.shape.num_kv_heads * self.shape.head_dim;
@@ -151,7 +152,7 @@ impl CpuKv {
         blocks: &[u32],
         records: impl ExactSizeIterator<Item = usize>,
     ) -> Result<()> {
-        self.shape.check_block_transfer(blocks, records)
+        self.shape.check_block_transfer(blocks, records, 1)
     }
 
     /// Element `i` of the pool as f32 (dequantised for int8).
@@ -165,6 +166,47 @@ impl CpuKv {
 }
 
 /// Copies block `b` of `per_block` elements of `d` into `out`, as bytes.
+/// Copies whole blocks of several pools of one shape to records, laid out as
+/// [`crate::backend::Backend::read_kv_blocks`] says: each record holds the block of every pool in turn.
+pub fn read_pools_blocks(pools: &[&CpuKv], blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
+    let Some(first) = pools.first() else {
+        return Ok(());
+    };
+    let per_pool = first.shape.block_bytes();
+    first
+        .shape
+        .check_block_transfer(blocks, out.iter().map(|r| r.len()), pools.len())?;
+    let mut by_pool: Vec<Vec<&mut [u8]>> = pools.iter().map(|_| Vec::new()).collect();
+    for record in out.iter_mut() {
+        for (p, part) in record.chunks_exact_mut(per_pool).enumerate() {
+            by_pool[p].push(part);
+        }
+    }
+    for (kv, mut parts) in pools.iter().zip(by_pool) {
+        kv.read_blocks(blocks, &mut parts)?;
+    }
+    Ok(())
+}
+
+/// Writes whole blocks of several pools from records as [`read_pools_blocks`] lays them out.
+pub fn write_pools_blocks(pools: &mut [&mut CpuKv], blocks: &[u32], src: &[&[u8]]) -> Result<()> {
+    let Some(first) = pools.first() else {
+        return Ok(());
+    };
+    let per_pool = first.shape.block_bytes();
+    first
+        .shape
+        .check_block_transfer(blocks, src.iter().map(|r| r.len()), pools.len())?;
+    for (p, kv) in pools.iter_mut().enumerate() {
+        let parts: Vec<&[u8]> = src
+            .iter()
+            .map(|record| &record[p * per_pool..(p + 1) * per_pool])
+            .collect();
+        kv.write_blocks(blocks, &parts)?;
+    }
+    Ok(())
+}
+
 fn copy_out<T: bytemuck::Pod>(d: &[T], per_block: usize, b: usize, out: &mut [u8]) {
     out.copy_from_slice(bytemuck::cast_slice(&d[b * per_block..(b + 1) * per_block]));
 }

@@ -192,12 +192,22 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn read_kv_blocks(&self, kv: &CpuKv, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
-        kv.read_blocks(blocks, out)
+    fn read_kv_blocks(
+        &self,
+        pools: &[&CpuKv],
+        blocks: &[u32],
+        out: &mut [&mut [u8]],
+    ) -> Result<()> {
+        kv::read_pools_blocks(pools, blocks, out)
     }
 
-    fn write_kv_blocks(&self, kv: &mut CpuKv, blocks: &[u32], src: &[&[u8]]) -> Result<()> {
-        kv.write_blocks(blocks, src)
+    fn write_kv_blocks(
+        &self,
+        pools: &mut [&mut CpuKv],
+        blocks: &[u32],
+        src: &[&[u8]],
+    ) -> Result<()> {
+        kv::write_pools_blocks(pools, blocks, src)
     }
 
     fn sample_rows(

@@ -1,214 +1,479 @@
-//! Whole blocks of a KV pool to and from the host, for the tiered KV cache.
+//! Whole blocks of a model's KV pools to and from host records, for the tiered KV cache.
 //!
-//! A pool has one or two parts (its elements; int8 pools also their scales), each `[num_blocks, …]`.
-//! Going out, a kernel packs the blocks of each part into a device buffer (part by part, in the order
-//! asked), one copy brings the whole buffer into pinned host memory, and every core assembles the
-//! host records from it. Coming back, the same in reverse. Block ids are rarely consecutive (a freed
-//! request's blocks return to the pool last first), so one copy per block would be thousands of small
-//! copies; this is one copy and two launches per call.
+//! Going out, one kernel launch packs the blocks of every pool part (each layer's K and V elements; an
+//! int8 pool's scales too) into whole records in a device staging buffer, and each record goes to its
+//! host buffer in one copy; records whose buffers lie end to end in host memory go in one copy together.
+//! The host tier's buffers are pinned ([`CudaBackend::pinned_allocator`]), so the copy engine reaches them
+//! directly; other buffers (a record read from disk when the arena had no free slot) pass through a
+//! pinned bounce buffer, copied by every core, which is several times faster than the driver's own path
+//! for pageable memory. Coming back, the same in reverse. A transfer larger than the staging buffer goes
+//! in chunks, in stream order, with one synchronisation at the end.
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PinnedHostSlice, PushKernelArg};
+use std::sync::{Arc, Mutex};
+
 use rayon::prelude::*;
 
-use super::{CudaBackend, CudaKv, CudaKvStore, cuda_err, grid};
+use cudarc::driver::{
+    CudaContext, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    SyncOnDrop,
+};
+
+use super::{CudaBackend, CudaKv, CudaKvStore, cuda_err};
 use crate::error::Result;
+use crate::kv::tiers::{HostAllocator, HostMemory};
 
-/// One part of a pool: its device address and bytes per block.
-#[derive(Clone, Copy)]
-struct Part {
-    base: u64,
-    per_block: usize,
-}
+/// Device staging for one chunk of a transfer, at most (a chunk holds at least one record).
+const STAGING_BYTES: usize = 64 << 20;
 
-/// The device and pinned host buffers a transfer passes through; both only grow.
+/// The buffers transfers pass through, which only grow, and where the pinned host memory lies.
 #[derive(Default)]
 pub(super) struct Staging {
-    host: Option<PinnedHostSlice<u8>>,
     device: Option<CudaSlice<u8>>,
+    bounce: Option<PinnedMemory>,
+    pinned: Arc<PinnedRanges>,
+}
+
+/// The address ranges of the pinned allocations the host tier's arena made.
+#[derive(Default)]
+pub(super) struct PinnedRanges(Mutex<Vec<(usize, usize)>>);
+
+impl PinnedRanges {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `bytes` lie inside one pinned allocation.
+    fn holds(&self, bytes: &[u8]) -> bool {
+        let (start, end) = (
+            bytes.as_ptr() as usize,
+            bytes.as_ptr() as usize + bytes.len(),
+        );
+        self.lock().iter().any(|&(s, e)| s <= start && end <= e)
+    }
+}
+
+/// The parts of some pools, in record order: device addresses, 16-byte words per block, and where each
+/// part's words start in a record.
+#[derive(Default)]
+struct Parts {
+    bases: Vec<u64>,
+    words: Vec<u64>,
+    offsets: Vec<u64>,
+    record_words: u64,
+}
+
+impl Parts {
+    fn push(&mut self, base: u64, bytes_per_block: usize) -> Result<()> {
+        if !bytes_per_block.is_multiple_of(16) {
+            return Err(crate::EngineError::InvalidConfig(format!(
+                "KV blocks of {bytes_per_block} bytes per pool part are not whole 16-byte words"
+            )));
+        }
+        let words = (bytes_per_block / 16) as u64;
+        self.bases.push(base);
+        self.words.push(words);
+        self.offsets.push(self.record_words);
+        self.record_words += words;
+        Ok(())
+    }
+
+    /// The kernels' `parts` argument: bases, then words, then offsets.
+    fn table(&self) -> Vec<u64> {
+        [&self.bases, &self.words, &self.offsets]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    fn record_bytes(&self) -> usize {
+        self.record_words as usize * 16
+    }
+}
+
+/// Elements per block of a pool of `kv`'s shape.
+fn block_elems(kv: &CudaKv) -> usize {
+    kv.shape.block_size * kv.shape.num_kv_heads * kv.shape.head_dim
+}
+
+/// Pinned host memory, written once so it is mapped, freed when dropped (and then forgotten by the
+/// ranges it was entered in).
+struct PinnedMemory {
+    ptr: *mut u8,
+    len: usize,
+    ranges: Option<Arc<PinnedRanges>>,
+    _slice: PinnedHostSlice<u8>,
+}
+
+impl Drop for PinnedMemory {
+    fn drop(&mut self) {
+        if let Some(r) = &self.ranges {
+            let range = (self.ptr as usize, self.ptr as usize + self.len);
+            r.lock().retain(|&x| x != range);
+        }
+    }
+}
+
+impl PinnedMemory {
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the allocation is `len` bytes, zeroed at allocation, and `&mut self` is the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+// SAFETY: the pointer is the pinned allocation's own, which lives as long as this value; who writes
+// where is the arena's business (each slot has one owner).
+unsafe impl Send for PinnedMemory {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedMemory {}
+
+impl HostMemory for PinnedMemory {
+    fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+fn alloc_pinned(
+    ctx: &Arc<CudaContext>,
+    bytes: usize,
+    ranges: Option<Arc<PinnedRanges>>,
+) -> Result<PinnedMemory> {
+    // SAFETY: the memory is zeroed below before anyone reads it.
+    let mut slice = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(cuda_err)?;
+    let ptr = slice.as_mut_ptr().map_err(cuda_err)?;
+    // SAFETY: `ptr` points to `bytes` writable bytes just allocated.
+    unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+    if let Some(r) = &ranges {
+        r.lock().push((ptr as usize, ptr as usize + bytes));
+    }
+    Ok(PinnedMemory {
+        ptr,
+        len: bytes,
+        ranges,
+        _slice: slice,
+    })
+}
+
+/// Runs of consecutive records whose host buffers lie end to end: (first record, records).
+fn contiguous_runs(starts: &[usize], record_bytes: usize) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, &at) in starts.iter().enumerate() {
+        match runs.last_mut() {
+            Some((first, len)) if starts[*first] + *len * record_bytes == at => *len += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    runs
 }
 
 impl CudaBackend {
-    /// Runs `f` with the pool's parts; their device pointers stay valid for its duration.
-    fn with_parts<T>(&self, kv: &CudaKv, f: impl FnOnce(&[Part]) -> Result<T>) -> Result<T> {
-        let s = &self.dev.stream;
-        let elems = kv.shape.block_size * kv.shape.num_kv_heads * kv.shape.head_dim;
-        match &kv.store {
-            CudaKvStore::F32(d) => {
-                let (p, _g) = d.device_ptr(s);
-                f(&[Part {
-                    base: p,
-                    per_block: elems * 4,
-                }])
-            }
-            CudaKvStore::Bf16(d) => {
-                let (p, _g) = d.device_ptr(s);
-                f(&[Part {
-                    base: p,
-                    per_block: elems * 2,
-                }])
-            }
-            CudaKvStore::Int8 { q, scales } => {
-                let ((pq, _gq), (ps, _gs)) = (q.device_ptr(s), scales.device_ptr(s));
-                let per_scale = elems / kv.shape.head_dim.max(1) * 4;
-                f(&[
-                    Part {
-                        base: pq,
-                        per_block: elems,
-                    },
-                    Part {
-                        base: ps,
-                        per_block: per_scale,
-                    },
-                ])
-            }
-        }
+    /// The allocator of the host tier's arena: pinned memory of this device's context.
+    pub fn pinned_allocator(&self) -> HostAllocator {
+        let ctx = Arc::clone(&self.dev.ctx);
+        let ranges = Arc::clone(&self.lock_staging().pinned);
+        Arc::new(move |bytes| {
+            let memory = alloc_pinned(&ctx, bytes, Some(Arc::clone(&ranges)))?;
+            Ok(Box::new(memory) as Box<dyn HostMemory>)
+        })
     }
 
-    /// Runs `f` on staging buffers of at least `len` bytes each: the pinned host buffer and the device
-    /// buffer's address.
+    fn lock_staging(&self) -> std::sync::MutexGuard<'_, Staging> {
+        self.staging.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` with the device staging buffer's address and the pinned bounce buffer, both grown to
+    /// at least `len` bytes, and the pinned ranges.
     fn with_staging<T>(
         &self,
         len: usize,
-        f: impl FnOnce(&mut [u8], u64) -> Result<T>,
+        f: impl FnOnce(u64, &mut [u8], &PinnedRanges) -> Result<T>,
     ) -> Result<T> {
-        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if staging.host.as_ref().is_none_or(|h| h.len() < len) {
-            staging.host = None;
-            // SAFETY: the buffer is only read after the copies that fill it have finished.
-            let fresh = unsafe { self.dev.ctx.alloc_pinned_with_flags(len.max(1 << 20), 0) };
-            staging.host = Some(fresh.map_err(cuda_err)?);
-        }
+        let mut staging = self.lock_staging();
         if staging.device.as_ref().is_none_or(|d| d.len() < len) {
             staging.device = None;
             staging.device = Some(self.zeros::<u8>(len.max(1 << 20))?);
         }
+        if staging.bounce.as_ref().is_none_or(|b| b.len < len) {
+            staging.bounce = None;
+            staging.bounce = Some(alloc_pinned(&self.dev.ctx, len.max(1 << 20), None)?);
+        }
         let Staging {
-            host: Some(host),
             device: Some(device),
+            bounce: Some(bounce),
+            pinned,
         } = &mut *staging
         else {
             unreachable!("filled above")
         };
         let (dptr, _g) = device.device_ptr_mut(&self.dev.stream);
-        let host = host.as_mut_slice().map_err(cuda_err)?;
-        f(&mut host[..len], dptr)
+        f(dptr, bounce.bytes(), pinned)
     }
 
-    /// Packs (`gather`) or unpacks the blocks `ids` of `part` to or from `packed` on the device.
+    /// Packs (`gather`) or unpacks the `n` blocks at `ids` of every part to or from `n` records at
+    /// `packed`, in one launch.
     fn pack(
         &self,
         gather: bool,
-        part: Part,
+        parts: &Parts,
+        table: u64,
         packed: u64,
-        ids: &CudaSlice<u32>,
+        ids: u64,
         n: usize,
     ) -> Result<()> {
-        if !part.per_block.is_multiple_of(16) {
-            return Err(crate::EngineError::InvalidConfig(format!(
-                "KV blocks of {} bytes per pool part are not whole 16-byte words",
-                part.per_block
-            )));
-        }
-        let words = (part.per_block / 16) as i32;
         let name = if gather {
             "kv_blocks_gather"
         } else {
             "kv_blocks_scatter"
         };
-        let (from, to) = if gather {
-            (part.base, packed)
-        } else {
-            (packed, part.base)
+        let widest = parts.words.iter().copied().max().unwrap_or(0) as usize;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (n * widest).div_ceil(256).clamp(1, 4096) as u32,
+                parts.bases.len() as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
         };
-        let count = n as i32;
+        let (num_parts, count, record_words) = (
+            parts.bases.len() as i32,
+            n as i32,
+            parts.record_words as i32,
+        );
         let mut b = self.dev.stream.launch_builder(self.kernels.get(name)?);
-        b.arg(&from).arg(&to).arg(ids).arg(&count).arg(&words);
-        // SAFETY: `from` and `to` hold n blocks of `words` 16-byte words (ids checked against the
-        // pool, the packed buffer sized by the caller); the pool's pointers are kept alive by
-        // `with_parts` and the packed buffer by `with_staging`.
-        unsafe { b.launch(grid(n * words as usize)) }.map_err(cuda_err)?;
+        b.arg(&table)
+            .arg(&num_parts)
+            .arg(&packed)
+            .arg(&ids)
+            .arg(&count)
+            .arg(&record_words);
+        // SAFETY: the table holds every part's base, words and offset; each part holds the blocks `ids`
+        // (checked against the pools) and `packed` holds n records of `record_words` words; the pools'
+        // buffers are kept alive by the caller's guards, `packed` by `with_staging`.
+        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
         Ok(())
+    }
+
+    /// Moves the records of `blocks` between the parts and the host, chunk by chunk: `copy` moves
+    /// records `[first, first + n)` between the host and the staging address it is given, with the
+    /// bounce buffer and the pinned ranges at hand.
+    fn transfer(
+        &self,
+        gather: bool,
+        parts: &Parts,
+        blocks: &[u32],
+        mut copy: impl FnMut(Chunk<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let record = parts.record_bytes();
+        if blocks.is_empty() || record == 0 {
+            return Ok(());
+        }
+        let stream = &self.dev.stream;
+        let ids = stream.clone_htod(blocks).map_err(cuda_err)?;
+        let table = stream.clone_htod(&parts.table()).map_err(cuda_err)?;
+        let per_chunk = (STAGING_BYTES / record).max(1).min(blocks.len());
+        let ((ids_ptr, _gi), (table_ptr, _gt)) = (ids.device_ptr(stream), table.device_ptr(stream));
+        self.with_staging(per_chunk * record, |staging, bounce, pinned| {
+            for first in (0..blocks.len()).step_by(per_chunk) {
+                let n = per_chunk.min(blocks.len() - first);
+                let chunk_ids = ids_ptr + 4 * first as u64;
+                let chunk = Chunk {
+                    first,
+                    n,
+                    record,
+                    staging,
+                    bounce: &mut *bounce,
+                    pinned,
+                };
+                if gather {
+                    self.pack(true, parts, table_ptr, staging, chunk_ids, n)?;
+                    copy(chunk)?;
+                } else {
+                    copy(chunk)?;
+                    self.pack(false, parts, table_ptr, staging, chunk_ids, n)?;
+                }
+            }
+            stream.synchronize().map_err(cuda_err)
+        })
     }
 
     /// See [`crate::backend::Backend::read_kv_blocks`].
     pub(super) fn read_blocks(
         &self,
-        kv: &CudaKv,
+        pools: &[&CudaKv],
         blocks: &[u32],
         out: &mut [&mut [u8]],
     ) -> Result<()> {
-        kv.shape
-            .check_block_transfer(blocks, out.iter().map(|r| r.len()))?;
-        let n = blocks.len();
-        let ids = self.dev.stream.clone_htod(blocks).map_err(cuda_err)?;
-        self.with_parts(kv, |parts| {
-            let total: usize = parts.iter().map(|p| p.per_block * n).sum();
-            self.with_staging(total, |host, device| {
-                let mut at = 0;
-                for &part in parts {
-                    self.pack(true, part, device + at as u64, &ids, n)?;
-                    at += part.per_block * n;
+        let Some(first) = pools.first() else {
+            return Ok(());
+        };
+        first
+            .shape
+            .check_block_transfer(blocks, out.iter().map(|r| r.len()), pools.len())?;
+        let s = &self.dev.stream;
+        let mut parts = Parts::default();
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
+        for kv in pools {
+            let elems = block_elems(kv);
+            match &kv.store {
+                CudaKvStore::F32(d) => {
+                    push_part(&mut parts, &mut guards, d.device_ptr(s), elems * 4)?
                 }
-                let stream = self.dev.stream.cu_stream();
-                // SAFETY: `device` holds `total` bytes written by the kernels above, in stream order;
-                // the pinned buffer is read only after the synchronisation below.
-                unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *host, device, stream) }
+                CudaKvStore::Bf16(d) => {
+                    push_part(&mut parts, &mut guards, d.device_ptr(s), elems * 2)?
+                }
+                CudaKvStore::Int8 { q, scales } => {
+                    push_part(&mut parts, &mut guards, q.device_ptr(s), elems)?;
+                    let per_scale = elems / kv.shape.head_dim.max(1) * 4;
+                    push_part(&mut parts, &mut guards, scales.device_ptr(s), per_scale)?;
+                }
+            }
+        }
+        let stream = s.cu_stream();
+        self.transfer(true, &parts, blocks, |c| {
+            let recs = &mut out[c.first..c.first + c.n];
+            let direct: Vec<bool> = recs.iter().map(|r| c.pinned.holds(r)).collect();
+            let starts = c.host_starts(recs.iter().map(|r| r.as_ptr()), &direct);
+            for (i, len) in contiguous_runs(&starts, c.record) {
+                // SAFETY: records `i..i + len` of the chunk lie end to end from `starts[i]`
+                // (`contiguous_runs`), in `out` (borrowed mutably for this call) or the bounce buffer
+                // (held by `with_staging`); the staging chunk holds them, written by the kernel before
+                // in stream order. They are read after a synchronisation.
+                let host =
+                    unsafe { std::slice::from_raw_parts_mut(starts[i] as *mut u8, len * c.record) };
+                let src = c.staging + (i * c.record) as u64;
+                unsafe { cudarc::driver::result::memcpy_dtoh_async(host, src, stream) }
                     .map_err(cuda_err)?;
+            }
+            if direct.iter().any(|d| !d) {
                 self.dev.stream.synchronize().map_err(cuda_err)?;
-                let (mut at, mut in_record) = (0, 0);
-                for part in parts {
-                    let pb = part.per_block;
-                    out.par_iter_mut()
-                        .zip(host[at..at + n * pb].par_chunks_exact(pb))
-                        .for_each(|(record, from)| {
-                            record[in_record..in_record + pb].copy_from_slice(from)
-                        });
-                    at += pb * n;
-                    in_record += pb;
-                }
-                Ok(())
-            })
+                recs.par_iter_mut()
+                    .zip(c.bounce.par_chunks_exact(c.record))
+                    .zip(direct.par_iter())
+                    .filter(|(_, d)| !**d)
+                    .for_each(|((to, from), _)| to.copy_from_slice(from));
+            }
+            Ok(())
         })
     }
 
     /// See [`crate::backend::Backend::write_kv_blocks`].
     pub(super) fn write_blocks(
         &self,
-        kv: &mut CudaKv,
+        pools: &mut [&mut CudaKv],
         blocks: &[u32],
         src: &[&[u8]],
     ) -> Result<()> {
-        kv.shape
-            .check_block_transfer(blocks, src.iter().map(|r| r.len()))?;
-        let n = blocks.len();
-        let ids = self.dev.stream.clone_htod(blocks).map_err(cuda_err)?;
-        self.with_parts(kv, |parts| {
-            let total: usize = parts.iter().map(|p| p.per_block * n).sum();
-            self.with_staging(total, |host, device| {
-                let (mut at, mut in_record) = (0, 0);
-                for part in parts {
-                    let pb = part.per_block;
-                    host[at..at + n * pb]
-                        .par_chunks_exact_mut(pb)
-                        .zip(src.par_iter())
-                        .for_each(|(to, record)| {
-                            to.copy_from_slice(&record[in_record..in_record + pb])
-                        });
-                    at += pb * n;
-                    in_record += pb;
+        let Some(first) = pools.first() else {
+            return Ok(());
+        };
+        first
+            .shape
+            .check_block_transfer(blocks, src.iter().map(|r| r.len()), pools.len())?;
+        let s = &self.dev.stream;
+        let mut parts = Parts::default();
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
+        for kv in pools.iter_mut() {
+            let elems = block_elems(kv);
+            let head_dim = kv.shape.head_dim.max(1);
+            match &mut kv.store {
+                CudaKvStore::F32(d) => {
+                    push_part(&mut parts, &mut guards, d.device_ptr_mut(s), elems * 4)?
                 }
-                let stream = self.dev.stream.cu_stream();
-                // SAFETY: both buffers hold `total` bytes; the pinned one is not touched again before
-                // the synchronisation below.
-                unsafe { cudarc::driver::result::memcpy_htod_async(device, &host[..], stream) }
+                CudaKvStore::Bf16(d) => {
+                    push_part(&mut parts, &mut guards, d.device_ptr_mut(s), elems * 2)?
+                }
+                CudaKvStore::Int8 { q, scales } => {
+                    push_part(&mut parts, &mut guards, q.device_ptr_mut(s), elems)?;
+                    let per_scale = elems / head_dim * 4;
+                    push_part(&mut parts, &mut guards, scales.device_ptr_mut(s), per_scale)?;
+                }
+            }
+        }
+        let stream = s.cu_stream();
+        let mut bounce_in_use = false;
+        self.transfer(false, &parts, blocks, |c| {
+            let recs = &src[c.first..c.first + c.n];
+            let direct: Vec<bool> = recs.iter().map(|r| c.pinned.holds(r)).collect();
+            if direct.iter().any(|d| !d) {
+                if bounce_in_use {
+                    // The previous chunk's copies may still be reading the bounce buffer.
+                    self.dev.stream.synchronize().map_err(cuda_err)?;
+                }
+                c.bounce
+                    .par_chunks_exact_mut(c.record)
+                    .zip(recs.par_iter())
+                    .zip(direct.par_iter())
+                    .filter(|(_, d)| !**d)
+                    .for_each(|((to, from), _)| to.copy_from_slice(from));
+                bounce_in_use = true;
+            }
+            let starts = c.host_starts(recs.iter().map(|r| r.as_ptr()), &direct);
+            for (i, len) in contiguous_runs(&starts, c.record) {
+                // SAFETY: records `i..i + len` of the chunk lie end to end from `starts[i]`
+                // (`contiguous_runs`), in `src` (borrowed for this call, which ends with a
+                // synchronisation) or the bounce buffer (not written again before the copy is done);
+                // the staging chunk has room for them.
+                let host =
+                    unsafe { std::slice::from_raw_parts(starts[i] as *const u8, len * c.record) };
+                let dst = c.staging + (i * c.record) as u64;
+                unsafe { cudarc::driver::result::memcpy_htod_async(dst, host, stream) }
                     .map_err(cuda_err)?;
-                let mut at = 0;
-                for &part in parts {
-                    self.pack(false, part, device + at as u64, &ids, n)?;
-                    at += part.per_block * n;
-                }
-                self.dev.stream.synchronize().map_err(cuda_err)
-            })
+            }
+            Ok(())
         })
+    }
+}
+
+/// One chunk of a transfer: records `first..first + n`, each `record` bytes, at `staging` on the device;
+/// records outside pinned memory go through `bounce`, at the same offset as in the staging chunk.
+struct Chunk<'a> {
+    first: usize,
+    n: usize,
+    record: usize,
+    staging: u64,
+    bounce: &'a mut [u8],
+    pinned: &'a PinnedRanges,
+}
+
+impl Chunk<'_> {
+    /// Where each record of the chunk is copied from or to on the host: its own buffer when pinned,
+    /// else its place in the bounce buffer.
+    fn host_starts(&self, records: impl Iterator<Item = *const u8>, direct: &[bool]) -> Vec<usize> {
+        records
+            .zip(direct)
+            .enumerate()
+            .map(|(i, (r, &d))| match d {
+                true => r as usize,
+                false => self.bounce.as_ptr() as usize + i * self.record,
+            })
+            .collect()
+    }
+}
+
+fn push_part<'a>(
+    parts: &mut Parts,
+    guards: &mut Vec<SyncOnDrop<'a>>,
+    (base, guard): (u64, SyncOnDrop<'a>),
+    bytes_per_block: usize,
+) -> Result<()> {
+    guards.push(guard);
+    parts.push(base, bytes_per_block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contiguous_runs;
+
+    #[test]
+    fn records_lying_end_to_end_are_copied_as_one_run() {
+        assert_eq!(
+            contiguous_runs(&[100, 110, 120, 500, 510, 90], 10),
+            [(0, 3), (3, 2), (5, 1)]
+        );
+        assert!(contiguous_runs(&[], 10).is_empty());
     }
 }

@@ -89,7 +89,8 @@ pub struct CudaBackend {
     freqs: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
     /// Partial outputs and (max, sum) pairs of split-KV decode; only grow.
     decode_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
-    /// Pinned host memory KV blocks pass through on their way to and from the host; only grows.
+    /// The device staging and pinned bounce buffers KV blocks pass through to and from the host, and
+    /// where the host tier's pinned memory lies.
     staging: Mutex<kv_blocks::Staging>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
@@ -234,12 +235,26 @@ impl Backend for CudaBackend {
         Ok(CudaKv { shape, store })
     }
 
-    fn read_kv_blocks(&self, kv: &CudaKv, blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
-        self.read_blocks(kv, blocks, out)
+    fn read_kv_blocks(
+        &self,
+        pools: &[&CudaKv],
+        blocks: &[u32],
+        out: &mut [&mut [u8]],
+    ) -> Result<()> {
+        self.read_blocks(pools, blocks, out)
     }
 
-    fn write_kv_blocks(&self, kv: &mut CudaKv, blocks: &[u32], src: &[&[u8]]) -> Result<()> {
-        self.write_blocks(kv, blocks, src)
+    fn write_kv_blocks(
+        &self,
+        pools: &mut [&mut CudaKv],
+        blocks: &[u32],
+        src: &[&[u8]],
+    ) -> Result<()> {
+        self.write_blocks(pools, blocks, src)
+    }
+
+    fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {
+        self.pinned_allocator()
     }
 
     fn upload_matrix(&self, t: &TensorRef<'_>) -> Result<CudaWeight> {

@@ -13,9 +13,10 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use super::arena::BlockBuf;
 use super::lru::{HasSize, LruIndex};
 use super::record::{self, HEADER_BYTES, RecordError};
 use crate::kv::block_hash::BlockHash;
@@ -120,12 +121,28 @@ fn write_durably(
     fs::rename(tmp, path)
 }
 
-/// Reads and checks block `hash`'s file at `path`; its payload.
-pub(crate) fn read_record(path: &Path, hash: BlockHash) -> Result<Vec<u8>, DiskReadError> {
-    let mut file = fs::read(path).map_err(DiskReadError::Io)?;
-    record::decode(&file, hash).map_err(DiskReadError::Corrupt)?;
-    file.drain(..HEADER_BYTES);
-    Ok(file)
+/// Reads and checks block `hash`'s file at `path`: its payload, read straight into a buffer `buffer`
+/// makes for the length the header states.
+pub(crate) fn read_record(
+    path: &Path,
+    hash: BlockHash,
+    buffer: impl FnOnce(usize) -> BlockBuf,
+) -> Result<BlockBuf, DiskReadError> {
+    let mut file = fs::File::open(path).map_err(DiskReadError::Io)?;
+    let file_len = file.metadata().map_err(DiskReadError::Io)?.len();
+    let mut header = [0u8; HEADER_BYTES];
+    file.read_exact(&mut header).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => DiskReadError::Corrupt(RecordError::Truncated),
+        _ => DiskReadError::Io(e),
+    })?;
+    let len = record::payload_len(&header, hash).map_err(DiskReadError::Corrupt)?;
+    if file_len != HEADER_BYTES as u64 + len {
+        return Err(DiskReadError::Corrupt(RecordError::Truncated));
+    }
+    let mut payload = buffer(len as usize);
+    file.read_exact(&mut payload).map_err(DiskReadError::Io)?;
+    record::check(&header, &payload, hash).map_err(DiskReadError::Corrupt)?;
+    Ok(payload)
 }
 
 fn block_file(dir: &Path, namespace: CacheNamespace, hash: BlockHash) -> PathBuf {
@@ -338,9 +355,9 @@ impl DiskTier {
         let Some(path) = self.locate(hash) else {
             return Ok(None);
         };
-        read_record(&path, hash)
+        read_record(&path, hash, |len| BlockBuf::from(vec![0; len]))
             .inspect_err(|_| self.drop_damaged(hash))
-            .map(Some)
+            .map(|b| Some(b.to_vec()))
     }
 
     /// Deletes block `hash`; true when it had a file.

@@ -37,6 +37,11 @@ impl HostTier {
         }
     }
 
+    /// Its byte limit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Blocks held.
     pub fn len(&self) -> usize {
         self.blocks.len()
@@ -97,7 +102,7 @@ mod tests {
     fn block(namespace: CacheNamespace, len: usize) -> HostBlock {
         HostBlock {
             namespace,
-            bytes: std::sync::Arc::new(vec![namespace as u8; len]),
+            bytes: std::sync::Arc::new(vec![namespace as u8; len].into()),
         }
     }
 

@@ -8,6 +8,7 @@
 //! settings. The tiers hold bytes; moving them in and out of the device pool is the engine core's part
 //! ([`crate::serving::EngineCore`]).
 
+mod arena;
 mod disk;
 mod fingerprint;
 mod host;
@@ -27,10 +28,15 @@ use disk::DiskTier;
 use host::{HostBlock, HostTier};
 use writer::DiskWriter;
 
+pub use arena::{BlockArena, BlockBuf, HostAllocator, HostMemory, heap_allocator};
 pub use fingerprint::weights_fingerprint;
 
 /// One KV block's content over every layer, as [`crate::models::KvPool::read_blocks`] lays it out.
-pub type BlockBytes = Arc<Vec<u8>>;
+pub type BlockBytes = Arc<BlockBuf>;
+
+/// Arena slots beyond the host tier's limit, for blocks on their way to disk or back to the device (a
+/// document read back from disk lands there).
+const ARENA_HEADROOM_BYTES: usize = 1 << 30;
 
 /// Sizes and policy of the lower tiers.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +107,13 @@ pub struct TierStats {
     pub disk_errors: u64,
 }
 
+fn buffer_for(arena: Option<&Arc<BlockArena>>, bytes: usize) -> BlockBuf {
+    match arena {
+        Some(a) if a.slot_bytes() == bytes => BlockBuf::new_in(a),
+        _ => BlockBuf::from(vec![0u8; bytes]),
+    }
+}
+
 /// The disk tier, shared with its writer thread.
 #[derive(Debug)]
 struct Disk {
@@ -118,6 +131,7 @@ impl Disk {
 #[derive(Debug)]
 pub struct KvTiers {
     host: HostTier,
+    arena: Option<Arc<BlockArena>>,
     disk: Option<Disk>,
     high_water: f64,
     stats: TierStats,
@@ -149,10 +163,24 @@ impl KvTiers {
         };
         Ok(KvTiers {
             host: HostTier::new(settings.host_bytes),
+            arena: None,
             disk,
             high_water: settings.high_water,
             stats: TierStats::default(),
         })
+    }
+
+    /// Keeps block records in slots of `block_bytes` allocated by `allocate` (pinned memory on CUDA),
+    /// as many as the host tier holds and some more for blocks in transit.
+    pub fn use_host_memory(&mut self, block_bytes: usize, allocate: HostAllocator) {
+        let bytes = self.host.limit() + ARENA_HEADROOM_BYTES;
+        self.arena = Some(BlockArena::new(block_bytes, bytes, allocate));
+    }
+
+    /// A buffer for one block record of `bytes`: an arena slot when the arena's slots are that size and
+    /// one is free, else heap memory.
+    pub fn block_buffer(&self, bytes: usize) -> BlockBuf {
+        buffer_for(self.arena.as_ref(), bytes)
     }
 
     /// The device pool's high-water mark.
@@ -201,9 +229,13 @@ impl KvTiers {
                     .filter_map(|i| tier.locate(hashes[i]).map(|p| (i, hashes[i], p)))
                     .collect()
             };
+            let arena = self.arena.as_ref();
             let read: Vec<_> = wanted
                 .par_iter()
-                .map(|(i, h, path)| (*i, *h, disk::read_record(path, *h)))
+                .map(|(i, h, path)| {
+                    let record = disk::read_record(path, *h, |len| buffer_for(arena, len));
+                    (*i, *h, record)
+                })
                 .collect();
             let mut tier = disk.lock();
             for (i, h, result) in read {
@@ -301,7 +333,7 @@ mod tests {
     use super::*;
 
     fn bytes(n: u8, len: usize) -> BlockBytes {
-        Arc::new(vec![n; len])
+        Arc::new(BlockBuf::from(vec![n; len]))
     }
 
     fn tiers(host: usize, disk: Option<(&std::path::Path, usize)>) -> KvTiers {

@@ -51,27 +51,45 @@ pub(crate) fn header(hash: BlockHash, namespace: CacheNamespace, payload: &[u8])
 }
 
 /// The payload of `file` if it is block `hash`'s record, whole and unaltered.
+#[cfg(test)]
 pub(crate) fn decode(file: &[u8], hash: BlockHash) -> Result<&[u8], RecordError> {
     if file.len() < HEADER_BYTES {
         return Err(RecordError::Truncated);
     }
-    if &file[..8] != MAGIC {
+    let (header, payload) = file.split_at(HEADER_BYTES);
+    check(header, payload, hash)?;
+    Ok(payload)
+}
+
+/// The payload length a record's header states, once its magic and block are checked.
+pub(crate) fn payload_len(header: &[u8], hash: BlockHash) -> Result<u64, RecordError> {
+    if header.len() < HEADER_BYTES {
+        return Err(RecordError::Truncated);
+    }
+    if &header[..8] != MAGIC {
         return Err(RecordError::BadMagic);
     }
-    let word = |at: usize| u64::from_le_bytes(file[at..at + 8].try_into().unwrap_or([0; 8]));
-    let stored_hash = u128::from_le_bytes(file[8..24].try_into().unwrap_or([0; 16]));
+    let stored_hash = u128::from_le_bytes(header[8..24].try_into().unwrap_or([0; 16]));
     if stored_hash != hash.0 {
         return Err(RecordError::OtherBlock);
     }
-    let (namespace, len, sum) = (word(24), word(32), word(40));
-    let payload = &file[HEADER_BYTES..];
+    Ok(word(header, 32))
+}
+
+/// Checks a record read as its header and its payload.
+pub(crate) fn check(header: &[u8], payload: &[u8], hash: BlockHash) -> Result<(), RecordError> {
+    let len = payload_len(header, hash)?;
     if payload.len() as u64 != len {
         return Err(RecordError::Truncated);
     }
-    if checksum(hash, namespace, payload) != sum {
+    if checksum(hash, word(header, 24), payload) != word(header, 40) {
         return Err(RecordError::Checksum);
     }
-    Ok(payload)
+    Ok(())
+}
+
+fn word(header: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]))
 }
 
 #[cfg(test)]

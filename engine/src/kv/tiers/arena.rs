@@ -1,0 +1,396 @@
+//! Host memory for KV block records: equal slots cut from a few large allocations, reused as blocks come
+//! and go, so copying a block down or back touches memory that is already mapped, and on CUDA already
+//! pinned, which the copy engine reaches without a bounce through the driver's own buffers.
+//!
+//! The backend provides the allocations ([`HostAllocator`]); the arena grows a chunk at a time, up to a
+//! limit, on a thread of its own, keeping a few chunks ahead of need (pinning memory is slow: about a
+//! second per GiB on some machines, which a copy on the engine's path should not wait for). A buffer
+//! wanted while the arena is empty waits for the chunk under way, since a record outside pinned memory
+//! moves several times slower; with the arena at its limit, it falls back to ordinary heap memory.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::error::Result;
+
+/// One allocation of host memory the arena cuts into slots. It must stay mapped, at the same address,
+/// for as long as it lives.
+pub trait HostMemory: Send + Sync {
+    /// Its first byte.
+    fn as_mut_ptr(&self) -> *mut u8;
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+    /// Whether it is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Makes host allocations of a given number of bytes.
+pub type HostAllocator = Arc<dyn Fn(usize) -> Result<Box<dyn HostMemory>> + Send + Sync>;
+
+/// Plain heap memory, every page written once so it is mapped before a copy needs it.
+struct HeapMemory(Box<[u8]>);
+
+impl HostMemory for HeapMemory {
+    fn as_mut_ptr(&self) -> *mut u8 {
+        self.0.as_ptr().cast_mut()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The allocator of backends without pinned memory: heap chunks, mapped at once.
+pub fn heap_allocator() -> HostAllocator {
+    Arc::new(|bytes| {
+        let mut memory = vec![0u8; bytes].into_boxed_slice();
+        for page in memory.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        Ok(Box::new(HeapMemory(memory)) as Box<dyn HostMemory>)
+    })
+}
+
+/// Bytes of each chunk the arena allocates at most, so it grows in steps a copy does not wait long for.
+const CHUNK_BYTES: usize = 256 << 20;
+
+/// Free slots the arena keeps ahead of need, in chunks.
+const CHUNKS_AHEAD: usize = 2;
+
+/// How long a buffer waits for a chunk under way at most before it falls back to heap memory.
+const GROWTH_WAIT: Duration = Duration::from_secs(10);
+
+/// Equal slots of host memory, one block record each.
+pub struct BlockArena {
+    slot_bytes: usize,
+    max_slots: usize,
+    chunk_slots: usize,
+    allocate: HostAllocator,
+    state: Mutex<ArenaState>,
+    grown: Condvar,
+}
+
+#[derive(Default)]
+struct ArenaState {
+    chunks: Vec<Box<dyn HostMemory>>,
+    free: Vec<usize>,
+    handed_out: usize,
+    /// A chunk is being allocated.
+    growing: bool,
+    /// An allocation failed: the arena stays as it is.
+    stopped: bool,
+}
+
+impl fmt::Debug for BlockArena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockArena")
+            .field("slot_bytes", &self.slot_bytes)
+            .field("max_slots", &self.max_slots)
+            .field("slots", &self.slots())
+            .finish()
+    }
+}
+
+impl BlockArena {
+    /// An arena of at most `max_bytes` in slots of `slot_bytes`; its first chunk is allocated in the
+    /// background.
+    pub fn new(slot_bytes: usize, max_bytes: usize, allocate: HostAllocator) -> Arc<Self> {
+        Self::with_chunks_of(CHUNK_BYTES, slot_bytes, max_bytes, allocate)
+    }
+
+    fn with_chunks_of(
+        chunk_bytes: usize,
+        slot_bytes: usize,
+        max_bytes: usize,
+        allocate: HostAllocator,
+    ) -> Arc<Self> {
+        let slot_bytes = slot_bytes.max(1);
+        let max_slots = max_bytes / slot_bytes;
+        let arena = Arc::new(BlockArena {
+            slot_bytes,
+            max_slots,
+            chunk_slots: (chunk_bytes / slot_bytes).clamp(1, max_slots.max(1)),
+            allocate,
+            state: Mutex::new(ArenaState::default()),
+            grown: Condvar::new(),
+        });
+        arena.grow_if_low(&mut arena.lock());
+        arena
+    }
+
+    /// Bytes of a slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Slots allocated so far.
+    pub fn slots(&self) -> usize {
+        let state = self.lock();
+        state.chunks.len() * self.chunk_slots
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ArenaState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A free slot, waiting for a chunk under way when none is free; None when the arena is at its
+    /// limit (or cannot grow) and every slot is taken. Taking a slot keeps the arena growing ahead.
+    fn take(self: &Arc<Self>) -> Option<BlockBuf> {
+        let mut state = self.lock();
+        let slot = loop {
+            let allocated = state.chunks.len() * self.chunk_slots;
+            if let Some(slot) = state.free.pop() {
+                break slot;
+            }
+            if state.handed_out < allocated {
+                state.handed_out += 1;
+                break state.handed_out - 1;
+            }
+            self.grow_if_low(&mut state);
+            if !state.growing {
+                return None;
+            }
+            let (next, waited) = self
+                .grown
+                .wait_timeout(state, GROWTH_WAIT)
+                .unwrap_or_else(|e| e.into_inner());
+            state = next;
+            if waited.timed_out() {
+                return None;
+            }
+        };
+        self.grow_if_low(&mut state);
+        let chunk = &state.chunks[slot / self.chunk_slots];
+        let offset = (slot % self.chunk_slots) * self.slot_bytes;
+        debug_assert!(offset + self.slot_bytes <= chunk.len());
+        // SAFETY: the slot lies inside a chunk the arena keeps for its whole life (the buffer holds the
+        // arena), and a slot is handed to one buffer at a time: it returns to the free list only when that
+        // buffer is dropped.
+        let ptr = unsafe { chunk.as_mut_ptr().add(offset) };
+        Some(BlockBuf(Storage::Slot {
+            arena: Arc::clone(self),
+            slot,
+            ptr,
+        }))
+    }
+
+    /// Starts allocating a chunk on its own thread when fewer than [`CHUNKS_AHEAD`] chunks of slots
+    /// are free, none is under way and the limit allows.
+    fn grow_if_low(self: &Arc<Self>, state: &mut ArenaState) {
+        let allocated = state.chunks.len() * self.chunk_slots;
+        let spare = state.free.len() + allocated - state.handed_out;
+        if state.growing
+            || state.stopped
+            || spare >= CHUNKS_AHEAD * self.chunk_slots
+            || allocated + self.chunk_slots > self.max_slots
+        {
+            return;
+        }
+        state.growing = true;
+        let arena = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("docqa-kv-arena".into())
+            .spawn(move || {
+                let chunk = (arena.allocate)(arena.chunk_slots * arena.slot_bytes);
+                let mut state = arena.lock();
+                state.growing = false;
+                match chunk {
+                    Ok(chunk) => {
+                        state.chunks.push(chunk);
+                        arena.grow_if_low(&mut state);
+                    }
+                    Err(why) => {
+                        state.stopped = true;
+                        tracing::warn!(%why, "host memory for the KV host tier could not be allocated; blocks use ordinary heap memory");
+                    }
+                }
+                arena.grown.notify_all();
+            });
+        if spawned.is_err() {
+            state.growing = false;
+        }
+    }
+
+    fn give_back(&self, slot: usize) {
+        self.lock().free.push(slot);
+    }
+}
+
+/// The bytes of one block record: an arena slot or, failing that, a heap buffer.
+pub struct BlockBuf(Storage);
+
+enum Storage {
+    Heap(Vec<u8>),
+    Slot {
+        arena: Arc<BlockArena>,
+        slot: usize,
+        ptr: *mut u8,
+    },
+}
+
+// SAFETY: a slot's memory belongs to this buffer alone while it lives (see `BlockArena::take`), as a
+// Vec's would; the arena it points into is Send + Sync.
+unsafe impl Send for BlockBuf {}
+// SAFETY: shared access only reads the slot.
+unsafe impl Sync for BlockBuf {}
+
+impl BlockBuf {
+    /// A buffer of `arena`'s slot size: a slot when one is free, else zeroed heap memory.
+    pub fn new_in(arena: &Arc<BlockArena>) -> Self {
+        arena
+            .take()
+            .unwrap_or_else(|| BlockBuf(Storage::Heap(vec![0; arena.slot_bytes])))
+    }
+
+    /// Whether the bytes live in an arena slot.
+    pub fn in_arena(&self) -> bool {
+        matches!(self.0, Storage::Slot { .. })
+    }
+}
+
+impl From<Vec<u8>> for BlockBuf {
+    fn from(bytes: Vec<u8>) -> Self {
+        BlockBuf(Storage::Heap(bytes))
+    }
+}
+
+impl Deref for BlockBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Storage::Heap(v) => v,
+            // SAFETY: see `BlockArena::take`; the slot is `slot_bytes` long and this buffer's alone.
+            Storage::Slot { arena, ptr, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr, arena.slot_bytes)
+            },
+        }
+    }
+}
+
+impl DerefMut for BlockBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.0 {
+            Storage::Heap(v) => v,
+            // SAFETY: as for `deref`, and `&mut self` makes this the only access.
+            Storage::Slot { arena, ptr, .. } => unsafe {
+                std::slice::from_raw_parts_mut(*ptr, arena.slot_bytes)
+            },
+        }
+    }
+}
+
+impl Drop for BlockBuf {
+    fn drop(&mut self) {
+        if let Storage::Slot { arena, slot, .. } = &self.0 {
+            arena.give_back(*slot);
+        }
+    }
+}
+
+impl PartialEq for BlockBuf {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for BlockBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "BlockBuf({} bytes{})",
+            self.len(),
+            if self.in_arena() {
+                ", in the arena"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn counting_allocator(calls: Arc<AtomicUsize>) -> HostAllocator {
+        let heap = heap_allocator();
+        Arc::new(move |bytes| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            heap(bytes)
+        })
+    }
+
+    /// Waits until the arena has allocated `slots` slots (its chunks come from a thread of its own).
+    fn wait_for_slots(arena: &BlockArena, slots: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while arena.slots() < slots {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the arena never grew to {slots} slots"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn slots_are_reused_after_their_buffer_is_dropped_and_never_shared() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let arena = BlockArena::new(100, 300, counting_allocator(Arc::clone(&calls)));
+        let mut bufs: Vec<BlockBuf> = (0..3).map(|_| BlockBuf::new_in(&arena)).collect();
+        for (i, b) in bufs.iter_mut().enumerate() {
+            assert!(b.in_arena(), "a buffer waits for the chunk under way");
+            b.fill(i as u8 + 1);
+        }
+        for (i, b) in bufs.iter().enumerate() {
+            assert!(
+                b.iter().all(|&x| x == i as u8 + 1),
+                "slot {i} was overwritten"
+            );
+        }
+        let spill = BlockBuf::new_in(&arena);
+        assert!(!spill.in_arena(), "a full arena hands out heap buffers");
+        assert_eq!(spill.len(), 100);
+        drop(bufs.remove(1));
+        let again = BlockBuf::new_in(&arena);
+        assert!(again.in_arena(), "a dropped buffer's slot is free again");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "one chunk held all three slots"
+        );
+    }
+
+    #[test]
+    fn the_arena_grows_ahead_of_need_a_chunk_at_a_time_up_to_its_limit() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        // Chunks of two slots and a limit of nine: four chunks fit it, a fifth would pass it.
+        let arena =
+            BlockArena::with_chunks_of(200, 100, 900, counting_allocator(Arc::clone(&calls)));
+        // Two chunks ahead of need before any is taken.
+        wait_for_slots(&arena, 2 * CHUNKS_AHEAD);
+        let first = BlockBuf::new_in(&arena);
+        assert!(first.in_arena());
+        wait_for_slots(&arena, 6);
+        let rest: Vec<BlockBuf> = (0..9).map(|_| BlockBuf::new_in(&arena)).collect();
+        assert_eq!(rest.iter().filter(|b| b.in_arena()).count(), 7);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!((calls.load(Ordering::SeqCst), arena.slots()), (4, 8));
+    }
+
+    #[test]
+    fn a_failed_allocation_falls_back_to_the_heap() {
+        let arena = BlockArena::new(
+            64,
+            1 << 20,
+            Arc::new(|_| Err(crate::EngineError::InvalidConfig("no memory".into()))),
+        );
+        let b = BlockBuf::new_in(&arena);
+        assert!(!b.in_arena());
+        assert_eq!(&b[..], &[0u8; 64][..]);
+        assert_eq!(arena.slots(), 0);
+    }
+}
