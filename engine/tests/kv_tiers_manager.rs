@@ -177,6 +177,46 @@ fn forgetting_a_document_or_a_tenant_removes_its_blocks_from_every_tier() {
     assert_eq!(files_of_1, 0, "the deleted document's files are gone");
 }
 
+#[test]
+fn forgetting_a_document_also_forgets_the_questions_asked_about_it_in_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = TierSettings {
+        host_bytes: 16,
+        disk: Some((dir.path().to_path_buf(), 1 << 20)),
+        ..TierSettings::default()
+    };
+    let mut kv = manager(6, settings);
+    let document = doc(0, 4);
+    // A question about it: the document's full blocks, then two blocks of its own.
+    let mut asked = document[..4 * BS].to_vec();
+    asked.extend(800..800 + (2 * BS) as u32 + 1);
+    let other = doc(500, 4);
+    run(&mut kv, 1, &document, CacheScope::dense(1));
+    run(&mut kv, 2, &asked, CacheScope::dense(1));
+    run(&mut kv, 3, &other, CacheScope::dense(1));
+    kv.flush_tiers();
+    let found = |kv: &mut KvCacheManager, tokens: &[u32]| {
+        kv.find_cached_prefix(tokens, CacheScope::dense(1), false)
+            .num_tokens
+    };
+    assert_eq!(
+        found(&mut kv, &asked),
+        6 * BS,
+        "the question's blocks are cached"
+    );
+    assert_eq!(
+        kv.forget_prefix(&document, CacheScope::dense(1)),
+        6,
+        "the document's four blocks and the question's two"
+    );
+    assert_eq!(found(&mut kv, &asked), 0);
+    assert_eq!(
+        found(&mut kv, &other),
+        4 * BS,
+        "the other document keeps its cache"
+    );
+}
+
 /// What a block of a prefix holds in the simulated device: a digest of every token up to its end (a
 /// block's KV depends on its whole prefix).
 fn content_of(tokens: &[u32], block: usize) -> u64 {

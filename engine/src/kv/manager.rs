@@ -21,6 +21,7 @@ use std::collections::HashMap;
 
 use super::block_hash::{BlockHash, full_block_hashes};
 use super::block_pool::{BlockId, BlockPool, Evicted};
+use super::lineage::Lineage;
 use super::tiers::{BlockBuf, BlockBytes, KvTiers, TierStats};
 use crate::error::{EngineError, Result};
 
@@ -166,6 +167,7 @@ pub struct KvCacheManager {
     stats: PrefixCacheStats,
     tiers: Option<KvTiers>,
     transfers: Vec<KvTransfer>,
+    lineage: Lineage,
 }
 
 impl KvCacheManager {
@@ -184,6 +186,7 @@ impl KvCacheManager {
             stats: PrefixCacheStats::default(),
             tiers: None,
             transfers: Vec::new(),
+            lineage: Lineage::default(),
         })
     }
 
@@ -373,11 +376,17 @@ impl KvCacheManager {
         full_block_hashes(tokens, cfg.block_size, |b| block_salt(&cfg, scope, b))
     }
 
-    /// Removes the prefix-cache entries of every full block of `tokens` in `scope`, so no later request
-    /// can reuse that KV (e.g. the document was deleted). Blocks in use keep their content for their
-    /// requests. Returns how many entries were dropped.
+    /// Removes the prefix-cache entries of every full block of `tokens` in `scope`, and of every block
+    /// cached after its last one (questions asked about it, whose KV was computed over it), so no later
+    /// request can reuse that KV (e.g. the document was deleted). Blocks in use keep their content for
+    /// their requests. Returns how many entries were dropped.
     pub fn forget_prefix(&mut self, tokens: &[u32], scope: CacheScope) -> usize {
-        self.block_hashes(tokens, scope)
+        let mut doomed = self.block_hashes(tokens, scope);
+        if let Some(&last) = doomed.last() {
+            let below = self.lineage.take_descendants(last);
+            doomed.extend(below);
+        }
+        doomed
             .into_iter()
             .filter(|&h| {
                 let device = self.pool.uncache(h);
@@ -611,6 +620,9 @@ impl KvCacheManager {
         for b in entry.num_hashed..full {
             let salt = block_salt(&cfg, scope, b);
             let hash = BlockHash::of(entry.parent, &tokens[b * bs..(b + 1) * bs], salt);
+            if let Some(parent) = entry.parent {
+                self.lineage.record(parent, hash);
+            }
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash, scope.namespace);
@@ -621,6 +633,10 @@ impl KvCacheManager {
             .filter(|&b| (b + 1) * bs <= num_computed && !live(b))
             .filter_map(|b| entry.table[b].take())
             .collect();
+        let (pool, tiers) = (&self.pool, &self.tiers);
+        self.lineage.sweep_if_large(|h| {
+            pool.lookup(h).is_some() || tiers.as_ref().is_some_and(|t| t.contains(h))
+        });
         self.pool.free(&dropped)
     }
 

@@ -2,6 +2,7 @@
 
 pub mod block_hash;
 pub mod block_pool;
+mod lineage;
 pub mod manager;
 pub mod single;
 pub mod tiers;
