@@ -185,7 +185,8 @@ fn forgetting_a_document_also_forgets_the_questions_asked_about_it_in_every_tier
         disk: Some((dir.path().to_path_buf(), 1 << 20)),
         ..TierSettings::default()
     };
-    let mut kv = manager(6, settings);
+    // Eight blocks: room for the question's seven, too few to keep it and the other document.
+    let mut kv = manager(8, settings);
     let document = doc(0, 4);
     // A question about it: the document's full blocks, then two blocks of its own.
     let mut asked = document[..4 * BS].to_vec();
