@@ -21,6 +21,15 @@ fn manager(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
     kv
 }
 
+/// Host memory for two blocks of the fake 8-byte content, then a disk tier in `dir`.
+fn two_blocks_of_host_memory_then_disk(dir: &std::path::Path) -> TierSettings {
+    TierSettings {
+        host_bytes: 16,
+        disk: Some((dir.to_path_buf(), 1 << 20)),
+        ..TierSettings::default()
+    }
+}
+
 fn host_only() -> TierSettings {
     TierSettings {
         host_bytes: 1 << 20,
@@ -146,11 +155,7 @@ fn a_tenants_blocks_in_a_lower_tier_are_invisible_to_another_tenant() {
 #[test]
 fn forgetting_a_document_or_a_tenant_removes_its_blocks_from_every_tier() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = TierSettings {
-        host_bytes: 16,
-        disk: Some((dir.path().to_path_buf(), 1 << 20)),
-        ..TierSettings::default()
-    };
+    let settings = two_blocks_of_host_memory_then_disk(dir.path());
     let mut kv = manager(6, settings);
     let (a, b) = (doc(0, 4), doc(500, 4));
     run(&mut kv, 1, &a, CacheScope::dense(1));
@@ -180,11 +185,7 @@ fn forgetting_a_document_or_a_tenant_removes_its_blocks_from_every_tier() {
 #[test]
 fn forgetting_a_document_also_forgets_the_questions_asked_about_it_in_every_tier() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = TierSettings {
-        host_bytes: 16,
-        disk: Some((dir.path().to_path_buf(), 1 << 20)),
-        ..TierSettings::default()
-    };
+    let settings = two_blocks_of_host_memory_then_disk(dir.path());
     // Eight blocks: room for the question's seven, too few to keep it and the other document.
     let mut kv = manager(8, settings);
     let document = doc(0, 4);

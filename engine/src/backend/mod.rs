@@ -90,6 +90,26 @@ impl KvShape {
     }
 }
 
+/// The one shape of the pools a block transfer covers, after checking the transfer
+/// ([`KvShape::check_block_transfer`]); None when there are no pools.
+pub(crate) fn pools_transfer_shape(
+    shapes: impl IntoIterator<Item = KvShape>,
+    blocks: &[u32],
+    records: impl ExactSizeIterator<Item = usize>,
+) -> Result<Option<KvShape>> {
+    let shapes: Vec<KvShape> = shapes.into_iter().collect();
+    let Some(&first) = shapes.first() else {
+        return Ok(None);
+    };
+    if shapes.iter().any(|s| *s != first) {
+        return Err(crate::EngineError::InvalidBatch(
+            "KV pools of different shapes cannot share block records".into(),
+        ));
+    }
+    first.check_block_transfer(blocks, records, shapes.len())?;
+    Ok(Some(first))
+}
+
 /// Head layout of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnShape {
@@ -459,4 +479,35 @@ pub trait Backend: Send + Sync + Sized {
         shape: AttnShape,
         out: &mut Self::Buf,
     ) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(dtype: KvDtype) -> KvShape {
+        KvShape {
+            num_blocks: 4,
+            block_size: 2,
+            num_kv_heads: 2,
+            head_dim: 8,
+            dtype,
+        }
+    }
+
+    #[test]
+    fn a_block_transfer_needs_pools_of_one_shape_and_records_of_all_their_bytes() {
+        let bf16 = shape(KvDtype::Bf16);
+        let whole = 2 * bf16.block_bytes();
+        let ok = pools_transfer_shape([bf16, bf16], &[0, 3], [whole, whole].into_iter());
+        assert_eq!(ok.unwrap(), Some(bf16));
+        let none = pools_transfer_shape([], &[0], [whole].into_iter());
+        assert_eq!(none.unwrap(), None);
+        let mixed = pools_transfer_shape([bf16, shape(KvDtype::Int8)], &[0], [whole].into_iter());
+        assert!(mixed.is_err(), "pools of different shapes");
+        let short = pools_transfer_shape([bf16, bf16], &[0], [whole - 1].into_iter());
+        assert!(short.is_err(), "a record one byte short");
+        let outside = pools_transfer_shape([bf16, bf16], &[4], [whole].into_iter());
+        assert!(outside.is_err(), "a block outside the pool");
+    }
 }

@@ -2,7 +2,7 @@
 //! f32, bf16, or int8 with one f32 scale per (token, head) (symmetric: `scale = max |x| / 127`), per
 //! engine setting.
 
-use crate::backend::{KvDtype, KvShape};
+use crate::backend::{KvDtype, KvShape, pools_transfer_shape};
 use crate::error::Result;
 
 /// An element of the KV pool, converted to and from f32.
@@ -165,17 +165,14 @@ impl CpuKv {
     }
 }
 
-/// Copies block `b` of `per_block` elements of `d` into `out`, as bytes.
 /// Copies whole blocks of several pools of one shape to records, laid out as
 /// [`crate::backend::Backend::read_kv_blocks`] says: each record holds the block of every pool in turn.
 pub fn read_pools_blocks(pools: &[&CpuKv], blocks: &[u32], out: &mut [&mut [u8]]) -> Result<()> {
-    let Some(first) = pools.first() else {
+    let shapes = pools.iter().map(|kv| kv.shape);
+    let Some(shape) = pools_transfer_shape(shapes, blocks, out.iter().map(|r| r.len()))? else {
         return Ok(());
     };
-    let per_pool = first.shape.block_bytes();
-    first
-        .shape
-        .check_block_transfer(blocks, out.iter().map(|r| r.len()), pools.len())?;
+    let per_pool = shape.block_bytes();
     let mut by_pool: Vec<Vec<&mut [u8]>> = pools.iter().map(|_| Vec::new()).collect();
     for record in out.iter_mut() {
         for (p, part) in record.chunks_exact_mut(per_pool).enumerate() {
@@ -190,13 +187,11 @@ pub fn read_pools_blocks(pools: &[&CpuKv], blocks: &[u32], out: &mut [&mut [u8]]
 
 /// Writes whole blocks of several pools from records as [`read_pools_blocks`] lays them out.
 pub fn write_pools_blocks(pools: &mut [&mut CpuKv], blocks: &[u32], src: &[&[u8]]) -> Result<()> {
-    let Some(first) = pools.first() else {
+    let shapes = pools.iter().map(|kv| kv.shape);
+    let Some(shape) = pools_transfer_shape(shapes, blocks, src.iter().map(|r| r.len()))? else {
         return Ok(());
     };
-    let per_pool = first.shape.block_bytes();
-    first
-        .shape
-        .check_block_transfer(blocks, src.iter().map(|r| r.len()), pools.len())?;
+    let per_pool = shape.block_bytes();
     for (p, kv) in pools.iter_mut().enumerate() {
         let parts: Vec<&[u8]> = src
             .iter()
@@ -207,6 +202,7 @@ pub fn write_pools_blocks(pools: &mut [&mut CpuKv], blocks: &[u32], src: &[&[u8]
     Ok(())
 }
 
+/// Copies block `b` of `per_block` elements of `d` into `out`, as bytes.
 fn copy_out<T: bytemuck::Pod>(d: &[T], per_block: usize, b: usize, out: &mut [u8]) {
     out.copy_from_slice(bytemuck::cast_slice(&d[b * per_block..(b + 1) * per_block]));
 }

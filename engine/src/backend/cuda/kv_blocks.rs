@@ -19,6 +19,7 @@ use cudarc::driver::{
 };
 
 use super::{CudaBackend, CudaKv, CudaKvStore, cuda_err};
+use crate::backend::{KvDtype, KvShape, pools_transfer_shape};
 use crate::error::Result;
 use crate::kv::tiers::{HostAllocator, HostMemory};
 
@@ -91,9 +92,14 @@ impl Parts {
     }
 }
 
-/// Elements per block of a pool of `kv`'s shape.
-fn block_elems(kv: &CudaKv) -> usize {
-    kv.shape.block_size * kv.shape.num_kv_heads * kv.shape.head_dim
+/// Bytes per block of a pool's parts: its values, and (int8) its scales, one f32 per head and token;
+/// together [`crate::backend::KvShape::block_bytes`].
+fn part_bytes(shape: &KvShape) -> (usize, usize) {
+    let scales = match shape.dtype {
+        KvDtype::Int8 => shape.block_size * shape.num_kv_heads * 4,
+        _ => 0,
+    };
+    (shape.block_bytes() - scales, scales)
 }
 
 /// Pinned host memory, written once so it is mapped, freed when dropped (and then forgotten by the
@@ -307,28 +313,22 @@ impl CudaBackend {
         blocks: &[u32],
         out: &mut [&mut [u8]],
     ) -> Result<()> {
-        let Some(first) = pools.first() else {
+        let shapes = pools.iter().map(|kv| kv.shape);
+        let Some(shape) = pools_transfer_shape(shapes, blocks, out.iter().map(|r| r.len()))? else {
             return Ok(());
         };
-        first
-            .shape
-            .check_block_transfer(blocks, out.iter().map(|r| r.len()), pools.len())?;
+        let (values, scale_bytes) = part_bytes(&shape);
         let s = &self.dev.stream;
         let mut parts = Parts::default();
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
         for kv in pools {
-            let elems = block_elems(kv);
+            let mut push = |ptr, bytes| push_part(&mut parts, &mut guards, ptr, bytes);
             match &kv.store {
-                CudaKvStore::F32(d) => {
-                    push_part(&mut parts, &mut guards, d.device_ptr(s), elems * 4)?
-                }
-                CudaKvStore::Bf16(d) => {
-                    push_part(&mut parts, &mut guards, d.device_ptr(s), elems * 2)?
-                }
+                CudaKvStore::F32(d) => push(d.device_ptr(s), values)?,
+                CudaKvStore::Bf16(d) => push(d.device_ptr(s), values)?,
                 CudaKvStore::Int8 { q, scales } => {
-                    push_part(&mut parts, &mut guards, q.device_ptr(s), elems)?;
-                    let per_scale = elems / kv.shape.head_dim.max(1) * 4;
-                    push_part(&mut parts, &mut guards, scales.device_ptr(s), per_scale)?;
+                    push(q.device_ptr(s), values)?;
+                    push(scales.device_ptr(s), scale_bytes)?;
                 }
             }
         }
@@ -367,29 +367,22 @@ impl CudaBackend {
         blocks: &[u32],
         src: &[&[u8]],
     ) -> Result<()> {
-        let Some(first) = pools.first() else {
+        let shapes = pools.iter().map(|kv| kv.shape);
+        let Some(shape) = pools_transfer_shape(shapes, blocks, src.iter().map(|r| r.len()))? else {
             return Ok(());
         };
-        first
-            .shape
-            .check_block_transfer(blocks, src.iter().map(|r| r.len()), pools.len())?;
+        let (values, scale_bytes) = part_bytes(&shape);
         let s = &self.dev.stream;
         let mut parts = Parts::default();
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
         for kv in pools.iter_mut() {
-            let elems = block_elems(kv);
-            let head_dim = kv.shape.head_dim.max(1);
+            let mut push = |ptr, bytes| push_part(&mut parts, &mut guards, ptr, bytes);
             match &mut kv.store {
-                CudaKvStore::F32(d) => {
-                    push_part(&mut parts, &mut guards, d.device_ptr_mut(s), elems * 4)?
-                }
-                CudaKvStore::Bf16(d) => {
-                    push_part(&mut parts, &mut guards, d.device_ptr_mut(s), elems * 2)?
-                }
+                CudaKvStore::F32(d) => push(d.device_ptr_mut(s), values)?,
+                CudaKvStore::Bf16(d) => push(d.device_ptr_mut(s), values)?,
                 CudaKvStore::Int8 { q, scales } => {
-                    push_part(&mut parts, &mut guards, q.device_ptr_mut(s), elems)?;
-                    let per_scale = elems / head_dim * 4;
-                    push_part(&mut parts, &mut guards, scales.device_ptr_mut(s), per_scale)?;
+                    push(q.device_ptr_mut(s), values)?;
+                    push(scales.device_ptr_mut(s), scale_bytes)?;
                 }
             }
         }
