@@ -219,6 +219,59 @@ fn forgetting_a_document_also_forgets_the_questions_asked_about_it_in_every_tier
     );
 }
 
+#[test]
+fn a_question_asked_before_a_restart_is_forgotten_with_its_document_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = two_blocks_of_host_memory_then_disk(dir.path());
+    let document = doc(0, 4);
+    let mut asked = document[..4 * BS].to_vec();
+    asked.extend(800..800 + (2 * BS) as u32 + 1);
+    let other = doc(500, 4);
+    {
+        let mut kv = manager(16, settings.clone());
+        run(&mut kv, 1, &document, CacheScope::dense(1));
+        run(&mut kv, 2, &asked, CacheScope::dense(1));
+        run(&mut kv, 3, &other, CacheScope::dense(1));
+        // A shutdown: everything the pool caches goes down, and host memory to disk.
+        kv.offload_all_cached();
+        settle(&mut kv);
+        kv.persist_host_tier();
+    }
+    let files = || {
+        walk_files(dir.path())
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "kv"))
+            .count()
+    };
+    assert_eq!(files(), 10, "both documents and the question, on disk");
+    let mut kv = manager(16, settings);
+    let found = |kv: &mut KvCacheManager, tokens: &[u32]| {
+        kv.find_cached_prefix(tokens, CacheScope::dense(1), false)
+            .num_tokens
+    };
+    assert_eq!(found(&mut kv, &asked), 6 * BS, "found after the restart");
+    assert_eq!(
+        kv.forget_prefix(&document, CacheScope::dense(1)),
+        6,
+        "the document's four blocks and the question's two, though this process never computed them"
+    );
+    kv.flush_tiers();
+    assert_eq!(found(&mut kv, &asked), 0);
+    assert_eq!(found(&mut kv, &other), 4 * BS);
+    assert_eq!(files(), 4, "only the other document's files are left");
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        match entry.file_type().unwrap().is_dir() {
+            true => out.extend(walk_files(&entry.path())),
+            false => out.push(entry.path()),
+        }
+    }
+    out
+}
+
 /// What a block of a prefix holds in the simulated device: a digest of every token up to its end (a
 /// block's KV depends on its whole prefix).
 fn content_of(tokens: &[u32], block: usize) -> u64 {

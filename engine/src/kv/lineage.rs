@@ -4,8 +4,9 @@
 //! manager records each block it caches under the block before it, and forgetting a document's prefix
 //! takes every block recorded below its last block.
 //!
-//! The record outlives neither the process nor the blocks: entries of blocks no tier holds any more are
-//! swept out whenever the record doubles in size.
+//! Each block's parent also travels with it to the disk tier (in its file's header), so after a restart
+//! the record of a namespace is rebuilt from its files before anything of it is forgotten. Entries of
+//! blocks no tier holds any more are swept out whenever the record doubles in size.
 
 use std::collections::HashMap;
 
@@ -14,10 +15,11 @@ use super::block_hash::BlockHash;
 /// Entries the record holds before its first sweep.
 const FIRST_SWEEP_AT: usize = 1 << 16;
 
-/// Blocks cached after each cached block.
+/// Blocks cached after each cached block, and the block each was cached after.
 #[derive(Debug)]
 pub(crate) struct Lineage {
     children: HashMap<BlockHash, Vec<BlockHash>>,
+    parents: HashMap<BlockHash, BlockHash>,
     sweep_at: usize,
 }
 
@@ -25,6 +27,7 @@ impl Default for Lineage {
     fn default() -> Self {
         Lineage {
             children: HashMap::new(),
+            parents: HashMap::new(),
             sweep_at: FIRST_SWEEP_AT,
         }
     }
@@ -37,6 +40,12 @@ impl Lineage {
         if !kids.contains(&child) {
             kids.push(child);
         }
+        self.parents.insert(child, parent);
+    }
+
+    /// The block `child` was recorded as computed right after.
+    pub fn parent_of(&self, child: BlockHash) -> Option<BlockHash> {
+        self.parents.get(&child).copied()
     }
 
     /// Every block recorded below `root`, at any depth, forgetting their entries.
@@ -45,6 +54,7 @@ impl Lineage {
         let mut stack = vec![root];
         while let Some(h) = stack.pop() {
             for kid in self.children.remove(&h).unwrap_or_default() {
+                self.parents.remove(&kid);
                 out.push(kid);
                 stack.push(kid);
             }
@@ -53,15 +63,17 @@ impl Lineage {
     }
 
     /// Forgets the entries of blocks `held` says no tier holds, once the record has grown past its
-    /// sweep mark; the mark then moves to twice what is left.
+    /// sweep mark; the mark then moves to twice what is left. A block still held keeps its place under
+    /// its parent even when the parent is gone: recomputing the parent makes the block reachable again.
     pub fn sweep_if_large(&mut self, held: impl Fn(BlockHash) -> bool) {
         if self.children.len() < self.sweep_at {
             return;
         }
-        self.children.retain(|&h, kids| {
+        self.children.retain(|_, kids| {
             kids.retain(|&k| held(k));
-            held(h) && !kids.is_empty()
+            !kids.is_empty()
         });
+        self.parents.retain(|&child, _| held(child));
         self.sweep_at = (2 * self.children.len()).max(FIRST_SWEEP_AT);
     }
 
@@ -95,6 +107,7 @@ mod tests {
             "2 itself is still 1's child; what was below it is gone"
         );
         assert!(l.take_descendants(h(7)).is_empty());
+        assert_eq!(l.parent_of(h(9)), None, "taken with 1's descendants");
     }
 
     #[test]
@@ -103,8 +116,11 @@ mod tests {
         for i in 0..FIRST_SWEEP_AT as u128 {
             l.record(BlockHash(i), BlockHash(i + 1_000_000));
         }
-        l.sweep_if_large(|h| h.0 % 2 == 0 || h.0 >= 1_000_000);
+        let even_children = |h: BlockHash| h.0 >= 1_000_000 && h.0.is_multiple_of(2);
+        l.sweep_if_large(even_children);
         assert_eq!(l.len(), FIRST_SWEEP_AT / 2);
+        assert_eq!(l.parent_of(BlockHash(1_000_002)), Some(BlockHash(2)));
+        assert_eq!(l.parent_of(BlockHash(1_000_001)), None);
         l.sweep_if_large(|_| false);
         assert_eq!(
             l.len(),

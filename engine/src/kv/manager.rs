@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use super::block_hash::{BlockHash, full_block_hashes};
 use super::block_pool::{BlockId, BlockPool, Evicted};
 use super::lineage::Lineage;
-use super::tiers::{BlockBuf, BlockBytes, KvTiers, TierStats};
+use super::tiers::{BlockBuf, BlockBytes, BlockOwner, KvTiers, TierStats};
 use crate::error::{EngineError, Result};
 
 /// Identifies a request inside the engine.
@@ -222,7 +222,11 @@ impl KvCacheManager {
         let Some(tiers) = self.tiers.as_mut() else {
             return;
         };
-        tiers.store(block.hash, block.namespace, bytes);
+        let owner = BlockOwner {
+            namespace: block.namespace,
+            parent: self.lineage.parent_of(block.hash),
+        };
+        tiers.store(block.hash, owner, bytes);
         if still_cached && self.pool.lookup(block.hash) == Some(block.block) {
             self.pool.mark_backed(block.block);
         }
@@ -382,6 +386,11 @@ impl KvCacheManager {
     /// their requests. Returns how many entries were dropped.
     pub fn forget_prefix(&mut self, tokens: &[u32], scope: CacheScope) -> usize {
         let mut doomed = self.block_hashes(tokens, scope);
+        if let Some(tiers) = self.tiers.as_mut() {
+            for (parent, child) in tiers.disk_lineage(scope.namespace) {
+                self.lineage.record(parent, child);
+            }
+        }
         if let Some(&last) = doomed.last() {
             let below = self.lineage.take_descendants(last);
             doomed.extend(below);

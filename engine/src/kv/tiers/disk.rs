@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::arena::BlockBuf;
 use super::lru::{HasSize, LruIndex};
-use super::record::{self, HEADER_BYTES, RecordError};
+use super::record::{self, BlockOwner, HEADER_BYTES, RecordError};
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
@@ -78,6 +78,7 @@ pub(crate) struct DiskTier {
 pub(crate) struct PendingWrite {
     hash: BlockHash,
     namespace: CacheNamespace,
+    parent: Option<BlockHash>,
     path: PathBuf,
     file_bytes: usize,
     simulate_full: bool,
@@ -87,7 +88,11 @@ impl PendingWrite {
     /// Writes the file durably (temporary file, fsync, rename); an error leaves nothing behind.
     pub fn write(&self, payload: &[u8]) -> io::Result<()> {
         let tmp = self.path.with_extension("tmp");
-        let header = record::header(self.hash, self.namespace, payload);
+        let owner = BlockOwner {
+            namespace: self.namespace,
+            parent: self.parent,
+        };
+        let header = record::header(self.hash, owner, payload);
         let written = write_durably(&tmp, &self.path, &header, payload, self.simulate_full);
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
@@ -143,6 +148,13 @@ pub(crate) fn read_record(
     file.read_exact(&mut payload).map_err(DiskReadError::Io)?;
     record::check(&header, &payload, hash).map_err(DiskReadError::Corrupt)?;
     Ok(payload)
+}
+
+/// The parent the header of the file at `path` names (unverified; see [`record::parent_hint`]).
+pub(crate) fn read_parent(path: &Path) -> Option<BlockHash> {
+    let mut header = [0u8; HEADER_BYTES];
+    fs::File::open(path).ok()?.read_exact(&mut header).ok()?;
+    record::parent_hint(&header)
 }
 
 fn block_file(dir: &Path, namespace: CacheNamespace, hash: BlockHash) -> PathBuf {
@@ -243,14 +255,15 @@ impl DiskTier {
         dropped
     }
 
-    /// Makes room for block `hash` of `namespace` (`payload_len` bytes) and reserves it; the write
-    /// itself is then done without the lock. Fails when one block is larger than the whole tier.
+    /// Makes room for block `hash` of `owner` (`payload_len` bytes) and reserves it; the write itself
+    /// is then done without the lock. Fails when one block is larger than the whole tier.
     pub fn begin_write(
         &mut self,
         hash: BlockHash,
-        namespace: CacheNamespace,
+        owner: BlockOwner,
         payload_len: usize,
     ) -> io::Result<PendingWrite> {
+        let namespace = owner.namespace;
         let file_bytes = HEADER_BYTES + payload_len;
         if file_bytes > self.limit {
             return Err(io::Error::new(
@@ -267,6 +280,7 @@ impl DiskTier {
         Ok(PendingWrite {
             hash,
             namespace,
+            parent: owner.parent,
             path: block_file(&self.dir, namespace, hash),
             file_bytes,
             #[cfg(test)]
@@ -302,14 +316,23 @@ impl DiskTier {
     pub fn write(
         &mut self,
         hash: BlockHash,
-        namespace: CacheNamespace,
+        owner: impl Into<BlockOwner>,
         payload: &[u8],
     ) -> io::Result<usize> {
         let before = self.evictions;
-        let pending = self.begin_write(hash, namespace, payload.len())?;
+        let pending = self.begin_write(hash, owner.into(), payload.len())?;
         let written = pending.write(payload);
         self.finish_write(pending, written)?;
         Ok((self.evictions - before) as usize)
+    }
+
+    /// The blocks of `namespace` held, with their files.
+    pub fn files_of(&self, namespace: CacheNamespace) -> Vec<(BlockHash, PathBuf)> {
+        self.blocks
+            .iter_oldest_first()
+            .filter(|(_, e)| e.namespace == namespace)
+            .map(|(h, _)| (h, block_file(&self.dir, namespace, h)))
+            .collect()
     }
 
     /// Where block `hash`'s file is, marking it used; None when there is none.

@@ -3,6 +3,7 @@
 
 use super::BlockBytes;
 use super::lru::{HasSize, LruIndex};
+use super::record::BlockOwner;
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
@@ -11,8 +12,20 @@ use crate::kv::manager::CacheNamespace;
 pub(crate) struct HostBlock {
     /// Whose prefix it is.
     pub namespace: CacheNamespace,
+    /// The block before it (see [`crate::kv::lineage`]).
+    pub parent: Option<BlockHash>,
     /// The block's bytes, as the backend reads them out of the pool.
     pub bytes: BlockBytes,
+}
+
+impl HostBlock {
+    /// Its namespace and parent, as its file records them.
+    pub fn owner(&self) -> BlockOwner {
+        BlockOwner {
+            namespace: self.namespace,
+            parent: self.parent,
+        }
+    }
 }
 
 impl HasSize for HostBlock {
@@ -102,6 +115,7 @@ mod tests {
     fn block(namespace: CacheNamespace, len: usize) -> HostBlock {
         HostBlock {
             namespace,
+            parent: None,
             bytes: std::sync::Arc::new(vec![namespace as u8; len].into()),
         }
     }

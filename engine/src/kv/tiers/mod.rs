@@ -16,6 +16,7 @@ mod lru;
 mod record;
 mod writer;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +31,7 @@ use writer::DiskWriter;
 
 pub use arena::{BlockArena, BlockBuf, HostAllocator, HostMemory, heap_allocator};
 pub use fingerprint::weights_fingerprint;
+pub use record::BlockOwner;
 
 /// One KV block's content over every layer, as [`crate::models::KvPool::read_blocks`] lays it out.
 pub type BlockBytes = Arc<BlockBuf>;
@@ -135,6 +137,8 @@ pub struct KvTiers {
     disk: Option<Disk>,
     high_water: f64,
     stats: TierStats,
+    /// Namespaces whose lineage was read from the disk tier's files ([`KvTiers::disk_lineage`]).
+    lineage_read: HashSet<CacheNamespace>,
 }
 
 impl KvTiers {
@@ -167,6 +171,7 @@ impl KvTiers {
             disk,
             high_water: settings.high_water,
             stats: TierStats::default(),
+            lineage_read: HashSet::new(),
         })
     }
 
@@ -195,16 +200,22 @@ impl KvTiers {
 
     /// Keeps a block copied down from the device: in host memory, pushing the least recently used
     /// blocks there down to disk (or dropping them without a disk tier).
-    pub fn store(&mut self, hash: BlockHash, namespace: CacheNamespace, bytes: BlockBytes) {
+    pub fn store(&mut self, hash: BlockHash, owner: impl Into<BlockOwner>, bytes: BlockBytes) {
         self.stats.offloaded_blocks += 1;
         self.stats.bytes_offloaded += bytes.len() as u64;
-        let pushed_out = self.host.insert(hash, HostBlock { namespace, bytes });
+        let BlockOwner { namespace, parent } = owner.into();
+        let block = HostBlock {
+            namespace,
+            parent,
+            bytes,
+        };
+        let pushed_out = self.host.insert(hash, block);
         for (h, block) in pushed_out {
             if h != hash {
                 self.stats.host_evictions += 1;
             }
             if let Some(disk) = &self.disk {
-                disk.writer.write(h, block.namespace, block.bytes);
+                disk.writer.write(h, block.owner(), block.bytes);
             }
         }
     }
@@ -275,10 +286,31 @@ impl KvTiers {
         };
         let n = pending.len();
         for (hash, block) in pending {
-            disk.writer.write(hash, block.namespace, block.bytes);
+            disk.writer.write(hash, block.owner(), block.bytes);
         }
         disk.writer.flush();
         n
+    }
+
+    /// The (parent, child) pairs the disk tier's files of `namespace` record, read from their headers
+    /// in parallel, the first time a namespace is asked for in this process (later blocks are recorded
+    /// as they are computed); empty after that, and without a disk tier.
+    pub(crate) fn disk_lineage(
+        &mut self,
+        namespace: CacheNamespace,
+    ) -> Vec<(BlockHash, BlockHash)> {
+        let Some(disk) = &self.disk else {
+            return Vec::new();
+        };
+        if !self.lineage_read.insert(namespace) {
+            return Vec::new();
+        }
+        disk.writer.flush();
+        let files = disk.lock().files_of(namespace);
+        files
+            .par_iter()
+            .filter_map(|(child, path)| disk::read_parent(path).map(|parent| (parent, *child)))
+            .collect()
     }
 
     /// Drops block `hash` from every tier; true when one held it.

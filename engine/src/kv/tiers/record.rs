@@ -1,20 +1,45 @@
 //! The disk tier's file format: one KV block per file, a fixed header then the block's bytes.
 //!
 //! ```text
-//! magic "DOCQAKV1" | block hash u128 | namespace u64 | payload length u64 | xxh3-64 checksum u64 | payload
+//! magic "DOCQAKV2" | block hash u128 | parent hash u128 | namespace u64 | payload length u64 |
+//! xxh3-64 checksum u64 | payload
 //! ```
-//! All integers little-endian. The checksum covers the header fields before it and the payload, so a
-//! torn write, a truncated file, a flipped bit or a file renamed to another block's name all fail
-//! [`decode`] and read as a miss.
+//! All integers little-endian; the parent is the block computed right before this one (0: none; see
+//! [`crate::kv::lineage`]). The checksum covers the header fields before it and the payload, so a torn
+//! write, a truncated file, a flipped bit or a file renamed to another block's name all fail [`decode`]
+//! and read as a miss (as does a file of the first format, "DOCQAKV1", which had no parent).
 
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
-const MAGIC: &[u8; 8] = b"DOCQAKV1";
+const MAGIC: &[u8; 8] = b"DOCQAKV2";
 /// Bytes before the payload.
-pub(crate) const HEADER_BYTES: usize = 8 + 16 + 8 + 8 + 8;
+pub(crate) const HEADER_BYTES: usize = 8 + 16 + 16 + 8 + 8 + 8;
+const PARENT_AT: usize = 24;
+const NAMESPACE_AT: usize = 40;
+const LEN_AT: usize = 48;
+const CHECKSUM_AT: usize = 56;
+
+/// Who a cached block belongs to: its tenant's cache namespace, and the block computed right before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockOwner {
+    /// The tenant's cache namespace.
+    pub namespace: CacheNamespace,
+    /// The block before it, whose KV its own was computed over.
+    pub parent: Option<BlockHash>,
+}
+
+impl From<CacheNamespace> for BlockOwner {
+    /// A block of `namespace` with no parent.
+    fn from(namespace: CacheNamespace) -> Self {
+        BlockOwner {
+            namespace,
+            parent: None,
+        }
+    }
+}
 
 /// Why a file is not the block it was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,25 +54,37 @@ pub(crate) enum RecordError {
     Checksum,
 }
 
-fn checksum(hash: BlockHash, namespace: CacheNamespace, payload: &[u8]) -> u64 {
+fn checksum(hash: BlockHash, owner: BlockOwner, payload: &[u8]) -> u64 {
     let mut h = Xxh3::new();
     h.update(MAGIC);
     h.update(&hash.0.to_le_bytes());
-    h.update(&namespace.to_le_bytes());
+    h.update(&owner.parent.map_or(0, |p| p.0).to_le_bytes());
+    h.update(&owner.namespace.to_le_bytes());
     h.update(&(payload.len() as u64).to_le_bytes());
     h.update(payload);
     h.digest()
 }
 
-/// The header of a record holding `payload` for block `hash` of `namespace`.
-pub(crate) fn header(hash: BlockHash, namespace: CacheNamespace, payload: &[u8]) -> Vec<u8> {
+/// The header of a record holding `payload` for block `hash` of `owner`.
+pub(crate) fn header(hash: BlockHash, owner: BlockOwner, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&hash.0.to_le_bytes());
-    out.extend_from_slice(&namespace.to_le_bytes());
+    out.extend_from_slice(&owner.parent.map_or(0, |p| p.0).to_le_bytes());
+    out.extend_from_slice(&owner.namespace.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&checksum(hash, namespace, payload).to_le_bytes());
+    out.extend_from_slice(&checksum(hash, owner, payload).to_le_bytes());
     out
+}
+
+/// The parent a record's header names, unverified (the checksum needs the payload): a hint for
+/// forgetting, never for reuse. None when the header is not a record's or names no parent.
+pub(crate) fn parent_hint(header: &[u8]) -> Option<BlockHash> {
+    if header.len() < HEADER_BYTES || &header[..8] != MAGIC {
+        return None;
+    }
+    let parent = u128::from_le_bytes(header[PARENT_AT..PARENT_AT + 16].try_into().ok()?);
+    (parent != 0).then_some(BlockHash(parent))
 }
 
 /// The payload of `file` if it is block `hash`'s record, whole and unaltered.
@@ -73,7 +110,7 @@ pub(crate) fn payload_len(header: &[u8], hash: BlockHash) -> Result<u64, RecordE
     if stored_hash != hash.0 {
         return Err(RecordError::OtherBlock);
     }
-    Ok(word(header, 32))
+    Ok(word(header, LEN_AT))
 }
 
 /// Checks a record read as its header and its payload.
@@ -82,7 +119,11 @@ pub(crate) fn check(header: &[u8], payload: &[u8], hash: BlockHash) -> Result<()
     if payload.len() as u64 != len {
         return Err(RecordError::Truncated);
     }
-    if checksum(hash, word(header, 24), payload) != word(header, 40) {
+    let owner = BlockOwner {
+        namespace: word(header, NAMESPACE_AT),
+        parent: parent_hint(header),
+    };
+    if checksum(hash, owner, payload) != word(header, CHECKSUM_AT) {
         return Err(RecordError::Checksum);
     }
     Ok(())
@@ -97,7 +138,11 @@ mod tests {
     use super::*;
 
     fn record(hash: BlockHash, payload: &[u8]) -> Vec<u8> {
-        let mut file = header(hash, 7, payload);
+        let owner = BlockOwner {
+            namespace: 7,
+            parent: Some(BlockHash(41)),
+        };
+        let mut file = header(hash, owner, payload);
         file.extend_from_slice(payload);
         file
     }
@@ -108,6 +153,7 @@ mod tests {
         let file = record(BlockHash(42), &payload);
         assert_eq!(file.len(), HEADER_BYTES + 256);
         assert_eq!(decode(&file, BlockHash(42)), Ok(&payload[..]));
+        assert_eq!(parent_hint(&file), Some(BlockHash(41)));
     }
 
     #[test]
@@ -124,12 +170,15 @@ mod tests {
         let mut flipped = file.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(decode(&flipped, BlockHash(42)), Err(RecordError::Checksum));
-        let mut namespace_changed = file.clone();
-        namespace_changed[24] ^= 1;
-        assert_eq!(
-            decode(&namespace_changed, BlockHash(42)),
-            Err(RecordError::Checksum)
-        );
+        for (field, at) in [("parent", PARENT_AT), ("namespace", NAMESPACE_AT)] {
+            let mut changed = file.clone();
+            changed[at] ^= 1;
+            assert_eq!(
+                decode(&changed, BlockHash(42)),
+                Err(RecordError::Checksum),
+                "{field} changed"
+            );
+        }
         assert_eq!(decode(&file, BlockHash(43)), Err(RecordError::OtherBlock));
         let mut alien = file;
         alien[0] = b'X';

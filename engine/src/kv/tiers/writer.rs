@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use super::BlockBytes;
 use super::disk::DiskTier;
+use super::record::BlockOwner;
 use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
@@ -17,7 +18,7 @@ const QUEUE: usize = 1024;
 enum Job {
     Write {
         hash: BlockHash,
-        namespace: CacheNamespace,
+        owner: BlockOwner,
         bytes: BlockBytes,
     },
     Settle {
@@ -41,12 +42,8 @@ fn lock(disk: &Mutex<DiskTier>) -> std::sync::MutexGuard<'_, DiskTier> {
 fn run(disk: Arc<Mutex<DiskTier>>, jobs: Receiver<Job>) {
     for job in jobs {
         match job {
-            Job::Write {
-                hash,
-                namespace,
-                bytes,
-            } => {
-                let pending = lock(&disk).begin_write(hash, namespace, bytes.len());
+            Job::Write { hash, owner, bytes } => {
+                let pending = lock(&disk).begin_write(hash, owner, bytes.len());
                 let written = pending.and_then(|p| {
                     let result = p.write(&bytes);
                     lock(&disk).finish_write(p, result)
@@ -83,12 +80,8 @@ impl DiskWriter {
     }
 
     /// Queues a block's write.
-    pub fn write(&self, hash: BlockHash, namespace: CacheNamespace, bytes: BlockBytes) {
-        self.send(Job::Write {
-            hash,
-            namespace,
-            bytes,
-        });
+    pub fn write(&self, hash: BlockHash, owner: BlockOwner, bytes: BlockBytes) {
+        self.send(Job::Write { hash, owner, bytes });
     }
 
     /// Queues the end of a forgetting (see [`DiskTier::forget`]), after the writes queued before it.
