@@ -187,3 +187,40 @@ extern "C" __global__ void kv_blocks_scatter(const unsigned long long* parts, in
                                              int record_words) {
     copy_blocks(parts, num_parts, packed, ids, n, record_words, false);
 }
+
+// Whole KV blocks unpacked into the parts of some pools straight from records in pinned host memory,
+// which the device reads over the bus (mapped: the same addresses as on the host). records[i] is the
+// address of record i; the parts' words start `first_word` words into a record (the group's place in
+// it), parts[] as for copy_blocks. Each thread keeps four 16-byte loads in flight, so a few blocks per
+// part keep the bus busy while the rest of the GPU computes.
+extern "C" __global__ void kv_blocks_scatter_mapped(const unsigned long long* parts, int num_parts,
+                                                    const unsigned long long* records,
+                                                    long long first_word, const unsigned* ids,
+                                                    int n) {
+    const int y = blockIdx.y;
+    uint4* part = (uint4*)parts[y];
+    const long long words = (long long)parts[num_parts + y];
+    const long long offset = first_word + (long long)parts[2 * num_parts + y];
+    const long long total = (long long)n * words;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long base = blockIdx.x * (long long)blockDim.x + threadIdx.x; base < total;
+         base += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const long long i = base + k * stride;
+            if (i < total) {
+                const long long b = i / words, w = i % words;
+                v[k] = ((const uint4*)records[b])[offset + w];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const long long i = base + k * stride;
+            if (i < total) {
+                const long long b = i / words, w = i % words;
+                part[(long long)ids[b] * words + w] = v[k];
+            }
+        }
+    }
+}

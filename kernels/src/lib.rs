@@ -73,6 +73,7 @@ pub const SOURCES: &[KernelSource] = &[
             "rope_kv_write_bf16",
             "kv_blocks_gather",
             "kv_blocks_scatter",
+            "kv_blocks_scatter_mapped",
         ],
     },
     KernelSource {

@@ -431,12 +431,14 @@ pub trait Backend: Send + Sync + Sized {
         out: &mut [&mut [u8]],
     ) -> Result<()>;
     /// Writes whole blocks of KV pools from host records, `src[i]` into block `blocks[i]` of every
-    /// pool, laid out as [`Backend::read_kv_blocks`] reads them.
+    /// pool, laid out as [`Backend::read_kv_blocks`] reads them. The copies may still be under way when
+    /// this returns (the backend keeps the records until they are done); every later op on these pools
+    /// sees the blocks written.
     fn write_kv_blocks(
         &self,
         pools: &mut [&mut Self::Kv],
         blocks: &[u32],
-        src: &[&[u8]],
+        src: &[crate::kv::tiers::BlockBytes],
     ) -> Result<()>;
     /// Host memory for the tiered KV cache's block records: pinned where the device copies faster from
     /// it; by default plain heap memory.

@@ -47,7 +47,6 @@ impl<B: Backend> KvPool<B> {
             .zip(self.v.iter_mut())
             .flat_map(|(k, v)| [k, v])
             .collect();
-        let records: Vec<&[u8]> = contents.iter().map(|c| &c[..]).collect();
-        backend.write_kv_blocks(&mut pools, blocks, &records)
+        backend.write_kv_blocks(&mut pools, blocks, contents)
     }
 }

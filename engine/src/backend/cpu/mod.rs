@@ -205,9 +205,10 @@ impl Backend for CpuBackend {
         &self,
         pools: &mut [&mut CpuKv],
         blocks: &[u32],
-        src: &[&[u8]],
+        src: &[crate::kv::tiers::BlockBytes],
     ) -> Result<()> {
-        kv::write_pools_blocks(pools, blocks, src)
+        let records: Vec<&[u8]> = src.iter().map(|r| &r[..]).collect();
+        kv::write_pools_blocks(pools, blocks, &records)
     }
 
     fn sample_rows(

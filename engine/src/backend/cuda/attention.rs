@@ -99,7 +99,7 @@ pub(super) fn paged(
     let name = format!("paged_attention_{dtype}");
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(q);
-    pools::push(&mut b, kc, vc)?;
+    pools::push(&mut b, &be.dev.stream, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);
@@ -128,7 +128,7 @@ fn paged_windowed(
     let name = format!("paged_attention_windowed_{}", pools::shared_dtype(kc, vc)?);
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(q).arg(windowed.q_sinks);
-    pools::push(&mut b, kc, vc)?;
+    pools::push(&mut b, &be.dev.stream, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table)

@@ -5,6 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{EngineError, Result};
@@ -21,6 +22,9 @@ pub struct Device {
     pub cc: (i32, i32),
     /// The device's name.
     pub name: String,
+    /// Whether pinned host memory is mapped into the device's address space at its host addresses
+    /// (unified addressing), so kernels can read it.
+    pub maps_host_memory: bool,
 }
 
 /// Whether the CUDA driver library can be loaded at all.
@@ -75,12 +79,15 @@ impl Device {
             let blas = CudaBlas::new(stream.clone()).map_err(cuda_err)?;
             let cc = ctx.compute_capability().map_err(cuda_err)?;
             let name = ctx.name().map_err(cuda_err)?;
+            let unified = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
+            let maps_host_memory = ctx.attribute(unified).map_err(cuda_err)? == 1;
             Ok(Device {
                 ctx,
                 stream,
                 blas,
                 cc,
                 name,
+                maps_host_memory,
             })
         })
     }

@@ -109,7 +109,7 @@ pub(super) fn prefill(
     if let Some(w) = &meta.windows {
         b.arg(w.q_sinks);
     }
-    pools::push(&mut b, kc, vc)?;
+    pools::push(&mut b, &be.dev.stream, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);
@@ -373,7 +373,7 @@ fn launch_decode(
     .map(|v| v as i32);
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(q);
-    pools::push(&mut b, kc, vc)?;
+    pools::push(&mut b, &be.dev.stream, kc, vc)?;
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);

@@ -6,22 +6,24 @@
 //! The host tier's buffers are pinned ([`CudaBackend::pinned_allocator`]), so the copy engine reaches them
 //! directly; other buffers (a record read from disk when the arena had no free slot) pass through a
 //! pinned bounce buffer, copied by every core, which is several times faster than the driver's own path
-//! for pageable memory. Coming back, the same in reverse. A transfer larger than the staging buffer goes
-//! in chunks, in stream order, with one synchronisation at the end.
+//! for pageable memory. Coming back, the same in reverse, for records not all in pinned memory; pinned
+//! records come back without a copy call at all, read by the device where they lie
+//! ([`super::kv_reload`]). A transfer larger than the staging buffer goes in chunks, in stream order,
+//! with one synchronisation at the end.
 
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
 use cudarc::driver::{
-    CudaContext, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg,
-    SyncOnDrop,
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PinnedHostSlice,
+    PushKernelArg, SyncOnDrop,
 };
 
 use super::{CudaBackend, CudaKv, CudaKvStore, cuda_err};
 use crate::backend::{KvDtype, KvShape, pools_transfer_shape};
 use crate::error::Result;
-use crate::kv::tiers::{HostAllocator, HostMemory};
+use crate::kv::tiers::{BlockBytes, HostAllocator, HostMemory};
 
 /// Device staging for one chunk of a transfer, at most (a chunk holds at least one record).
 const STAGING_BYTES: usize = 64 << 20;
@@ -44,7 +46,7 @@ impl PinnedRanges {
     }
 
     /// Whether `bytes` lie inside one pinned allocation.
-    fn holds(&self, bytes: &[u8]) -> bool {
+    pub(super) fn holds(&self, bytes: &[u8]) -> bool {
         let (start, end) = (
             bytes.as_ptr() as usize,
             bytes.as_ptr() as usize + bytes.len(),
@@ -56,15 +58,15 @@ impl PinnedRanges {
 /// The parts of some pools, in record order: device addresses, 16-byte words per block, and where each
 /// part's words start in a record.
 #[derive(Default)]
-struct Parts {
-    bases: Vec<u64>,
+pub(super) struct Parts {
+    pub(super) bases: Vec<u64>,
     words: Vec<u64>,
     offsets: Vec<u64>,
-    record_words: u64,
+    pub(super) record_words: u64,
 }
 
 impl Parts {
-    fn push(&mut self, base: u64, bytes_per_block: usize) -> Result<()> {
+    pub(super) fn push(&mut self, base: u64, bytes_per_block: usize) -> Result<()> {
         if !bytes_per_block.is_multiple_of(16) {
             return Err(crate::EngineError::InvalidConfig(format!(
                 "KV blocks of {bytes_per_block} bytes per pool part are not whole 16-byte words"
@@ -79,7 +81,7 @@ impl Parts {
     }
 
     /// The kernels' `parts` argument: bases, then words, then offsets.
-    fn table(&self) -> Vec<u64> {
+    pub(super) fn table(&self) -> Vec<u64> {
         [&self.bases, &self.words, &self.offsets]
             .into_iter()
             .flatten()
@@ -87,14 +89,19 @@ impl Parts {
             .collect()
     }
 
-    fn record_bytes(&self) -> usize {
+    /// Words per block of each part.
+    pub(super) fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.words.iter().copied()
+    }
+
+    pub(super) fn record_bytes(&self) -> usize {
         self.record_words as usize * 16
     }
 }
 
 /// Bytes per block of a pool's parts: its values, and (int8) its scales, one f32 per head and token;
 /// together [`crate::backend::KvShape::block_bytes`].
-fn part_bytes(shape: &KvShape) -> (usize, usize) {
+pub(super) fn part_bytes(shape: &KvShape) -> (usize, usize) {
     let scales = match shape.dtype {
         KvDtype::Int8 => shape.block_size * shape.num_kv_heads * 4,
         _ => 0,
@@ -219,15 +226,13 @@ impl CudaBackend {
     }
 
     /// Packs (`gather`) or unpacks the `n` blocks at `ids` of every part to or from `n` records at
-    /// `packed`, in one launch.
-    fn pack(
+    /// `packed`, in one launch on `stream`.
+    pub(super) fn pack(
         &self,
+        stream: &CudaStream,
         gather: bool,
-        parts: &Parts,
-        table: u64,
-        packed: u64,
-        ids: u64,
-        n: usize,
+        (parts, table): (&Parts, u64),
+        (packed, ids, n): (u64, u64, usize),
     ) -> Result<()> {
         let name = if gather {
             "kv_blocks_gather"
@@ -249,7 +254,7 @@ impl CudaBackend {
             n as i32,
             parts.record_words as i32,
         );
-        let mut b = self.dev.stream.launch_builder(self.kernels.get(name)?);
+        let mut b = stream.launch_builder(self.kernels.get(name)?);
         b.arg(&table)
             .arg(&num_parts)
             .arg(&packed)
@@ -295,11 +300,11 @@ impl CudaBackend {
                     pinned,
                 };
                 if gather {
-                    self.pack(true, parts, table_ptr, staging, chunk_ids, n)?;
+                    self.pack(stream, true, (parts, table_ptr), (staging, chunk_ids, n))?;
                     copy(chunk)?;
                 } else {
                     copy(chunk)?;
-                    self.pack(false, parts, table_ptr, staging, chunk_ids, n)?;
+                    self.pack(stream, false, (parts, table_ptr), (staging, chunk_ids, n))?;
                 }
             }
             stream.synchronize().map_err(cuda_err)
@@ -317,6 +322,7 @@ impl CudaBackend {
         let Some(shape) = pools_transfer_shape(shapes, blocks, out.iter().map(|r| r.len()))? else {
             return Ok(());
         };
+        self.settle_reloads()?;
         let (values, scale_bytes) = part_bytes(&shape);
         let s = &self.dev.stream;
         let mut parts = Parts::default();
@@ -360,17 +366,25 @@ impl CudaBackend {
         })
     }
 
-    /// See [`crate::backend::Backend::write_kv_blocks`].
+    /// See [`crate::backend::Backend::write_kv_blocks`]: records all in pinned memory come back on the
+    /// reload stream, read by the device where they lie ([`CudaBackend::reload_blocks`]); others here,
+    /// through the bounce buffer.
     pub(super) fn write_blocks(
         &self,
         pools: &mut [&mut CudaKv],
         blocks: &[u32],
-        src: &[&[u8]],
+        src: &[BlockBytes],
     ) -> Result<()> {
         let shapes = pools.iter().map(|kv| kv.shape);
         let Some(shape) = pools_transfer_shape(shapes, blocks, src.iter().map(|r| r.len()))? else {
             return Ok(());
         };
+        let pinned = Arc::clone(&self.lock_staging().pinned);
+        if self.dev.maps_host_memory && src.iter().all(|r| pinned.holds(r)) {
+            return self.reload_blocks(pools, blocks, src, &shape);
+        }
+        self.settle_reloads()?;
+        let src: Vec<&[u8]> = src.iter().map(|r| &r[..]).collect();
         let (values, scale_bytes) = part_bytes(&shape);
         let s = &self.dev.stream;
         let mut parts = Parts::default();
@@ -447,7 +461,7 @@ impl Chunk<'_> {
     }
 }
 
-fn push_part<'a>(
+pub(super) fn push_part<'a>(
     parts: &mut Parts,
     guards: &mut Vec<SyncOnDrop<'a>>,
     (base, guard): (u64, SyncOnDrop<'a>),

@@ -16,6 +16,7 @@ mod flash;
 mod gemv;
 mod graph;
 mod kv_blocks;
+mod kv_reload;
 mod matmul;
 mod modules;
 mod ops;
@@ -61,6 +62,8 @@ pub struct CudaKv {
     pub shape: KvShape,
     /// Its elements.
     pub store: CudaKvStore,
+    /// Blocks being brought back into it on the copy stream, which ops on the compute stream wait for.
+    pending: Mutex<Option<kv_reload::PendingReload>>,
 }
 
 /// Element storage of a [`CudaKv`].
@@ -92,6 +95,8 @@ pub struct CudaBackend {
     /// The device staging and pinned bounce buffers KV blocks pass through to and from the host, and
     /// where the host tier's pinned memory lies.
     staging: Mutex<kv_blocks::Staging>,
+    /// Blocks brought back from pinned host memory on a copy stream of their own.
+    reloads: Mutex<kv_reload::Reloads>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
@@ -131,6 +136,7 @@ impl CudaBackend {
             freqs: Mutex::new(None),
             decode_parts: Mutex::new(None),
             staging: Mutex::new(kv_blocks::Staging::default()),
+            reloads: Mutex::new(kv_reload::Reloads::default()),
             graphs: AtomicBool::new(graphs),
             epoch: AtomicU64::new(0),
         })
@@ -147,6 +153,7 @@ impl CudaBackend {
 
     /// A pool's elements as f32 (bf16 widened, int8 times its scale), for checks.
     pub fn read_kv(&self, kv: &CudaKv) -> Result<Vec<f32>> {
+        kv.await_reload(&self.dev.stream)?;
         pools::read_kv(&self.dev.stream, kv)
     }
 
@@ -161,9 +168,12 @@ impl CudaBackend {
         start.elapsed_ms(&end).map_err(cuda_err)
     }
 
-    /// Waits for every op issued so far.
+    /// Waits for every op issued so far, blocks being brought back included.
     pub fn synchronize(&self) -> Result<()> {
-        self.dev.stream.synchronize().map_err(cuda_err)
+        self.settle_reloads()?;
+        self.dev.stream.synchronize().map_err(cuda_err)?;
+        self.release_finished_reloads();
+        Ok(())
     }
 
     fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
@@ -194,6 +204,7 @@ impl Backend for CudaBackend {
     }
 
     fn begin_capture(&self) -> Result<()> {
+        self.settle_reloads()?;
         self.capture_begin()
     }
 
@@ -202,6 +213,7 @@ impl Backend for CudaBackend {
     }
 
     fn replay(&self, graph: &CudaGraphExec) -> Result<()> {
+        self.settle_reloads()?;
         self.graph_launch(graph)
     }
 
@@ -232,7 +244,11 @@ impl Backend for CudaBackend {
                 scales: self.zeros(len / shape.head_dim.max(1))?,
             },
         };
-        Ok(CudaKv { shape, store })
+        Ok(CudaKv {
+            shape,
+            store,
+            pending: Mutex::new(None),
+        })
     }
 
     fn read_kv_blocks(
@@ -248,7 +264,7 @@ impl Backend for CudaBackend {
         &self,
         pools: &mut [&mut CudaKv],
         blocks: &[u32],
-        src: &[&[u8]],
+        src: &[crate::kv::tiers::BlockBytes],
     ) -> Result<()> {
         self.write_blocks(pools, blocks, src)
     }
@@ -289,7 +305,9 @@ impl Backend for CudaBackend {
     }
 
     fn read(&self, src: &CudaSlice<f32>, dst: &mut [f32]) -> Result<()> {
-        ops::read(&self.dev.stream, "read", src, dst)
+        ops::read(&self.dev.stream, "read", src, dst)?;
+        self.release_finished_reloads();
+        Ok(())
     }
 
     fn copy(&self, src: &CudaSlice<f32>, n: usize, dst: &mut CudaSlice<f32>) -> Result<()> {
@@ -508,7 +526,9 @@ impl Backend for CudaBackend {
     }
 
     fn read_ids(&self, src: &CudaSlice<u32>, dst: &mut [u32]) -> Result<()> {
-        ops::read(&self.dev.stream, "read_ids", src, dst)
+        ops::read(&self.dev.stream, "read_ids", src, dst)?;
+        self.release_finished_reloads();
+        Ok(())
     }
 
     fn kv_write(

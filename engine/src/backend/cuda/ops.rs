@@ -239,7 +239,7 @@ pub(super) fn kv_write(
     let name = format!("kv_write_{dtype}");
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(k).arg(v).arg(slot_mapping);
-    pools::push(&mut b, kc, vc)?;
+    pools::push(&mut b, &be.dev.stream, kc, vc)?;
     for i in &ints {
         b.arg(i);
     }

@@ -31,9 +31,17 @@ pub(super) fn shared_dtype(kc: &CudaKv, vc: &CudaKv) -> Result<&'static str> {
     }
 }
 
-/// Pushes the pools' arguments: `k, v`, then for int8 pools `k_scales, v_scales`.
-pub(super) fn push<'a>(b: &mut LaunchArgs<'a>, kc: &'a CudaKv, vc: &'a CudaKv) -> Result<()> {
+/// Pushes the pools' arguments: `k, v`, then for int8 pools `k_scales, v_scales`, after making
+/// `stream` (the one `b` launches on) wait for blocks still being brought back into them.
+pub(super) fn push<'a>(
+    b: &mut LaunchArgs<'a>,
+    stream: &CudaStream,
+    kc: &'a CudaKv,
+    vc: &'a CudaKv,
+) -> Result<()> {
     shared_dtype(kc, vc)?;
+    kc.await_reload(stream)?;
+    vc.await_reload(stream)?;
     match (&kc.store, &vc.store) {
         (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
             b.arg(k).arg(v);

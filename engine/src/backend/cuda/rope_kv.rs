@@ -28,7 +28,7 @@ pub(super) fn rope_kv_write(
     let name = format!("rope_kv_write_{}", pools::shared_dtype(kc, vc)?);
     let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
-    pools::push(&mut b, kc, vc)?;
+    pools::push(&mut b, &be.dev.stream, kc, vc)?;
     for i in &ints {
         b.arg(i);
     }

@@ -7,7 +7,8 @@
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
 //! the model families against transformers' logits (`tests/golden/families`).
 //! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else;
-//! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`) instead. Exit status 0 when every check passes,
+//! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`) instead,
+//! `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone. Exit status 0 when every check passes,
 //! 1 when one fails, 2 when there is no CUDA device. `DOCQA_TEST_SEED` replays a run;
 //! `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the executable), else the
 //! kernels are compiled with NVRTC.
@@ -24,6 +25,7 @@ mod inputs;
 mod kv_tiers_bench;
 mod ops;
 mod random_models;
+mod reload_probe;
 mod report;
 mod sample;
 mod tiers;
@@ -60,6 +62,10 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     let mut rng = Rng::fresh("gpu-check seed");
     if std::env::var_os("DOCQA_BENCH_KV_TIERS").is_some() {
         kv_tiers_bench::main().map_err(|e| EngineError::Internal(e.to_string()))?;
+        return Ok(true);
+    }
+    if std::env::var_os("DOCQA_PROBE_RELOAD").is_some() {
+        reload_probe::run(&pair.gpu)?;
         return Ok(true);
     }
     if flag_set("--tiers-only") {
