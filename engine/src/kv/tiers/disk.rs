@@ -9,13 +9,15 @@
 //! The tier is shared between the engine thread (lookups, reads, deletions) and the thread that writes
 //! files ([`super::writer`]), behind one lock that is never held over a file's write or read: a write
 //! reserves its room ([`DiskTier::begin_write`]), writes without the lock, and is indexed after
-//! ([`DiskTier::finish_write`]) unless its block was forgotten meanwhile.
+//! ([`DiskTier::finish_write`]) unless its block was forgotten meanwhile. A block waiting for its write
+//! is found in memory meanwhile ([`DiskTier::queued`]), so a block pushed out a moment ago is not a miss.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use super::BlockBytes;
 use super::arena::BlockBuf;
 use super::lru::{HasSize, LruIndex};
 use super::record::{self, BlockOwner, HEADER_BYTES, RecordError};
@@ -63,6 +65,8 @@ pub(crate) struct DiskTier {
     /// Blocks and namespaces forgotten while a write of theirs may be under way.
     forgotten: HashSet<BlockHash>,
     forgotten_namespaces: HashSet<CacheNamespace>,
+    /// Blocks handed to the writer and not written yet, with their bytes.
+    in_queue: HashMap<BlockHash, (CacheNamespace, BlockBytes)>,
     /// Bytes written since start.
     pub written_bytes: u64,
     /// Files deleted to stay under the limit since start.
@@ -208,6 +212,7 @@ impl DiskTier {
             limit,
             forgotten: HashSet::new(),
             forgotten_namespaces: HashSet::new(),
+            in_queue: HashMap::new(),
             written_bytes: 0,
             evictions: 0,
             errors: 0,
@@ -239,7 +244,23 @@ impl DiskTier {
 
     /// Whether `hash` has a file.
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.blocks.contains(hash)
+        self.blocks.contains(hash) || self.in_queue.contains_key(&hash)
+    }
+
+    /// Notes that block `hash` of `namespace` is handed to the writer, so it is found before its file
+    /// is written.
+    pub fn enqueue(&mut self, hash: BlockHash, namespace: CacheNamespace, bytes: BlockBytes) {
+        self.in_queue.insert(hash, (namespace, bytes));
+    }
+
+    /// Ends [`DiskTier::enqueue`]: the writer is done with `hash` (written or not).
+    pub fn dequeue(&mut self, hash: BlockHash) {
+        self.in_queue.remove(&hash);
+    }
+
+    /// The bytes of block `hash` while it waits for the writer.
+    pub fn queued(&self, hash: BlockHash) -> Option<BlockBytes> {
+        self.in_queue.get(&hash).map(|(_, b)| b.clone())
     }
 
     /// Deletes the least recently used files until `incoming` more bytes fit; returns how many.
@@ -385,12 +406,13 @@ impl DiskTier {
 
     /// Deletes block `hash`; true when it had a file.
     pub fn remove(&mut self, hash: BlockHash) -> bool {
+        let queued = self.in_queue.remove(&hash).is_some();
         match self.blocks.remove(hash) {
             Some(entry) => {
                 let _ = fs::remove_file(block_file(&self.dir, entry.namespace, hash));
                 true
             }
-            None => false,
+            None => queued,
         }
     }
 
@@ -398,7 +420,16 @@ impl DiskTier {
     pub fn remove_namespace(&mut self, namespace: CacheNamespace) -> usize {
         let gone = self.blocks.remove_where(|e| e.namespace == namespace);
         let _ = fs::remove_dir_all(self.dir.join(format!("{namespace:016x}")));
-        gone.len()
+        let on_disk: HashSet<BlockHash> = gone.iter().map(|(h, _)| *h).collect();
+        let before = self.in_queue.len();
+        let mut only_queued = 0;
+        self.in_queue.retain(|h, (n, _)| {
+            let drop = *n == namespace;
+            only_queued += usize::from(drop && !on_disk.contains(h));
+            !drop
+        });
+        debug_assert!(before - self.in_queue.len() >= only_queued);
+        on_disk.len() + only_queued
     }
 }
 
@@ -408,6 +439,31 @@ mod tests {
 
     fn payload(n: u8, len: usize) -> Vec<u8> {
         (0..len).map(|i| n.wrapping_add(i as u8)).collect()
+    }
+
+    #[test]
+    fn a_block_waiting_for_the_writer_is_found_in_memory_until_it_is_written_or_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        let bytes = |n: u8| std::sync::Arc::new(BlockBuf::from(payload(n, 100)));
+        tier.enqueue(BlockHash(1), 5, bytes(1));
+        tier.enqueue(BlockHash(2), 5, bytes(2));
+        tier.enqueue(BlockHash(3), 6, bytes(3));
+        assert!(tier.contains(BlockHash(1)));
+        assert_eq!(tier.queued(BlockHash(1)).unwrap().to_vec(), payload(1, 100));
+        assert_eq!(tier.len(), 0, "no file yet");
+        tier.write(BlockHash(1), 5, &payload(1, 100)).unwrap();
+        tier.dequeue(BlockHash(1));
+        assert!(tier.queued(BlockHash(1)).is_none());
+        assert!(tier.contains(BlockHash(1)), "now on disk");
+        assert!(tier.forget(BlockHash(3)));
+        assert!(!tier.contains(BlockHash(3)));
+        assert_eq!(
+            tier.forget_namespace(5),
+            2,
+            "block 1 on disk and block 2 in the queue, counted once each"
+        );
+        assert!(!tier.contains(BlockHash(2)));
     }
 
     #[test]

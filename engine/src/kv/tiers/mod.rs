@@ -72,7 +72,7 @@ impl TierSettings {
 /// Which lower tier a block was found in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
-    /// Host memory.
+    /// Host memory: the host tier, or a block pushed out of it and waiting for its disk write.
     Host,
     /// A file on disk.
     Disk,
@@ -215,6 +215,7 @@ impl KvTiers {
                 self.stats.host_evictions += 1;
             }
             if let Some(disk) = &self.disk {
+                disk.lock().enqueue(h, block.namespace, block.bytes.clone());
                 disk.writer.write(h, block.owner(), block.bytes);
             }
         }
@@ -235,6 +236,11 @@ impl KvTiers {
         if let Some(disk) = &self.disk {
             let wanted: Vec<(usize, BlockHash, std::path::PathBuf)> = {
                 let mut tier = disk.lock();
+                for (i, &h) in hashes.iter().enumerate() {
+                    if found[i].is_none() {
+                        found[i] = tier.queued(h).map(|b| (b, Tier::Host));
+                    }
+                }
                 (0..hashes.len())
                     .filter(|&i| found[i].is_none())
                     .filter_map(|i| tier.locate(hashes[i]).map(|p| (i, hashes[i], p)))
@@ -286,6 +292,8 @@ impl KvTiers {
         };
         let n = pending.len();
         for (hash, block) in pending {
+            disk.lock()
+                .enqueue(hash, block.namespace, block.bytes.clone());
             disk.writer.write(hash, block.owner(), block.bytes);
         }
         disk.writer.flush();

@@ -48,6 +48,7 @@ fn run(disk: Arc<Mutex<DiskTier>>, jobs: Receiver<Job>) {
                     let result = p.write(&bytes);
                     lock(&disk).finish_write(p, result)
                 });
+                lock(&disk).dequeue(hash);
                 if let Err(e) = written {
                     tracing::warn!(error = %e, "a KV block could not be written to the disk tier; it is dropped");
                 }
@@ -79,7 +80,7 @@ impl DiskWriter {
         }
     }
 
-    /// Queues a block's write.
+    /// Queues a block's write (the caller has entered it with [`DiskTier::enqueue`]).
     pub fn write(&self, hash: BlockHash, owner: BlockOwner, bytes: BlockBytes) {
         self.send(Job::Write { hash, owner, bytes });
     }
