@@ -28,7 +28,7 @@ use crate::kv::tiers::BlockBytes;
 /// Groups a reload is cut into at most: the finer, the sooner the first layer can start.
 const MAX_GROUPS: usize = 32;
 
-/// The events of one reload, one per group of pools, recorded on the copy stream.
+/// The events of one reload, one per group of pools, recorded on the reload stream.
 pub(super) struct ReloadFence {
     events: Vec<CudaEvent>,
     /// Whether the compute stream has already waited for the last event (and so for every group).

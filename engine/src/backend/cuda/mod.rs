@@ -62,7 +62,7 @@ pub struct CudaKv {
     pub shape: KvShape,
     /// Its elements.
     pub store: CudaKvStore,
-    /// Blocks being brought back into it on the copy stream, which ops on the compute stream wait for.
+    /// Blocks being brought back into it on the reload stream, which ops on the compute stream wait for.
     pending: Mutex<Option<kv_reload::PendingReload>>,
 }
 
@@ -95,7 +95,7 @@ pub struct CudaBackend {
     /// The device staging and pinned bounce buffers KV blocks pass through to and from the host, and
     /// where the host tier's pinned memory lies.
     staging: Mutex<kv_blocks::Staging>,
-    /// Blocks brought back from pinned host memory on a copy stream of their own.
+    /// Blocks brought back from pinned host memory on a stream of their own.
     reloads: Mutex<kv_reload::Reloads>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
