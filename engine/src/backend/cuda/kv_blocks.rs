@@ -385,20 +385,11 @@ impl CudaBackend {
         }
         self.settle_reloads()?;
         let src: Vec<&[u8]> = src.iter().map(|r| &r[..]).collect();
-        let (values, scale_bytes) = part_bytes(&shape);
         let s = &self.dev.stream;
         let mut parts = Parts::default();
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
         for kv in pools.iter_mut() {
-            let mut push = |ptr, bytes| push_part(&mut parts, &mut guards, ptr, bytes);
-            match &mut kv.store {
-                CudaKvStore::F32(d) => push(d.device_ptr_mut(s), values)?,
-                CudaKvStore::Bf16(d) => push(d.device_ptr_mut(s), values)?,
-                CudaKvStore::Int8 { q, scales } => {
-                    push(q.device_ptr_mut(s), values)?;
-                    push(scales.device_ptr_mut(s), scale_bytes)?;
-                }
-            }
+            push_pool_to_write(&mut parts, &mut guards, kv, &shape, s)?;
         }
         let stream = s.cu_stream();
         let mut bounce_in_use = false;
@@ -461,7 +452,7 @@ impl Chunk<'_> {
     }
 }
 
-pub(super) fn push_part<'a>(
+fn push_part<'a>(
     parts: &mut Parts,
     guards: &mut Vec<SyncOnDrop<'a>>,
     (base, guard): (u64, SyncOnDrop<'a>),
@@ -469,6 +460,27 @@ pub(super) fn push_part<'a>(
 ) -> Result<()> {
     guards.push(guard);
     parts.push(base, bytes_per_block)
+}
+
+/// Adds the parts of a pool about to be written on `stream` to `parts`: its elements, and an int8
+/// pool's scales, each `part_bytes(shape)` per block.
+pub(super) fn push_pool_to_write<'a>(
+    parts: &mut Parts,
+    guards: &mut Vec<SyncOnDrop<'a>>,
+    kv: &'a mut CudaKv,
+    shape: &KvShape,
+    stream: &'a CudaStream,
+) -> Result<()> {
+    let (values, scale_bytes) = part_bytes(shape);
+    let mut push = |ptr, bytes| push_part(parts, guards, ptr, bytes);
+    match &mut kv.store {
+        CudaKvStore::F32(d) => push(d.device_ptr_mut(stream), values),
+        CudaKvStore::Bf16(d) => push(d.device_ptr_mut(stream), values),
+        CudaKvStore::Int8 { q, scales } => {
+            push(q.device_ptr_mut(stream), values)?;
+            push(scales.device_ptr_mut(stream), scale_bytes)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -15,12 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
-    SyncOnDrop,
+    CudaContext, CudaEvent, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, SyncOnDrop,
 };
 
-use super::kv_blocks::{Parts, part_bytes, push_part};
-use super::{CudaBackend, CudaKv, CudaKvStore, cuda_err};
+use super::kv_blocks::{Parts, push_pool_to_write};
+use super::{CudaBackend, CudaKv, cuda_err};
 use crate::backend::KvShape;
 use crate::error::Result;
 use crate::kv::tiers::BlockBytes;
@@ -121,7 +120,6 @@ fn groups_of<'a>(
     stream: &'a CudaStream,
     guards: &mut Vec<SyncOnDrop<'a>>,
 ) -> Result<Vec<Group>> {
-    let (values, scale_bytes) = part_bytes(shape);
     let per_group = pools.len().div_ceil(MAX_GROUPS).max(1);
     let mut groups: Vec<Group> = Vec::new();
     for (i, kv) in pools.iter_mut().enumerate() {
@@ -134,15 +132,7 @@ fn groups_of<'a>(
             });
         }
         let g = groups.last_mut().expect("pushed above");
-        let mut push = |ptr, bytes| push_part(&mut g.parts, guards, ptr, bytes);
-        match &mut kv.store {
-            CudaKvStore::F32(d) => push(d.device_ptr_mut(stream), values)?,
-            CudaKvStore::Bf16(d) => push(d.device_ptr_mut(stream), values)?,
-            CudaKvStore::Int8 { q, scales } => {
-                push(q.device_ptr_mut(stream), values)?;
-                push(scales.device_ptr_mut(stream), scale_bytes)?;
-            }
-        }
+        push_pool_to_write(&mut g.parts, guards, kv, shape, stream)?;
         g.bytes = g.parts.record_bytes();
         g.pools.end = i + 1;
     }

@@ -81,8 +81,7 @@ pub(crate) struct DiskTier {
 /// [`DiskTier::finish_write`].
 pub(crate) struct PendingWrite {
     hash: BlockHash,
-    namespace: CacheNamespace,
-    parent: Option<BlockHash>,
+    owner: BlockOwner,
     path: PathBuf,
     file_bytes: usize,
     simulate_full: bool,
@@ -92,11 +91,7 @@ impl PendingWrite {
     /// Writes the file durably (temporary file, fsync, rename); an error leaves nothing behind.
     pub fn write(&self, payload: &[u8]) -> io::Result<()> {
         let tmp = self.path.with_extension("tmp");
-        let owner = BlockOwner {
-            namespace: self.namespace,
-            parent: self.parent,
-        };
-        let header = record::header(self.hash, owner, payload);
+        let header = record::header(self.hash, self.owner, payload);
         let written = write_durably(&tmp, &self.path, &header, payload, self.simulate_full);
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
@@ -300,8 +295,7 @@ impl DiskTier {
         self.reserved += file_bytes;
         Ok(PendingWrite {
             hash,
-            namespace,
-            parent: owner.parent,
+            owner,
             path: block_file(&self.dir, namespace, hash),
             file_bytes,
             #[cfg(test)]
@@ -316,14 +310,16 @@ impl DiskTier {
     pub fn finish_write(&mut self, w: PendingWrite, written: io::Result<()>) -> io::Result<()> {
         self.reserved -= w.file_bytes;
         written.inspect_err(|_| self.errors += 1)?;
-        if self.forgotten.contains(&w.hash) || self.forgotten_namespaces.contains(&w.namespace) {
+        if self.forgotten.contains(&w.hash)
+            || self.forgotten_namespaces.contains(&w.owner.namespace)
+        {
             let _ = fs::remove_file(&w.path);
             return Ok(());
         }
         self.blocks.insert(
             w.hash,
             DiskEntry {
-                namespace: w.namespace,
+                namespace: w.owner.namespace,
                 file_bytes: w.file_bytes,
             },
         );
@@ -421,14 +417,12 @@ impl DiskTier {
         let gone = self.blocks.remove_where(|e| e.namespace == namespace);
         let _ = fs::remove_dir_all(self.dir.join(format!("{namespace:016x}")));
         let on_disk: HashSet<BlockHash> = gone.iter().map(|(h, _)| *h).collect();
-        let before = self.in_queue.len();
         let mut only_queued = 0;
         self.in_queue.retain(|h, (n, _)| {
             let drop = *n == namespace;
             only_queued += usize::from(drop && !on_disk.contains(h));
             !drop
         });
-        debug_assert!(before - self.in_queue.len() >= only_queued);
         on_disk.len() + only_queued
     }
 }

@@ -10,22 +10,10 @@ use crate::kv::manager::CacheNamespace;
 /// A block held in host memory.
 #[derive(Debug, Clone)]
 pub(crate) struct HostBlock {
-    /// Whose prefix it is.
-    pub namespace: CacheNamespace,
-    /// The block before it (see [`crate::kv::lineage`]).
-    pub parent: Option<BlockHash>,
+    /// Whose prefix it is, and the block before it (see [`crate::kv::lineage`]).
+    pub owner: BlockOwner,
     /// The block's bytes, as the backend reads them out of the pool.
     pub bytes: BlockBytes,
-}
-
-impl HostBlock {
-    /// Its namespace and parent, as its file records them.
-    pub fn owner(&self) -> BlockOwner {
-        BlockOwner {
-            namespace: self.namespace,
-            parent: self.parent,
-        }
-    }
 }
 
 impl HasSize for HostBlock {
@@ -104,7 +92,9 @@ impl HostTier {
 
     /// Drops every block of `namespace`; returns how many.
     pub fn remove_namespace(&mut self, namespace: CacheNamespace) -> usize {
-        self.blocks.remove_where(|b| b.namespace == namespace).len()
+        self.blocks
+            .remove_where(|b| b.owner.namespace == namespace)
+            .len()
     }
 }
 
@@ -114,8 +104,7 @@ mod tests {
 
     fn block(namespace: CacheNamespace, len: usize) -> HostBlock {
         HostBlock {
-            namespace,
-            parent: None,
+            owner: namespace.into(),
             bytes: std::sync::Arc::new(vec![namespace as u8; len].into()),
         }
     }

@@ -127,6 +127,13 @@ impl Disk {
     fn lock(&self) -> std::sync::MutexGuard<'_, DiskTier> {
         self.tier.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Hands `block` to the writer, findable in memory until its file is written.
+    fn write(&self, hash: BlockHash, block: HostBlock) {
+        self.lock()
+            .enqueue(hash, block.owner.namespace, block.bytes.clone());
+        self.writer.write(hash, block.owner, block.bytes);
+    }
 }
 
 /// The host and disk tiers of one engine.
@@ -203,10 +210,8 @@ impl KvTiers {
     pub fn store(&mut self, hash: BlockHash, owner: impl Into<BlockOwner>, bytes: BlockBytes) {
         self.stats.offloaded_blocks += 1;
         self.stats.bytes_offloaded += bytes.len() as u64;
-        let BlockOwner { namespace, parent } = owner.into();
         let block = HostBlock {
-            namespace,
-            parent,
+            owner: owner.into(),
             bytes,
         };
         let pushed_out = self.host.insert(hash, block);
@@ -215,8 +220,7 @@ impl KvTiers {
                 self.stats.host_evictions += 1;
             }
             if let Some(disk) = &self.disk {
-                disk.lock().enqueue(h, block.namespace, block.bytes.clone());
-                disk.writer.write(h, block.owner(), block.bytes);
+                disk.write(h, block);
             }
         }
     }
@@ -292,9 +296,7 @@ impl KvTiers {
         };
         let n = pending.len();
         for (hash, block) in pending {
-            disk.lock()
-                .enqueue(hash, block.namespace, block.bytes.clone());
-            disk.writer.write(hash, block.owner(), block.bytes);
+            disk.write(hash, block);
         }
         disk.writer.flush();
         n
