@@ -210,8 +210,6 @@ impl Scheduler {
             };
             let prefix = kv.find_cached_prefix(&seq.tokens, seq.cache_scope, false);
             let n = (seq.tokens.len() - prefix.num_tokens).min(budget);
-            // Fewer tokens than found may be reused (a lower tier's copy unreadable); the blocks
-            // allocated still cover the chunk.
             let Some(start) = kv.admit(seq.id, &prefix, prefix.num_tokens + n)? else {
                 break;
             };
@@ -244,6 +242,29 @@ impl Scheduler {
         victim.num_computed_tokens = 0;
         victim.num_preemptions += 1;
         self.waiting.push_front(victim);
+        Ok(())
+    }
+
+    /// Sends requests `ids` (in admission order) back to the front of the queue, freeing their blocks
+    /// and dropping them from this step's plan `out`: a block they hold turned out to have no KV (a
+    /// lower tier's record could not be read). Admitted again, they find their prefix up to that block
+    /// and recompute the rest.
+    pub fn admit_again(
+        &mut self,
+        ids: &[RequestId],
+        out: &mut SchedulerOutput,
+        kv: &mut KvCacheManager,
+    ) -> Result<()> {
+        for &id in ids.iter().rev() {
+            let Some(i) = self.running.iter().position(|s| s.id == id) else {
+                continue;
+            };
+            let mut seq = self.running.remove(i);
+            out.seqs.retain(|s| s.id != id);
+            kv.free(id)?;
+            seq.num_computed_tokens = 0;
+            self.waiting.push_front(seq);
+        }
         Ok(())
     }
 

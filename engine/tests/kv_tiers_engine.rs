@@ -166,6 +166,27 @@ fn a_document_on_disk_is_found_by_an_engine_started_later_on_the_same_directory(
 }
 
 #[test]
+fn a_document_larger_than_the_memory_for_transfers_streams_back_from_disk_bit_for_bit() {
+    let expected = reference();
+    let dir = tempfile::tempdir().unwrap();
+    // Room for eight block records in transit: the document's fourteen and more come back in batches.
+    let narrow = TierSettings {
+        transit_bytes: 8 * BLOCK_BYTES,
+        ..disk_tier(dir.path(), 0)
+    };
+    {
+        let mut core = engine(256, &narrow);
+        ask(&mut core, 0, "What is discussed?");
+        assert!(core.persist_kv().unwrap() >= 14);
+    }
+    let mut restarted = engine(256, &narrow);
+    let got = ask(&mut restarted, 0, "Who speaks first?");
+    let tiers = restarted.stats().tiers;
+    assert!(tiers.disk_hits >= 14, "{tiers:?}");
+    assert_eq!(got, expected);
+}
+
+#[test]
 fn a_damaged_block_file_is_recomputed_and_the_answer_is_unchanged() {
     let expected = reference();
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use docqa_engine::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, KvTransfer};
+use docqa_engine::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, KvTransfer, Reload};
 use docqa_engine::kv::tiers::{KvTiers, TierSettings};
 
 const BS: usize = 4;
@@ -70,7 +70,7 @@ fn offloaded(transfers: &[KvTransfer]) -> Vec<u32> {
         .iter()
         .filter_map(|t| match t {
             KvTransfer::Offload { block, .. } => Some(block.block),
-            KvTransfer::Reload { .. } => None,
+            KvTransfer::Reload(_) => None,
         })
         .collect()
 }
@@ -104,7 +104,7 @@ fn evicted_blocks_are_copied_down_least_recently_freed_first_and_found_again_the
     let reloads = kv
         .take_transfers()
         .into_iter()
-        .filter(|t| matches!(t, KvTransfer::Reload { .. }))
+        .filter(|t| matches!(t, KvTransfer::Reload(_)))
         .count();
     assert_eq!(reloads, 1);
     assert_eq!(kv.tier_stats().unwrap().host_hits, 1);
@@ -283,7 +283,22 @@ fn content_of(tokens: &[u32], block: usize) -> u64 {
 
 /// Carries out queued copies against a simulated device (block id → content).
 fn settle_on(kv: &mut KvCacheManager, device: &mut std::collections::HashMap<u32, u64>) {
-    for t in kv.take_transfers() {
+    let mut transfers = kv.take_transfers();
+    let mut reloads: Vec<Reload> = transfers
+        .iter()
+        .filter_map(|t| match t {
+            KvTransfer::Reload(r) => Some(r.clone()),
+            KvTransfer::Offload { .. } => None,
+        })
+        .collect();
+    kv.read_reloads(&mut reloads);
+    let mut read = reloads.into_iter();
+    for t in &mut transfers {
+        if let KvTransfer::Reload(r) = t {
+            *r = read.next().unwrap();
+        }
+    }
+    for t in transfers {
         match t {
             KvTransfer::Offload {
                 block,
@@ -296,7 +311,8 @@ fn settle_on(kv: &mut KvCacheManager, device: &mut std::collections::HashMap<u32
                     Arc::new(content.to_le_bytes().to_vec().into()),
                 );
             }
-            KvTransfer::Reload { block, bytes } => {
+            KvTransfer::Reload(Reload { block, bytes, .. }) => {
+                let bytes = bytes.expect("every record in this test is readable");
                 let content = u64::from_le_bytes(bytes[..8].try_into().unwrap());
                 device.insert(block, content);
             }
@@ -312,7 +328,7 @@ proptest::proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let disk = (host_blocks % 3 == 0).then(|| (dir.path().to_path_buf(), 1 << 20));
-        let mut kv = manager(10, TierSettings { host_bytes: host_blocks * 8, disk, high_water: 0.6 });
+        let mut kv = manager(10, TierSettings { host_bytes: host_blocks * 8, disk, high_water: 0.6, ..TierSettings::default() });
         let mut device = std::collections::HashMap::new();
         for (id, (doc, blocks, tenant)) in docs.into_iter().enumerate() {
             let id = id as u64;
@@ -347,4 +363,68 @@ fn doc_tokens(doc: u32, blocks: usize) -> Vec<u32> {
     (0..(blocks * BS) as u32 + 1)
         .map(|i| doc * 1000 + i)
         .collect()
+}
+
+#[test]
+fn a_record_found_unreadable_when_read_sends_back_every_request_holding_its_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = TierSettings {
+        disk: Some((dir.path().to_path_buf(), 1 << 20)),
+        ..TierSettings::default()
+    };
+    let document = doc(0, 4);
+    {
+        let mut kv = manager(16, settings.clone());
+        run(&mut kv, 1, &document, CacheScope::dense(1));
+        kv.offload_all_cached();
+        settle(&mut kv);
+        kv.flush_tiers();
+    }
+    let mut kv = manager(16, settings);
+    let scope = CacheScope::dense(1);
+    let first = kv.find_cached_prefix(&document, scope, false);
+    assert_eq!(first.reload.len(), 4, "the document is on disk only");
+    assert!(kv.admit(7, &first, document.len()).unwrap().is_some());
+    // A second question in the same step shares the blocks being brought back.
+    let second = kv.find_cached_prefix(&document, scope, false);
+    assert_eq!((second.num_tokens, second.reload.len()), (4 * BS, 0));
+    assert!(kv.admit(8, &second, document.len()).unwrap().is_some());
+    let mut reloads: Vec<Reload> = kv
+        .take_transfers()
+        .into_iter()
+        .filter_map(|t| match t {
+            KvTransfer::Reload(r) => Some(r),
+            KvTransfer::Offload { .. } => None,
+        })
+        .collect();
+    assert!(
+        reloads.iter().all(|r| r.bytes.is_none()),
+        "read when carried out"
+    );
+    // One block's file is damaged between admission and the copy.
+    let mut files: Vec<_> = walk_files(dir.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "kv"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4);
+    std::fs::write(&files[1], b"torn").unwrap();
+    kv.read_reloads(&mut reloads);
+    let unreadable: Vec<usize> = (0..4).filter(|&i| reloads[i].bytes.is_none()).collect();
+    assert_eq!(unreadable.len(), 1, "one file was damaged");
+    let failed: Vec<Reload> = reloads[unreadable[0]..].to_vec();
+    assert_eq!(kv.reloads_failed(&failed), [7, 8]);
+    kv.free(7).unwrap();
+    kv.free(8).unwrap();
+    let again = kv.find_cached_prefix(&document, scope, false);
+    assert_eq!(
+        again.num_tokens,
+        unreadable[0] * BS,
+        "the prefix is found up to the block that is gone"
+    );
+    assert_eq!(kv.tier_stats().unwrap().disk_errors, 1);
+    kv.pool()
+        .check_invariants()
+        .map_err(|e| e.to_string())
+        .unwrap();
 }

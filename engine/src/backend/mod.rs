@@ -440,6 +440,14 @@ pub trait Backend: Send + Sync + Sized {
         blocks: &[u32],
         src: &[crate::kv::tiers::BlockBytes],
     ) -> Result<()>;
+    /// Waits until at most `keep` of the [`Backend::write_kv_blocks`] calls made so far may still be
+    /// reading their records, and lets the others' records go, so a transfer streaming records through
+    /// a bounded set of host buffers can reuse them. Backends whose writes are done when the call
+    /// returns (the default) have nothing to wait for.
+    fn wait_kv_writes(&self, keep: usize) -> Result<()> {
+        let _ = keep;
+        Ok(())
+    }
     /// Host memory for the tiered KV cache's block records: pinned where the device copies faster from
     /// it; by default plain heap memory.
     fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {

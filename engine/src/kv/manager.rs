@@ -17,6 +17,8 @@
 //! queued as [`KvTransfer`]s for the engine core, which owns the device memory, to carry out before the
 //! next forward pass.
 
+mod reloads;
+
 use std::collections::HashMap;
 
 use super::block_hash::{BlockHash, full_block_hashes};
@@ -150,12 +152,22 @@ pub enum KvTransfer {
         still_cached: bool,
     },
     /// Write a block's content brought back from a lower tier.
-    Reload {
-        /// The device block to write.
-        block: BlockId,
-        /// Its content.
-        bytes: BlockBytes,
-    },
+    Reload(Reload),
+}
+
+/// A block brought back from a lower tier into the device pool.
+#[derive(Debug, Clone)]
+pub struct Reload {
+    /// The request admitted with it (others admitted in the same step may share it).
+    pub request: RequestId,
+    /// The device block to write.
+    pub block: BlockId,
+    /// The prefix it holds.
+    pub hash: BlockHash,
+    /// Its content when it was in host memory at admission; None when it is still on disk, to be read
+    /// when the copy is carried out ([`KvCacheManager::read_reloads`]), a batch at a time, so a
+    /// document larger than the host memory set aside for transfers streams through it.
+    pub bytes: Option<BlockBytes>,
 }
 
 /// Block tables of every live request over one pool.
@@ -510,8 +522,9 @@ impl KvCacheManager {
 
     /// Admit new request `request` with room for `num_tokens` tokens, reusing `prefix`: its blocks on the
     /// device are shared, and its blocks in lower tiers are brought back into fresh blocks (queued as
-    /// [`KvTransfer::Reload`]). Returns the tokens reused, fewer than `prefix.num_tokens` when a lower
-    /// tier's copy turned out unreadable; or None, changing nothing, when too few blocks are free.
+    /// [`KvTransfer::Reload`]). Returns the tokens reused; or None, changing nothing, when too few
+    /// blocks are free. A lower tier's copy found unreadable when it is read makes the engine core
+    /// admit the request again ([`KvCacheManager::reloads_failed`]).
     pub fn admit(
         &mut self,
         request: RequestId,
@@ -527,27 +540,32 @@ impl KvCacheManager {
         if !self.fits(prefix, want) {
             return Ok(None);
         }
-        let mut prefix = prefix.clone();
-        let loaded = self.fetch_reloads(&mut prefix);
-        if !self.fits(&prefix, want) {
-            return Ok(None);
-        }
+        let hashes: Vec<BlockHash> = prefix.reload.iter().map(|&(_, h)| h).collect();
+        let in_memory = match self.tiers.as_mut() {
+            Some(t) => t.fetch_in_memory(&hashes),
+            None => vec![None; hashes.len()],
+        };
         let hits: Vec<BlockId> = prefix.blocks.iter().flatten().copied().collect();
         self.pool.touch(&hits);
         let have = prefix.blocks.len();
         let mut fresh = self
-            .take_blocks(want.saturating_sub(have) + loaded.len())
+            .take_blocks(want.saturating_sub(have) + prefix.reload.len())
             .ok_or_else(|| EngineError::Internal("free count lied".into()))?
             .into_iter();
-        let mut table = prefix.blocks;
-        for (&(b, hash), bytes) in prefix.reload.iter().zip(loaded) {
+        let mut table = prefix.blocks.clone();
+        for (&(b, hash), bytes) in prefix.reload.iter().zip(in_memory) {
             let id = fresh
                 .next()
                 .ok_or_else(|| EngineError::Internal("too few fresh blocks".into()))?;
             table[b] = Some(id);
             self.pool.cache(id, hash, prefix.scope.namespace);
             self.pool.mark_backed(id);
-            self.transfers.push(KvTransfer::Reload { block: id, bytes });
+            self.transfers.push(KvTransfer::Reload(Reload {
+                request,
+                block: id,
+                hash,
+                bytes: bytes.map(|(b, _)| b),
+            }));
         }
         table.extend((have..want).map(|_| fresh.next()));
         self.requests.insert(
@@ -573,35 +591,6 @@ impl KvCacheManager {
             .filter(|&&b| self.pool.ref_count(b) == 0)
             .count();
         new_needed + hits_from_free <= self.pool.num_free()
-    }
-
-    /// Reads the lower tiers' copies of `prefix`'s blocks, in order. At the first that cannot be read
-    /// the prefix is cut there (a sink window's prefix is dropped whole, since a shorter one needs other
-    /// blocks); returns the bytes of the blocks kept.
-    fn fetch_reloads(&mut self, prefix: &mut CachedPrefix) -> Vec<BlockBytes> {
-        let hashes: Vec<BlockHash> = prefix.reload.iter().map(|&(_, h)| h).collect();
-        let found = match self.tiers.as_mut() {
-            Some(t) => t.fetch_many(&hashes),
-            None => vec![None; hashes.len()],
-        };
-        let mut out = Vec::new();
-        for (i, f) in found.into_iter().enumerate() {
-            match f {
-                Some((bytes, _)) => out.push(bytes),
-                None => {
-                    let keep = match prefix.scope.sink_window {
-                        Some(_) => 0,
-                        None => prefix.reload[i].0,
-                    };
-                    prefix.blocks.truncate(keep);
-                    prefix.reload.retain(|&(r, _)| r < keep);
-                    out.truncate(prefix.reload.len());
-                    prefix.num_tokens = keep * self.cfg.block_size;
-                    break;
-                }
-            }
-        }
-        out
     }
 
     /// After the model has written KV for the first `num_computed` tokens of `tokens`, register the newly

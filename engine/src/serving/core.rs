@@ -130,6 +130,7 @@ impl<B: Backend> EngineCore<B> {
     /// many blocks were copied from the device.
     pub fn persist_kv(&mut self) -> Result<usize> {
         let n = self.kv.offload_all_cached();
+        // Only offloads are queued outside a step: no request can be waiting on a reload.
         tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
         self.kv.persist_host_tier();
         Ok(n)
@@ -227,8 +228,10 @@ impl<B: Backend> EngineCore<B> {
     pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
         self.kv
             .offload_above_high_water(tier_moves::offload_blocks_per_step(&self.kv_pool));
-        let plan = self.scheduler.schedule(&mut self.kv)?;
-        tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+        let mut plan = self.scheduler.schedule(&mut self.kv)?;
+        let again = tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+        self.scheduler
+            .admit_again(&again, &mut plan, &mut self.kv)?;
         self.stats.preemptions += plan.preempted.len() as u64;
         if plan.seqs.is_empty() {
             return Ok(Vec::new());

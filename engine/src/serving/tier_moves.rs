@@ -1,11 +1,16 @@
 //! The engine core's side of the tiered KV cache: carrying out the copies the KV cache manager queues
 //! ([`KvTransfer`]) between the device pool and the lower tiers, before each forward pass, in order.
+//!
+//! Blocks coming back from disk are read here, in batches that fit the host memory set aside for
+//! records: while the device reads one batch, the next is read from disk, so a document of any size
+//! streams through a bounded set of pinned buffers instead of spilling into heap memory.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::error::Result;
-use crate::kv::manager::{KvCacheManager, KvTransfer};
+use crate::kv::manager::{KvCacheManager, KvTransfer, Reload, RequestId};
 use crate::kv::tiers::BlockBuf;
 use crate::models::KvPool;
 
@@ -13,33 +18,47 @@ use crate::models::KvPool;
 /// held up long.
 const OFFLOAD_BYTES_PER_STEP: usize = 32 << 20;
 
+/// Records read from disk in one batch at least, when the set-aside memory is short (the rest of the
+/// batch then lands in heap memory).
+const MIN_READ_BATCH: usize = 4;
+
 /// Blocks of `pool` copied down ahead of eviction per step at most.
 pub(super) fn offload_blocks_per_step<B: Backend>(pool: &KvPool<B>) -> usize {
     (OFFLOAD_BYTES_PER_STEP / pool.block_bytes().max(1)).max(1)
 }
 
 /// Carries out every queued copy: runs of offloads are read from the device in one go and handed to
-/// the tiers, runs of reloads written in one go.
+/// the tiers, runs of reloads written in batches. Returns the requests that hold a block whose record
+/// turned out unreadable, to be admitted again ([`KvCacheManager::reloads_failed`]).
 pub(super) fn move_blocks<B: Backend>(
     kv: &mut KvCacheManager,
     pool: &mut KvPool<B>,
     backend: &B,
-) -> Result<()> {
+) -> Result<Vec<RequestId>> {
     let transfers = kv.take_transfers();
     let same_kind = |a: &KvTransfer, b: &KvTransfer| {
         matches!(
             (a, b),
             (KvTransfer::Offload { .. }, KvTransfer::Offload { .. })
-                | (KvTransfer::Reload { .. }, KvTransfer::Reload { .. })
+                | (KvTransfer::Reload(_), KvTransfer::Reload(_))
         )
     };
+    let mut again = Vec::new();
     for run in transfers.chunk_by(same_kind) {
         match &run[0] {
             KvTransfer::Offload { .. } => offload(kv, pool, backend, run)?,
-            KvTransfer::Reload { .. } => reload(pool, backend, run)?,
+            KvTransfer::Reload(_) => {
+                let reloads = run.iter().filter_map(|t| match t {
+                    KvTransfer::Reload(r) => Some(r.clone()),
+                    KvTransfer::Offload { .. } => None,
+                });
+                again.extend(reload(kv, pool, backend, reloads.collect())?);
+            }
         }
     }
-    Ok(())
+    again.sort_unstable();
+    again.dedup();
+    Ok(again)
 }
 
 fn offload<B: Backend>(
@@ -55,7 +74,7 @@ fn offload<B: Backend>(
                 block,
                 still_cached,
             } => Some((*block, *still_cached)),
-            KvTransfer::Reload { .. } => None,
+            KvTransfer::Reload(_) => None,
         })
         .collect();
     let ids: Vec<u32> = blocks.iter().map(|(b, _)| b.block).collect();
@@ -70,13 +89,125 @@ fn offload<B: Backend>(
     Ok(())
 }
 
-fn reload<B: Backend>(pool: &mut KvPool<B>, backend: &B, run: &[KvTransfer]) -> Result<()> {
-    let (ids, contents): (Vec<u32>, Vec<_>) = run
+/// Writes `reloads` batch by batch: a batch's records still on disk are read while the device may
+/// still be reading the previous batch's (at most one write in flight when a batch's reading starts).
+/// A request whose record cannot be read gets none of its later blocks written; they and the
+/// unreadable one are returned to the manager, which says who must be admitted again.
+fn reload<B: Backend>(
+    kv: &mut KvCacheManager,
+    pool: &mut KvPool<B>,
+    backend: &B,
+    mut reloads: Vec<Reload>,
+) -> Result<Vec<RequestId>> {
+    let mut failed_requests = HashSet::new();
+    let mut failed = Vec::new();
+    let mut start = 0;
+    while start < reloads.len() {
+        backend.wait_kv_writes(1)?;
+        let mut room = kv.room_for_reads();
+        if room == 0 {
+            backend.wait_kv_writes(0)?;
+            room = kv.room_for_reads();
+        }
+        let end = batch_end(&reloads, start, room);
+        let batch = &mut reloads[start..end];
+        for r in batch.iter_mut() {
+            if failed_requests.contains(&r.request) {
+                r.bytes = None;
+            }
+        }
+        let wanted: Vec<usize> = (0..batch.len())
+            .filter(|&i| batch[i].bytes.is_none() && !failed_requests.contains(&batch[i].request))
+            .collect();
+        let mut to_read: Vec<Reload> = wanted.iter().map(|&i| batch[i].clone()).collect();
+        kv.read_reloads(&mut to_read);
+        for (i, read) in wanted.into_iter().zip(to_read) {
+            batch[i].bytes = read.bytes;
+        }
+        let (mut ids, mut contents) = (Vec::new(), Vec::new());
+        for r in batch.iter_mut() {
+            match r.bytes.take() {
+                Some(bytes) if !failed_requests.contains(&r.request) => {
+                    ids.push(r.block);
+                    contents.push(bytes);
+                }
+                _ => {
+                    failed_requests.insert(r.request);
+                    failed.push(r.clone());
+                }
+            }
+        }
+        if !ids.is_empty() {
+            pool.write_blocks(backend, &ids, &contents)?;
+        }
+        start = end;
+    }
+    Ok(kv.reloads_failed(&failed))
+}
+
+/// The end of the batch starting at `start`: every reload whose record is in memory is free, and
+/// records still on disk are taken up to `room` of them, all that are left when they fit, else half
+/// the room (so the next batch finds room while this one is being written), but at least
+/// [`MIN_READ_BATCH`].
+fn batch_end(reloads: &[Reload], start: usize, room: usize) -> usize {
+    let on_disk = reloads[start..]
         .iter()
-        .filter_map(|t| match t {
-            KvTransfer::Reload { block, bytes } => Some((*block, bytes.clone())),
-            KvTransfer::Offload { .. } => None,
-        })
-        .unzip();
-    pool.write_blocks(backend, &ids, &contents)
+        .filter(|r| r.bytes.is_none())
+        .count();
+    let take = match on_disk <= room {
+        true => on_disk,
+        false => (room / 2).max(MIN_READ_BATCH),
+    };
+    let mut taken = 0;
+    let mut end = start;
+    while end < reloads.len() {
+        if reloads[end].bytes.is_none() {
+            if taken == take {
+                break;
+            }
+            taken += 1;
+        }
+        end += 1;
+    }
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::block_hash::BlockHash;
+    use crate::kv::tiers::BlockBuf;
+
+    /// Reloads of request 1, those at `in_memory` with their content, the rest on disk.
+    fn reloads(n: usize, in_memory: &[usize]) -> Vec<Reload> {
+        (0..n)
+            .map(|i| Reload {
+                request: 1,
+                block: i as u32,
+                hash: BlockHash(i as u128),
+                bytes: in_memory
+                    .contains(&i)
+                    .then(|| Arc::new(BlockBuf::from(vec![0u8; 4]))),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_takes_all_records_that_fit_else_half_the_room_and_memory_records_ride_free() {
+        let r = reloads(14, &[0, 1, 5]);
+        assert_eq!(
+            batch_end(&r, 0, 11),
+            14,
+            "the eleven on disk fit a room of eleven"
+        );
+        // Room for ten: half of it, five on disk (2, 3, 4, 6, 7), with the memory records among them.
+        assert_eq!(batch_end(&r, 0, 10), 8);
+        assert_eq!(batch_end(&r, 8, 10), 14, "the six left fit");
+        // No room at all still makes progress, through heap memory.
+        assert_eq!(
+            batch_end(&r, 0, 0),
+            7,
+            "{MIN_READ_BATCH} on disk: 2, 3, 4 and 6"
+        );
+    }
 }

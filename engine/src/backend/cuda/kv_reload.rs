@@ -201,6 +201,21 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Waits until at most `keep` reloads are under way, oldest first, and lets go of the records of
+    /// those done.
+    pub(super) fn wait_reloads(&self, keep: usize) -> Result<()> {
+        let mut reloads = self.lock_reloads();
+        reloads.release_finished();
+        let done = reloads.in_flight.len().saturating_sub(keep);
+        for f in &reloads.in_flight[..done] {
+            if let Some(last) = f.fence.events.last() {
+                last.synchronize().map_err(cuda_err)?;
+            }
+        }
+        reloads.in_flight.drain(..done);
+        Ok(())
+    }
+
     /// Lets go of the records of reloads that are done, so their slots go back to the arena; called
     /// after each wait for the compute stream, which has waited for every reload its forward pass used.
     pub(super) fn release_finished_reloads(&self) {

@@ -269,6 +269,10 @@ impl Backend for CudaBackend {
         self.write_blocks(pools, blocks, src)
     }
 
+    fn wait_kv_writes(&self, keep: usize) -> Result<()> {
+        self.wait_reloads(keep)
+    }
+
     fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {
         self.pinned_allocator()
     }

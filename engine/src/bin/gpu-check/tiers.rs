@@ -117,6 +117,21 @@ pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
             "logits equal bit for bit",
             hits > 0 && got == expected,
         );
+        // Again with pinned room for eight records: the document streams back in batches.
+        let narrow = TierSettings {
+            transit_bytes: 8 * after.kv_block_bytes(),
+            ..disk
+        };
+        drop(after);
+        let mut streamed = engine(dir.path(), dtype, 256, &narrow)?;
+        let got = first_step(&mut streamed, prompt(&docs[0], 1))?;
+        let hits = streamed.stats().tiers.disk_hits;
+        r.note(
+            "KV streamed from disk in batches of pinned records",
+            &format!("{dtype:?} pool, {hits} blocks back"),
+            "logits equal bit for bit",
+            hits > 0 && got == expected,
+        );
     }
     Ok(())
 }

@@ -132,6 +132,20 @@ impl BlockArena {
         state.chunks.len() * self.chunk_slots
     }
 
+    /// Slots not handed out, allocated yet or not (up to the limit).
+    pub fn free_slots(&self) -> usize {
+        let state = self.lock();
+        let allocated = state.chunks.len() * self.chunk_slots;
+        let in_use = state.handed_out - state.free.len();
+        // The arena grows in whole chunks, up to the last that fits its limit.
+        let most = if state.stopped {
+            allocated
+        } else {
+            self.max_slots / self.chunk_slots * self.chunk_slots
+        };
+        most.saturating_sub(in_use)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ArenaState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

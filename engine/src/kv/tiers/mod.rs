@@ -36,9 +36,8 @@ pub use record::BlockOwner;
 /// One KV block's content over every layer, as [`crate::models::KvPool::read_blocks`] lays it out.
 pub type BlockBytes = Arc<BlockBuf>;
 
-/// Arena slots beyond the host tier's limit, for blocks on their way to disk or back to the device (a
-/// document read back from disk lands there).
-const ARENA_HEADROOM_BYTES: usize = 1 << 30;
+/// Host memory for records in transit by default ([`TierSettings::transit_bytes`]).
+const DEFAULT_TRANSIT_BYTES: usize = 1 << 30;
 
 /// Sizes and policy of the lower tiers.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +49,9 @@ pub struct TierSettings {
     /// Share of the device pool's blocks (running requests' blocks and cached blocks not yet copied
     /// down) above which cached blocks are copied to the host tier ahead of their eviction.
     pub high_water: f64,
+    /// Host memory for block records beyond the host tier's limit: blocks on their way to disk, and
+    /// blocks read back from disk on their way to the device (a larger document streams through it).
+    pub transit_bytes: usize,
 }
 
 impl Default for TierSettings {
@@ -58,6 +60,7 @@ impl Default for TierSettings {
             host_bytes: 0,
             disk: None,
             high_water: 0.85,
+            transit_bytes: DEFAULT_TRANSIT_BYTES,
         }
     }
 }
@@ -143,6 +146,7 @@ pub struct KvTiers {
     arena: Option<Arc<BlockArena>>,
     disk: Option<Disk>,
     high_water: f64,
+    transit_bytes: usize,
     stats: TierStats,
     /// Namespaces whose lineage was read from the disk tier's files ([`KvTiers::disk_lineage`]).
     lineage_read: HashSet<CacheNamespace>,
@@ -177,15 +181,16 @@ impl KvTiers {
             arena: None,
             disk,
             high_water: settings.high_water,
+            transit_bytes: settings.transit_bytes,
             stats: TierStats::default(),
             lineage_read: HashSet::new(),
         })
     }
 
     /// Keeps block records in slots of `block_bytes` allocated by `allocate` (pinned memory on CUDA),
-    /// as many as the host tier holds and some more for blocks in transit.
+    /// as many as the host tier holds and [`TierSettings::transit_bytes`] more for blocks in transit.
     pub fn use_host_memory(&mut self, block_bytes: usize, allocate: HostAllocator) {
-        let bytes = self.host.limit() + ARENA_HEADROOM_BYTES;
+        let bytes = self.host.limit() + self.transit_bytes;
         self.arena = Some(BlockArena::new(block_bytes, bytes, allocate));
     }
 
@@ -233,42 +238,74 @@ impl KvTiers {
 
     /// [`KvTiers::fetch`] of each of `hashes`, the files read in parallel.
     pub fn fetch_many(&mut self, hashes: &[BlockHash]) -> Vec<Option<(BlockBytes, Tier)>> {
-        let mut found: Vec<Option<(BlockBytes, Tier)>> = hashes
+        let mut found = self.find_in_memory(hashes);
+        self.read_from_disk(hashes, &mut found);
+        self.count_hits(&found);
+        found
+    }
+
+    /// [`KvTiers::fetch`] of each of `hashes` from host memory only (the host tier, and blocks waiting
+    /// for the disk writer): None for the rest, whose files are not read.
+    pub fn fetch_in_memory(&mut self, hashes: &[BlockHash]) -> Vec<Option<(BlockBytes, Tier)>> {
+        let found = self.find_in_memory(hashes);
+        self.count_hits(&found);
+        found
+    }
+
+    /// Block records that can be read from disk now into host memory set aside for records, without
+    /// spilling into ordinary heap memory, which crosses to a device several times slower (and, fresh,
+    /// is slow to touch); `usize::MAX` when records do not use set-aside memory.
+    pub fn room_for_reads(&self) -> usize {
+        self.arena.as_ref().map_or(usize::MAX, |a| a.free_slots())
+    }
+
+    fn find_in_memory(&mut self, hashes: &[BlockHash]) -> Vec<Option<(BlockBytes, Tier)>> {
+        let host = &mut self.host;
+        let queue = self.disk.as_ref().map(Disk::lock);
+        hashes
             .iter()
-            .map(|&h| self.host.get(h).map(|b| (b, Tier::Host)))
-            .collect();
-        if let Some(disk) = &self.disk {
-            let wanted: Vec<(usize, BlockHash, std::path::PathBuf)> = {
-                let mut tier = disk.lock();
-                for (i, &h) in hashes.iter().enumerate() {
-                    if found[i].is_none() {
-                        found[i] = tier.queued(h).map(|b| (b, Tier::Host));
-                    }
-                }
-                (0..hashes.len())
-                    .filter(|&i| found[i].is_none())
-                    .filter_map(|i| tier.locate(hashes[i]).map(|p| (i, hashes[i], p)))
-                    .collect()
-            };
-            let arena = self.arena.as_ref();
-            let read: Vec<_> = wanted
-                .par_iter()
-                .map(|(i, h, path)| {
-                    let record = disk::read_record(path, *h, |len| buffer_for(arena, len));
-                    (*i, *h, record)
-                })
-                .collect();
+            .map(|&h| {
+                host.get(h)
+                    .or_else(|| queue.as_ref().and_then(|q| q.queued(h)))
+                    .map(|b| (b, Tier::Host))
+            })
+            .collect()
+    }
+
+    /// Reads the files of the blocks of `hashes` not `found` yet, in parallel. A damaged file is
+    /// deleted and is a miss.
+    fn read_from_disk(&mut self, hashes: &[BlockHash], found: &mut [Option<(BlockBytes, Tier)>]) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let wanted: Vec<(usize, BlockHash, std::path::PathBuf)> = {
             let mut tier = disk.lock();
-            for (i, h, result) in read {
-                match result {
-                    Ok(bytes) => found[i] = Some((Arc::new(bytes), Tier::Disk)),
-                    Err(why) => {
-                        tier.drop_damaged(h);
-                        tracing::warn!(%why, "a KV block file could not be read; the block is recomputed");
-                    }
+            (0..hashes.len())
+                .filter(|&i| found[i].is_none())
+                .filter_map(|i| tier.locate(hashes[i]).map(|p| (i, hashes[i], p)))
+                .collect()
+        };
+        let arena = self.arena.as_ref();
+        let read: Vec<_> = wanted
+            .par_iter()
+            .map(|(i, h, path)| {
+                let record = disk::read_record(path, *h, |len| buffer_for(arena, len));
+                (*i, *h, record)
+            })
+            .collect();
+        let mut tier = disk.lock();
+        for (i, h, result) in read {
+            match result {
+                Ok(bytes) => found[i] = Some((Arc::new(bytes), Tier::Disk)),
+                Err(why) => {
+                    tier.drop_damaged(h);
+                    tracing::warn!(%why, "a KV block file could not be read; the block is recomputed");
                 }
             }
         }
+    }
+
+    fn count_hits(&mut self, found: &[Option<(BlockBytes, Tier)>]) {
         for (bytes, tier) in found.iter().flatten() {
             match tier {
                 Tier::Host => self.stats.host_hits += 1,
@@ -276,7 +313,6 @@ impl KvTiers {
             }
             self.stats.bytes_reloaded += bytes.len() as u64;
         }
-        found
     }
 
     /// Writes every block held in host memory to disk as well (those not there already) and waits
@@ -383,6 +419,7 @@ mod tests {
             host_bytes: host,
             disk: disk.map(|(p, b)| (p.to_path_buf(), b)),
             high_water: 0.85,
+            ..TierSettings::default()
         })
         .unwrap()
     }
