@@ -188,15 +188,15 @@ extern "C" __global__ void kv_blocks_scatter(const unsigned long long* parts, in
     copy_blocks(parts, num_parts, packed, ids, n, record_words, false);
 }
 
-// Whole KV blocks unpacked into the parts of some pools straight from records in pinned host memory,
-// which the device reads over the bus (mapped: the same addresses as on the host). records[i] is the
-// address of record i; the parts' words start `first_word` words into a record (the group's place in
-// it), parts[] as for copy_blocks. Each thread keeps four 16-byte loads in flight, so a few blocks per
-// part keep the bus busy while the rest of the GPU computes.
-extern "C" __global__ void kv_blocks_scatter_mapped(const unsigned long long* parts, int num_parts,
-                                                    const unsigned long long* records,
-                                                    long long first_word, const unsigned* ids,
-                                                    int n) {
+// Whole KV blocks moved between the parts of some pools and records in pinned host memory, which the
+// device reaches over the bus (mapped: the same addresses as on the host). records[i] is the address
+// of record i; the parts' words start `first_word` words into a record (the group's place in it),
+// parts[] as for copy_blocks. Each thread keeps four 16-byte loads in flight, so a few blocks per part
+// keep the bus busy while the rest of the GPU computes.
+__device__ __forceinline__ void copy_mapped(const unsigned long long* parts, int num_parts,
+                                            const unsigned long long* records,
+                                            long long first_word, const unsigned* ids, int n,
+                                            bool to_host) {
     const int y = blockIdx.y;
     uint4* part = (uint4*)parts[y];
     const long long words = (long long)parts[num_parts + y];
@@ -211,7 +211,8 @@ extern "C" __global__ void kv_blocks_scatter_mapped(const unsigned long long* pa
             const long long i = base + k * stride;
             if (i < total) {
                 const long long b = i / words, w = i % words;
-                v[k] = ((const uint4*)records[b])[offset + w];
+                v[k] = to_host ? part[(long long)ids[b] * words + w]
+                               : ((const uint4*)records[b])[offset + w];
             }
         }
 #pragma unroll
@@ -219,8 +220,28 @@ extern "C" __global__ void kv_blocks_scatter_mapped(const unsigned long long* pa
             const long long i = base + k * stride;
             if (i < total) {
                 const long long b = i / words, w = i % words;
-                part[(long long)ids[b] * words + w] = v[k];
+                if (to_host) {
+                    ((uint4*)records[b])[offset + w] = v[k];
+                } else {
+                    part[(long long)ids[b] * words + w] = v[k];
+                }
             }
         }
     }
+}
+
+// Records in pinned host memory unpacked into blocks `ids` of the parts (a reload).
+extern "C" __global__ void kv_blocks_scatter_mapped(const unsigned long long* parts, int num_parts,
+                                                    const unsigned long long* records,
+                                                    long long first_word, const unsigned* ids,
+                                                    int n) {
+    copy_mapped(parts, num_parts, records, first_word, ids, n, false);
+}
+
+// Blocks `ids` of the parts packed into records in pinned host memory (an offload).
+extern "C" __global__ void kv_blocks_gather_mapped(const unsigned long long* parts, int num_parts,
+                                                   const unsigned long long* records,
+                                                   long long first_word, const unsigned* ids,
+                                                   int n) {
+    copy_mapped(parts, num_parts, records, first_word, ids, n, true);
 }

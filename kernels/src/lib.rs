@@ -74,6 +74,7 @@ pub const SOURCES: &[KernelSource] = &[
             "kv_blocks_gather",
             "kv_blocks_scatter",
             "kv_blocks_scatter_mapped",
+            "kv_blocks_gather_mapped",
         ],
     },
     KernelSource {

@@ -423,12 +423,15 @@ pub trait Backend: Send + Sync + Sized {
     fn read_ids(&self, src: &Self::Ids, dst: &mut [u32]) -> Result<()>;
     /// Copies whole blocks of KV pools of one shape to host records: record `out[i]` is block
     /// `blocks[i]` of every pool in turn, [`KvShape::block_bytes`] bytes of each: its elements in the
-    /// pool's layout then (int8) its scales, in native byte order.
+    /// pool's layout then (int8) its scales, in native byte order. The copies may still be under way
+    /// when this returns: the backend then marks each record with a fence
+    /// ([`crate::kv::tiers::BlockBuf::written_by`]), which its readers wait for, and every later op on
+    /// these pools waits for the copies before touching them.
     fn read_kv_blocks(
         &self,
         pools: &[&Self::Kv],
         blocks: &[u32],
-        out: &mut [&mut [u8]],
+        out: &mut [crate::kv::tiers::BlockBuf],
     ) -> Result<()>;
     /// Writes whole blocks of KV pools from host records, `src[i]` into block `blocks[i]` of every
     /// pool, laid out as [`Backend::read_kv_blocks`] reads them. The copies may still be under way when

@@ -15,7 +15,8 @@ impl<B: Backend> KvPool<B> {
         2 * self.k.len() * self.shape.block_bytes()
     }
 
-    /// Reads the content of each of `blocks` into `out[i]`, of [`KvPool::block_bytes`] each.
+    /// Reads the content of each of `blocks` into `out[i]`, of [`KvPool::block_bytes`] each (perhaps
+    /// still under way on return: see [`Backend::read_kv_blocks`]).
     pub fn read_blocks(&self, backend: &B, blocks: &[u32], out: &mut [BlockBuf]) -> Result<()> {
         let pools: Vec<&B::Kv> = self
             .k
@@ -23,8 +24,7 @@ impl<B: Backend> KvPool<B> {
             .zip(&self.v)
             .flat_map(|(k, v)| [k, v])
             .collect();
-        let mut records: Vec<&mut [u8]> = out.iter_mut().map(|b| &mut b[..]).collect();
-        backend.read_kv_blocks(&pools, blocks, &mut records)
+        backend.read_kv_blocks(&pools, blocks, out)
     }
 
     /// Writes `contents[i]` (as [`KvPool::read_blocks`] reads it) into block `blocks[i]`.

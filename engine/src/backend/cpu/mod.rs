@@ -196,9 +196,10 @@ impl Backend for CpuBackend {
         &self,
         pools: &[&CpuKv],
         blocks: &[u32],
-        out: &mut [&mut [u8]],
+        out: &mut [crate::kv::tiers::BlockBuf],
     ) -> Result<()> {
-        kv::read_pools_blocks(pools, blocks, out)
+        let mut records: Vec<&mut [u8]> = out.iter_mut().map(|b| &mut b[..]).collect();
+        kv::read_pools_blocks(pools, blocks, &mut records)
     }
 
     fn write_kv_blocks(

@@ -8,7 +8,7 @@
 //! pinned bounce buffer, copied by every core, which is several times faster than the driver's own path
 //! for pageable memory. Coming back, the same in reverse, for records not all in pinned memory; pinned
 //! records come back without a copy call at all, read by the device where they lie
-//! ([`super::kv_reload`]). A transfer larger than the staging buffer goes in chunks, in stream order,
+//! ([`super::kv_mapped`]). A transfer larger than the staging buffer goes in chunks, in stream order,
 //! with one synchronisation at the end.
 
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,7 @@ use cudarc::driver::{
 use super::{CudaBackend, CudaKv, CudaKvStore, cuda_err};
 use crate::backend::{KvDtype, KvShape, pools_transfer_shape};
 use crate::error::Result;
-use crate::kv::tiers::{BlockBytes, HostAllocator, HostMemory};
+use crate::kv::tiers::{BlockBuf, BlockBytes, HostAllocator, HostMemory};
 
 /// Device staging for one chunk of a transfer, at most (a chunk holds at least one record).
 const STAGING_BYTES: usize = 64 << 20;
@@ -47,10 +47,16 @@ impl PinnedRanges {
 
     /// Whether `bytes` lie inside one pinned allocation.
     pub(super) fn holds(&self, bytes: &[u8]) -> bool {
-        let (start, end) = (
-            bytes.as_ptr() as usize,
-            bytes.as_ptr() as usize + bytes.len(),
-        );
+        self.holds_range(bytes.as_ptr(), bytes.len())
+    }
+
+    /// Whether `record` lies inside one pinned allocation (asked without waiting for a copy into it).
+    pub(super) fn holds_record(&self, record: &BlockBuf) -> bool {
+        self.holds_range(record.as_ptr(), record.len())
+    }
+
+    fn holds_range(&self, start: *const u8, len: usize) -> bool {
+        let (start, end) = (start as usize, start as usize + len);
         self.lock().iter().any(|&(s, e)| s <= start && end <= e)
     }
 }
@@ -311,32 +317,30 @@ impl CudaBackend {
         })
     }
 
-    /// See [`crate::backend::Backend::read_kv_blocks`].
+    /// See [`crate::backend::Backend::read_kv_blocks`]: records all in pinned memory are written on
+    /// the transfer stream by the device where they lie, without waiting
+    /// ([`CudaBackend::offload_blocks`]); others here, through the bounce buffer.
     pub(super) fn read_blocks(
         &self,
         pools: &[&CudaKv],
         blocks: &[u32],
-        out: &mut [&mut [u8]],
+        out: &mut [BlockBuf],
     ) -> Result<()> {
         let shapes = pools.iter().map(|kv| kv.shape);
         let Some(shape) = pools_transfer_shape(shapes, blocks, out.iter().map(|r| r.len()))? else {
             return Ok(());
         };
-        self.settle_reloads()?;
-        let (values, scale_bytes) = part_bytes(&shape);
+        let pinned = Arc::clone(&self.lock_staging().pinned);
+        if self.dev.maps_host_memory && out.iter().all(|r| pinned.holds_record(r)) {
+            return self.offload_blocks(pools, blocks, out, &shape);
+        }
+        self.settle_transfers()?;
+        let mut out: Vec<&mut [u8]> = out.iter_mut().map(|b| &mut b[..]).collect();
         let s = &self.dev.stream;
         let mut parts = Parts::default();
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::new();
         for kv in pools {
-            let mut push = |ptr, bytes| push_part(&mut parts, &mut guards, ptr, bytes);
-            match &kv.store {
-                CudaKvStore::F32(d) => push(d.device_ptr(s), values)?,
-                CudaKvStore::Bf16(d) => push(d.device_ptr(s), values)?,
-                CudaKvStore::Int8 { q, scales } => {
-                    push(q.device_ptr(s), values)?;
-                    push(scales.device_ptr(s), scale_bytes)?;
-                }
-            }
+            push_pool_to_read(&mut parts, &mut guards, kv, &shape, s)?;
         }
         let stream = s.cu_stream();
         self.transfer(true, &parts, blocks, |c| {
@@ -380,10 +384,10 @@ impl CudaBackend {
             return Ok(());
         };
         let pinned = Arc::clone(&self.lock_staging().pinned);
-        if self.dev.maps_host_memory && src.iter().all(|r| pinned.holds(r)) {
+        if self.dev.maps_host_memory && src.iter().all(|r| pinned.holds_record(r)) {
             return self.reload_blocks(pools, blocks, src, &shape);
         }
-        self.settle_reloads()?;
+        self.settle_transfers()?;
         let src: Vec<&[u8]> = src.iter().map(|r| &r[..]).collect();
         let s = &self.dev.stream;
         let mut parts = Parts::default();
@@ -460,6 +464,27 @@ fn push_part<'a>(
 ) -> Result<()> {
     guards.push(guard);
     parts.push(base, bytes_per_block)
+}
+
+/// Adds the parts of a pool about to be read on `stream` to `parts`: its elements, and an int8 pool's
+/// scales, each `part_bytes(shape)` per block.
+pub(super) fn push_pool_to_read<'a>(
+    parts: &mut Parts,
+    guards: &mut Vec<SyncOnDrop<'a>>,
+    kv: &'a CudaKv,
+    shape: &KvShape,
+    stream: &'a CudaStream,
+) -> Result<()> {
+    let (values, scale_bytes) = part_bytes(shape);
+    let mut push = |ptr, bytes| push_part(parts, guards, ptr, bytes);
+    match &kv.store {
+        CudaKvStore::F32(d) => push(d.device_ptr(stream), values),
+        CudaKvStore::Bf16(d) => push(d.device_ptr(stream), values),
+        CudaKvStore::Int8 { q, scales } => {
+            push(q.device_ptr(stream), values)?;
+            push(scales.device_ptr(stream), scale_bytes)
+        }
+    }
 }
 
 /// Adds the parts of a pool about to be written on `stream` to `parts`: its elements, and an int8

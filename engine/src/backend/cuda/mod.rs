@@ -16,7 +16,7 @@ mod flash;
 mod gemv;
 mod graph;
 mod kv_blocks;
-mod kv_reload;
+mod kv_mapped;
 mod matmul;
 mod modules;
 mod ops;
@@ -63,7 +63,7 @@ pub struct CudaKv {
     /// Its elements.
     pub store: CudaKvStore,
     /// Blocks being brought back into it on the reload stream, which ops on the compute stream wait for.
-    pending: Mutex<Option<kv_reload::PendingReload>>,
+    pending: Mutex<Option<kv_mapped::PendingTransfer>>,
 }
 
 /// Element storage of a [`CudaKv`].
@@ -96,7 +96,7 @@ pub struct CudaBackend {
     /// where the host tier's pinned memory lies.
     staging: Mutex<kv_blocks::Staging>,
     /// Blocks brought back from pinned host memory on a stream of their own.
-    reloads: Mutex<kv_reload::Reloads>,
+    mapped: Mutex<kv_mapped::MappedTransfers>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
@@ -136,7 +136,7 @@ impl CudaBackend {
             freqs: Mutex::new(None),
             decode_parts: Mutex::new(None),
             staging: Mutex::new(kv_blocks::Staging::default()),
-            reloads: Mutex::new(kv_reload::Reloads::default()),
+            mapped: Mutex::new(kv_mapped::MappedTransfers::default()),
             graphs: AtomicBool::new(graphs),
             epoch: AtomicU64::new(0),
         })
@@ -153,7 +153,7 @@ impl CudaBackend {
 
     /// A pool's elements as f32 (bf16 widened, int8 times its scale), for checks.
     pub fn read_kv(&self, kv: &CudaKv) -> Result<Vec<f32>> {
-        kv.await_reload(&self.dev.stream)?;
+        kv.await_transfer(&self.dev.stream)?;
         pools::read_kv(&self.dev.stream, kv)
     }
 
@@ -170,9 +170,9 @@ impl CudaBackend {
 
     /// Waits for every op issued so far, blocks being brought back included.
     pub fn synchronize(&self) -> Result<()> {
-        self.settle_reloads()?;
+        self.settle_transfers()?;
         self.dev.stream.synchronize().map_err(cuda_err)?;
-        self.release_finished_reloads();
+        self.release_finished_transfers();
         Ok(())
     }
 
@@ -204,7 +204,7 @@ impl Backend for CudaBackend {
     }
 
     fn begin_capture(&self) -> Result<()> {
-        self.settle_reloads()?;
+        self.settle_transfers()?;
         self.capture_begin()
     }
 
@@ -213,7 +213,7 @@ impl Backend for CudaBackend {
     }
 
     fn replay(&self, graph: &CudaGraphExec) -> Result<()> {
-        self.settle_reloads()?;
+        self.settle_transfers()?;
         self.graph_launch(graph)
     }
 
@@ -255,7 +255,7 @@ impl Backend for CudaBackend {
         &self,
         pools: &[&CudaKv],
         blocks: &[u32],
-        out: &mut [&mut [u8]],
+        out: &mut [crate::kv::tiers::BlockBuf],
     ) -> Result<()> {
         self.read_blocks(pools, blocks, out)
     }
@@ -270,7 +270,7 @@ impl Backend for CudaBackend {
     }
 
     fn wait_kv_writes(&self, keep: usize) -> Result<()> {
-        self.wait_reloads(keep)
+        self.wait_transfers(keep)
     }
 
     fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {
@@ -310,7 +310,7 @@ impl Backend for CudaBackend {
 
     fn read(&self, src: &CudaSlice<f32>, dst: &mut [f32]) -> Result<()> {
         ops::read(&self.dev.stream, "read", src, dst)?;
-        self.release_finished_reloads();
+        self.release_finished_transfers();
         Ok(())
     }
 
@@ -531,7 +531,7 @@ impl Backend for CudaBackend {
 
     fn read_ids(&self, src: &CudaSlice<u32>, dst: &mut [u32]) -> Result<()> {
         ops::read(&self.dev.stream, "read_ids", src, dst)?;
-        self.release_finished_reloads();
+        self.release_finished_transfers();
         Ok(())
     }
 

@@ -40,8 +40,8 @@ pub(super) fn push<'a>(
     vc: &'a CudaKv,
 ) -> Result<()> {
     shared_dtype(kc, vc)?;
-    kc.await_reload(stream)?;
-    vc.await_reload(stream)?;
+    kc.await_transfer(stream)?;
+    vc.await_transfer(stream)?;
     match (&kc.store, &vc.store) {
         (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
             b.arg(k).arg(v);

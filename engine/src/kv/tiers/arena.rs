@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::error::Result;
@@ -184,7 +184,7 @@ impl BlockArena {
         // arena), and a slot is handed to one buffer at a time: it returns to the free list only when that
         // buffer is dropped.
         let ptr = unsafe { chunk.as_mut_ptr().add(offset) };
-        Some(BlockBuf(Storage::Slot {
+        Some(BlockBuf::of(Storage::Slot {
             arena: Arc::clone(self),
             slot,
             ptr,
@@ -233,8 +233,22 @@ impl BlockArena {
     }
 }
 
-/// The bytes of one block record: an arena slot or, failing that, a heap buffer.
-pub struct BlockBuf(Storage);
+/// A device's writes into host memory that may still be under way (an offload copying a block into
+/// its record asynchronously).
+pub trait DeviceFence: Send + Sync {
+    /// Waits until the writes are done; false when the device failed, so the bytes are not whole.
+    fn wait(&self) -> bool;
+}
+
+/// The bytes of one block record: an arena slot or, failing that, a heap buffer. A device may still
+/// be writing it ([`BlockBuf::written_by`]): reading it, through `Deref`, or letting its slot go waits
+/// for the device first, so no reader ever sees a record half written.
+pub struct BlockBuf {
+    storage: Storage,
+    pending: Option<Arc<dyn DeviceFence>>,
+    /// The pending writes are known done (and whether they succeeded), so reads need not ask again.
+    settled: OnceLock<bool>,
+}
 
 enum Storage {
     Heap(Vec<u8>),
@@ -252,29 +266,75 @@ unsafe impl Send for BlockBuf {}
 unsafe impl Sync for BlockBuf {}
 
 impl BlockBuf {
+    fn of(storage: Storage) -> Self {
+        BlockBuf {
+            storage,
+            pending: None,
+            settled: OnceLock::new(),
+        }
+    }
+
     /// A buffer of `arena`'s slot size: a slot when one is free, else zeroed heap memory.
     pub fn new_in(arena: &Arc<BlockArena>) -> Self {
         arena
             .take()
-            .unwrap_or_else(|| BlockBuf(Storage::Heap(vec![0; arena.slot_bytes])))
+            .unwrap_or_else(|| BlockBuf::of(Storage::Heap(vec![0; arena.slot_bytes])))
     }
 
     /// Whether the bytes live in an arena slot.
     pub fn in_arena(&self) -> bool {
-        matches!(self.0, Storage::Slot { .. })
+        matches!(self.storage, Storage::Slot { .. })
+    }
+
+    /// Its length in bytes (known without waiting for a device still writing it).
+    pub fn len(&self) -> usize {
+        match &self.storage {
+            Storage::Heap(v) => v.len(),
+            Storage::Slot { arena, .. } => arena.slot_bytes,
+        }
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its first byte's address, for a device to write or read it in stream order (without waiting
+    /// for writes under way).
+    pub fn as_ptr(&self) -> *const u8 {
+        match &self.storage {
+            Storage::Heap(v) => v.as_ptr(),
+            Storage::Slot { ptr, .. } => *ptr,
+        }
+    }
+
+    /// Marks the buffer as being written by a device until `fence` (after writes the caller has
+    /// just issued into it).
+    pub fn written_by(&mut self, fence: Arc<dyn DeviceFence>) {
+        self.pending = Some(fence);
+        self.settled = OnceLock::new();
+    }
+
+    /// Waits for a device still writing the buffer; false when that device failed, so the bytes
+    /// must not be believed (a disk write skips them).
+    pub fn settle(&self) -> bool {
+        *self
+            .settled
+            .get_or_init(|| self.pending.as_ref().is_none_or(|f| f.wait()))
     }
 }
 
 impl From<Vec<u8>> for BlockBuf {
     fn from(bytes: Vec<u8>) -> Self {
-        BlockBuf(Storage::Heap(bytes))
+        BlockBuf::of(Storage::Heap(bytes))
     }
 }
 
 impl Deref for BlockBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match &self.0 {
+        self.settle();
+        match &self.storage {
             Storage::Heap(v) => v,
             // SAFETY: see `BlockArena::take`; the slot is `slot_bytes` long and this buffer's alone.
             Storage::Slot { arena, ptr, .. } => unsafe {
@@ -286,7 +346,8 @@ impl Deref for BlockBuf {
 
 impl DerefMut for BlockBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        match &mut self.0 {
+        self.settle();
+        match &mut self.storage {
             Storage::Heap(v) => v,
             // SAFETY: as for `deref`, and `&mut self` makes this the only access.
             Storage::Slot { arena, ptr, .. } => unsafe {
@@ -298,7 +359,9 @@ impl DerefMut for BlockBuf {
 
 impl Drop for BlockBuf {
     fn drop(&mut self) {
-        if let Storage::Slot { arena, slot, .. } = &self.0 {
+        // The slot must not be handed out again under a device still writing it.
+        self.settle();
+        if let Storage::Slot { arena, slot, .. } = &self.storage {
             arena.give_back(*slot);
         }
     }
@@ -393,6 +456,63 @@ mod tests {
         assert_eq!(rest.iter().filter(|b| b.in_arena()).count(), 7);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!((calls.load(Ordering::SeqCst), arena.slots()), (4, 8));
+    }
+
+    /// A device that "writes" `value` into the buffer at `ptr` only when waited for, so a read that
+    /// did not wait would see the old bytes.
+    struct LateWrite {
+        ptr: usize,
+        len: usize,
+        value: u8,
+        ok: bool,
+        waits: AtomicUsize,
+    }
+
+    impl DeviceFence for LateWrite {
+        fn wait(&self) -> bool {
+            if self.waits.fetch_add(1, Ordering::SeqCst) == 0 {
+                // SAFETY: the test keeps the buffer alive while its fence can be waited for.
+                unsafe { std::ptr::write_bytes(self.ptr as *mut u8, self.value, self.len) };
+            }
+            self.ok
+        }
+    }
+
+    fn late_write(buf: &BlockBuf, value: u8, ok: bool) -> Arc<LateWrite> {
+        Arc::new(LateWrite {
+            ptr: buf.as_ptr() as usize,
+            len: buf.len(),
+            value,
+            ok,
+            waits: AtomicUsize::new(0),
+        })
+    }
+
+    #[test]
+    fn a_buffer_a_device_is_writing_is_read_and_given_back_only_after_the_write() {
+        let arena = BlockArena::new(64, 128, heap_allocator());
+        let mut buf = BlockBuf::new_in(&arena);
+        assert!(buf.in_arena());
+        let fence = late_write(&buf, 7, true);
+        buf.written_by(Arc::clone(&fence) as Arc<dyn DeviceFence>);
+        assert_eq!(
+            (buf.len(), fence.waits.load(Ordering::SeqCst)),
+            (64, 0),
+            "its length is known without waiting"
+        );
+        assert!(buf.iter().all(|&b| b == 7), "a read waits for the write");
+        assert!(buf.settle());
+        assert_eq!(fence.waits.load(Ordering::SeqCst), 1, "waited for once");
+        // A slot given back while still being written waits for the write first.
+        let mut second = BlockBuf::new_in(&arena);
+        let late = late_write(&second, 9, true);
+        second.written_by(Arc::clone(&late) as Arc<dyn DeviceFence>);
+        drop(second);
+        assert_eq!(late.waits.load(Ordering::SeqCst), 1);
+        // A failed device write is reported, so its bytes are not believed.
+        let mut failed = BlockBuf::from(vec![0u8; 8]);
+        failed.written_by(late_write(&failed, 1, false));
+        assert!(!failed.settle());
     }
 
     #[test]

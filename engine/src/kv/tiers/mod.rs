@@ -29,7 +29,7 @@ use disk::DiskTier;
 use host::{HostBlock, HostTier};
 use writer::DiskWriter;
 
-pub use arena::{BlockArena, BlockBuf, HostAllocator, HostMemory, heap_allocator};
+pub use arena::{BlockArena, BlockBuf, DeviceFence, HostAllocator, HostMemory, heap_allocator};
 pub use fingerprint::weights_fingerprint;
 pub use record::BlockOwner;
 
@@ -439,6 +439,28 @@ mod tests {
         assert_eq!(t.fetch(BlockHash(4)), None);
         let s = t.stats();
         assert_eq!((s.host_hits, s.disk_hits, s.bytes_reloaded), (1, 1, 200));
+    }
+
+    struct FailedCopy;
+
+    impl DeviceFence for FailedCopy {
+        fn wait(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_block_whose_copy_from_the_device_failed_is_never_written_to_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = tiers(0, Some((dir.path(), 1 << 20)));
+        let mut broken = BlockBuf::from(vec![3u8; 100]);
+        broken.written_by(Arc::new(FailedCopy));
+        t.store(BlockHash(1), 0, Arc::new(broken));
+        t.store(BlockHash(2), 0, bytes(2, 100));
+        t.flush();
+        assert!(!t.contains(BlockHash(1)));
+        assert_eq!(t.fetch(BlockHash(2)), Some((bytes(2, 100), Tier::Disk)));
+        assert_eq!(t.stats().disk_blocks, 1);
     }
 
     #[test]

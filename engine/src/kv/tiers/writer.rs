@@ -43,6 +43,13 @@ fn run(disk: Arc<Mutex<DiskTier>>, jobs: Receiver<Job>) {
     for job in jobs {
         match job {
             Job::Write { hash, owner, bytes } => {
+                if !bytes.settle() {
+                    lock(&disk).dequeue(hash);
+                    tracing::warn!(
+                        "a KV block's copy from the device failed; it is not written to disk"
+                    );
+                    continue;
+                }
                 let pending = lock(&disk).begin_write(hash, owner, bytes.len());
                 let written = pending.and_then(|p| {
                     let result = p.write(&bytes);
