@@ -108,6 +108,11 @@ pub struct ServeConfig {
     /// in MiB, under the data directory's `kv/` (0: none). A restarted server finds them there.
     #[arg(long, env = "DOCQA_KV_DISK_MIB", default_value_t = 10240)]
     pub kv_disk_mib: usize,
+    /// Host memory for KV blocks on their way to disk or back from it, in MiB, beyond
+    /// `--kv-host-mib` (pinned on CUDA). A document larger than this streams back through it in
+    /// batches (0: blocks in transit use ordinary heap memory, several times slower to move).
+    #[arg(long, env = "DOCQA_KV_TRANSIT_MIB", default_value_t = 1024)]
+    pub kv_transit_mib: usize,
     /// Share of the KV cache's blocks (running requests' and cached ones not yet copied down) above
     /// which cached blocks are copied to host memory ahead of their eviction.
     #[arg(long, env = "DOCQA_KV_HIGH_WATER", default_value_t = 0.85, value_parser = share)]

@@ -15,7 +15,7 @@ pub fn tier_settings(config: &ServeConfig, data_dir: &Path) -> TierSettings {
         host_bytes: config.kv_host_mib << 20,
         disk: (config.kv_disk_mib > 0).then(|| (data_dir.join("kv"), config.kv_disk_mib << 20)),
         high_water: config.kv_high_water,
-        ..TierSettings::default()
+        transit_bytes: config.kv_transit_mib << 20,
     }
 }
 
