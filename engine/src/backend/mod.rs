@@ -451,6 +451,10 @@ pub trait Backend: Send + Sync + Sized {
         let _ = keep;
         Ok(())
     }
+    /// Whether [`Backend::host_allocator`] pins its memory (slow to allocate, fast to copy).
+    fn host_memory_is_pinned(&self) -> bool {
+        false
+    }
     /// Host memory for the tiered KV cache's block records: pinned where the device copies faster from
     /// it; by default plain heap memory.
     fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {

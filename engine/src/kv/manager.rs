@@ -281,6 +281,13 @@ impl KvCacheManager {
         n
     }
 
+    /// Waits up to `timeout` until the lower tiers' host memory is all allocated; whether it is.
+    pub fn wait_for_tier_memory(&self, timeout: std::time::Duration) -> bool {
+        self.tiers
+            .as_ref()
+            .is_none_or(|t| t.wait_for_host_memory(timeout))
+    }
+
     /// Waits until every block queued for the disk tier is written.
     pub fn flush_tiers(&self) {
         if let Some(t) = &self.tiers {

@@ -116,9 +116,11 @@ impl<B: Backend> EngineCore<B> {
     pub fn attach_tiers(&mut self, settings: &TierSettings) -> Result<()> {
         if settings.enabled() {
             let mut tiers = KvTiers::open(settings)?;
+            let backend = &self.model.backend;
             tiers.use_host_memory(
                 self.kv_pool.block_bytes(),
-                self.model.backend.host_allocator(),
+                backend.host_allocator(),
+                backend.host_memory_is_pinned(),
             );
             self.kv.attach_tiers(tiers);
         }
@@ -134,6 +136,12 @@ impl<B: Backend> EngineCore<B> {
         tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
         self.kv.persist_host_tier();
         Ok(n)
+    }
+
+    /// Waits up to `timeout` until the host memory of the KV tiers is all allocated (pinned on CUDA;
+    /// done in the background from [`EngineCore::attach_tiers`] on); whether it is.
+    pub fn wait_for_kv_host_memory(&self, timeout: std::time::Duration) -> bool {
+        self.kv.wait_for_tier_memory(timeout)
     }
 
     /// Waits until every KV block queued for the disk tier is written.

@@ -273,6 +273,10 @@ impl Backend for CudaBackend {
         self.wait_transfers(keep)
     }
 
+    fn host_memory_is_pinned(&self) -> bool {
+        true
+    }
+
     fn host_allocator(&self) -> crate::kv::tiers::HostAllocator {
         self.pinned_allocator()
     }

@@ -3,10 +3,12 @@
 //! pinned, which the copy engine reaches without a bounce through the driver's own buffers.
 //!
 //! The backend provides the allocations ([`HostAllocator`]); the arena grows a chunk at a time, up to a
-//! limit, on a thread of its own, keeping a few chunks ahead of need (pinning memory is slow: about a
-//! second per GiB on some machines, which a copy on the engine's path should not wait for). A buffer
-//! wanted while the arena is empty waits for the chunk under way, since a record outside pinned memory
-//! moves several times slower; with the arena at its limit, it falls back to ordinary heap memory.
+//! limit, on a thread of its own: pinned memory all from the moment the arena is made
+//! ([`BlockArena::eager`]; pinning is slow, about a second per GiB on some machines, which a copy on
+//! the engine's path should not wait for), heap memory a few chunks ahead of need. A buffer wanted
+//! while every allocated slot is taken waits for the chunk under way, since a record outside pinned
+//! memory moves several times slower; with the arena at its limit, it falls back to ordinary heap
+//! memory.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -57,7 +59,7 @@ pub fn heap_allocator() -> HostAllocator {
 /// Bytes of each chunk the arena allocates at most, so it grows in steps a copy does not wait long for.
 const CHUNK_BYTES: usize = 256 << 20;
 
-/// Free slots the arena keeps ahead of need, in chunks.
+/// Free slots an arena that grows with need keeps ahead of it, in chunks.
 const CHUNKS_AHEAD: usize = 2;
 
 /// How long a buffer waits for a chunk under way at most before it falls back to heap memory.
@@ -68,6 +70,8 @@ pub struct BlockArena {
     slot_bytes: usize,
     max_slots: usize,
     chunk_slots: usize,
+    /// Grows to its limit at once rather than with need.
+    eager: bool,
     allocate: HostAllocator,
     state: Mutex<ArenaState>,
     grown: Condvar,
@@ -98,14 +102,20 @@ impl BlockArena {
     /// An arena of at most `max_bytes` in slots of `slot_bytes`; its first chunk is allocated in the
     /// background.
     pub fn new(slot_bytes: usize, max_bytes: usize, allocate: HostAllocator) -> Arc<Self> {
-        Self::with_chunks_of(CHUNK_BYTES, slot_bytes, max_bytes, allocate)
+        Self::with_chunks_of(CHUNK_BYTES, slot_bytes, max_bytes, (allocate, false))
+    }
+
+    /// An arena as [`BlockArena::new`] makes it, which grows to its limit in the background at once
+    /// (for pinned memory, slow to allocate).
+    pub fn eager(slot_bytes: usize, max_bytes: usize, allocate: HostAllocator) -> Arc<Self> {
+        Self::with_chunks_of(CHUNK_BYTES, slot_bytes, max_bytes, (allocate, true))
     }
 
     fn with_chunks_of(
         chunk_bytes: usize,
         slot_bytes: usize,
         max_bytes: usize,
-        allocate: HostAllocator,
+        (allocate, eager): (HostAllocator, bool),
     ) -> Arc<Self> {
         let slot_bytes = slot_bytes.max(1);
         let max_slots = max_bytes / slot_bytes;
@@ -113,6 +123,7 @@ impl BlockArena {
             slot_bytes,
             max_slots,
             chunk_slots: (chunk_bytes / slot_bytes).clamp(1, max_slots.max(1)),
+            eager,
             allocate,
             state: Mutex::new(ArenaState::default()),
             grown: Condvar::new(),
@@ -191,14 +202,34 @@ impl BlockArena {
         }))
     }
 
-    /// Starts allocating a chunk on its own thread when fewer than [`CHUNKS_AHEAD`] chunks of slots
-    /// are free, none is under way and the limit allows.
+    /// Waits up to `timeout` until the arena has grown to its limit (or cannot grow); whether it has.
+    pub fn wait_grown(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut state = self.lock();
+        loop {
+            if !state.growing {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .grown
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Starts allocating a chunk on its own thread when none is under way, the limit allows and (an
+    /// arena growing with need) fewer than [`CHUNKS_AHEAD`] chunks of slots are free.
     fn grow_if_low(self: &Arc<Self>, state: &mut ArenaState) {
         let allocated = state.chunks.len() * self.chunk_slots;
         let spare = state.free.len() + allocated - state.handed_out;
         if state.growing
             || state.stopped
-            || spare >= CHUNKS_AHEAD * self.chunk_slots
+            || (!self.eager && spare >= CHUNKS_AHEAD * self.chunk_slots)
             || allocated + self.chunk_slots > self.max_slots
         {
             return;
@@ -401,18 +432,6 @@ mod tests {
         })
     }
 
-    /// Waits until the arena has allocated `slots` slots (its chunks come from a thread of its own).
-    fn wait_for_slots(arena: &BlockArena, slots: usize) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while arena.slots() < slots {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the arena never grew to {slots} slots"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
     #[test]
     fn slots_are_reused_after_their_buffer_is_dropped_and_never_shared() {
         let calls = Arc::new(AtomicUsize::new(0));
@@ -441,21 +460,46 @@ mod tests {
         );
     }
 
+    fn chunks_of_two_slots_up_to_nine(calls: &Arc<AtomicUsize>, eager: bool) -> Arc<BlockArena> {
+        // Four chunks fit the limit, a fifth would pass it.
+        let allocate = counting_allocator(Arc::clone(calls));
+        BlockArena::with_chunks_of(200, 100, 900, (allocate, eager))
+    }
+
     #[test]
-    fn the_arena_grows_ahead_of_need_a_chunk_at_a_time_up_to_its_limit() {
+    fn a_heap_arena_grows_ahead_of_need_a_chunk_at_a_time_up_to_its_limit() {
         let calls = Arc::new(AtomicUsize::new(0));
-        // Chunks of two slots and a limit of nine: four chunks fit it, a fifth would pass it.
-        let arena =
-            BlockArena::with_chunks_of(200, 100, 900, counting_allocator(Arc::clone(&calls)));
-        // Two chunks ahead of need before any is taken.
-        wait_for_slots(&arena, 2 * CHUNKS_AHEAD);
-        let first = BlockBuf::new_in(&arena);
-        assert!(first.in_arena());
-        wait_for_slots(&arena, 6);
-        let rest: Vec<BlockBuf> = (0..9).map(|_| BlockBuf::new_in(&arena)).collect();
-        assert_eq!(rest.iter().filter(|b| b.in_arena()).count(), 7);
+        let arena = chunks_of_two_slots_up_to_nine(&calls, false);
+        assert!(arena.wait_grown(Duration::from_secs(10)));
+        assert_eq!(arena.slots(), 2 * CHUNKS_AHEAD, "two chunks ahead of need");
+        let taken: Vec<BlockBuf> = (0..5).map(|_| BlockBuf::new_in(&arena)).collect();
+        assert!(taken.iter().all(BlockBuf::in_arena));
+        assert!(arena.wait_grown(Duration::from_secs(10)));
+        let rest: Vec<BlockBuf> = (0..4).map(|_| BlockBuf::new_in(&arena)).collect();
+        assert_eq!(rest.iter().filter(|b| b.in_arena()).count(), 3);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!((calls.load(Ordering::SeqCst), arena.slots()), (4, 8));
+    }
+
+    #[test]
+    fn an_eager_arena_grows_to_its_limit_in_the_background_before_any_slot_is_asked_for() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let arena = chunks_of_two_slots_up_to_nine(&calls, true);
+        assert!(arena.wait_grown(Duration::from_secs(10)));
+        assert_eq!(
+            (
+                calls.load(Ordering::SeqCst),
+                arena.slots(),
+                arena.free_slots()
+            ),
+            (4, 8, 8),
+            "grown before any slot was asked for"
+        );
+        let taken: Vec<BlockBuf> = (0..9).map(|_| BlockBuf::new_in(&arena)).collect();
+        assert_eq!(taken.iter().filter(|b| b.in_arena()).count(), 8);
+        assert_eq!(arena.free_slots(), 0);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "never past its limit");
     }
 
     /// A device that "writes" `value` into the buffer at `ptr` only when waited for, so a read that

@@ -144,6 +144,9 @@ impl Disk {
 pub struct KvTiers {
     host: HostTier,
     arena: Option<Arc<BlockArena>>,
+    /// Slots for blocks read back from disk on their way to the device, apart from the arena so a
+    /// backlog of writes to disk never leaves a reload without room.
+    read_arena: Option<Arc<BlockArena>>,
     disk: Option<Disk>,
     high_water: f64,
     transit_bytes: usize,
@@ -179,6 +182,7 @@ impl KvTiers {
         Ok(KvTiers {
             host: HostTier::new(settings.host_bytes),
             arena: None,
+            read_arena: None,
             disk,
             high_water: settings.high_water,
             transit_bytes: settings.transit_bytes,
@@ -187,11 +191,34 @@ impl KvTiers {
         })
     }
 
-    /// Keeps block records in slots of `block_bytes` allocated by `allocate` (pinned memory on CUDA),
-    /// as many as the host tier holds and [`TierSettings::transit_bytes`] more for blocks in transit.
-    pub fn use_host_memory(&mut self, block_bytes: usize, allocate: HostAllocator) {
+    /// Keeps block records in slots of `block_bytes` allocated by `allocate` (pinned memory on CUDA):
+    /// as many as the host tier holds and [`TierSettings::transit_bytes`] more for blocks on their way
+    /// down, and with a disk tier, as many again for blocks read back from disk. `pinned`: the memory
+    /// is slow to allocate and is all allocated in the background at once ([`BlockArena::eager`]);
+    /// otherwise a little ahead of need.
+    pub fn use_host_memory(&mut self, block_bytes: usize, allocate: HostAllocator, pinned: bool) {
+        let arena = match pinned {
+            true => BlockArena::eager,
+            false => BlockArena::new,
+        };
         let bytes = self.host.limit() + self.transit_bytes;
-        self.arena = Some(BlockArena::new(block_bytes, bytes, allocate));
+        if self.disk.is_some() && self.transit_bytes >= block_bytes {
+            self.read_arena = Some(arena(
+                block_bytes,
+                self.transit_bytes,
+                Arc::clone(&allocate),
+            ));
+        }
+        self.arena = Some(arena(block_bytes, bytes, allocate));
+    }
+
+    /// Waits up to `timeout` until the host memory for records is all allocated (it is, in the
+    /// background, from [`KvTiers::use_host_memory`] on); whether it is.
+    pub fn wait_for_host_memory(&self, timeout: std::time::Duration) -> bool {
+        [&self.arena, &self.read_arena]
+            .into_iter()
+            .flatten()
+            .all(|a| a.wait_grown(timeout))
     }
 
     /// A buffer for one block record of `bytes`: an arena slot when the arena's slots are that size and
@@ -256,7 +283,9 @@ impl KvTiers {
     /// spilling into ordinary heap memory, which crosses to a device several times slower (and, fresh,
     /// is slow to touch); `usize::MAX` when records do not use set-aside memory.
     pub fn room_for_reads(&self) -> usize {
-        self.arena.as_ref().map_or(usize::MAX, |a| a.free_slots())
+        self.read_arena
+            .as_ref()
+            .map_or(usize::MAX, |a| a.free_slots())
     }
 
     fn find_in_memory(&mut self, hashes: &[BlockHash]) -> Vec<Option<(BlockBytes, Tier)>> {
@@ -285,7 +314,7 @@ impl KvTiers {
                 .filter_map(|i| tier.locate(hashes[i]).map(|p| (i, hashes[i], p)))
                 .collect()
         };
-        let arena = self.arena.as_ref();
+        let arena = self.read_arena.as_ref();
         let read: Vec<_> = wanted
             .par_iter()
             .map(|(i, h, path)| {
