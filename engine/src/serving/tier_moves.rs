@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::kv::manager::{KvCacheManager, KvTransfer, Reload, RequestId};
-use crate::kv::tiers::BlockBuf;
+use crate::kv::tiers::{BlockBuf, BlockBytes};
 use crate::models::KvPool;
 
 /// Bytes copied down ahead of eviction per step at most, so a step above the high-water mark is not
@@ -99,8 +99,7 @@ fn reload<B: Backend>(
     backend: &B,
     mut reloads: Vec<Reload>,
 ) -> Result<Vec<RequestId>> {
-    let mut failed_requests = HashSet::new();
-    let mut failed = Vec::new();
+    let mut failed = Failed::default();
     let mut start = 0;
     while start < reloads.len() {
         backend.wait_kv_writes(1)?;
@@ -111,38 +110,42 @@ fn reload<B: Backend>(
         }
         let end = batch_end(&reloads, start, room);
         let batch = &mut reloads[start..end];
-        for r in batch.iter_mut() {
-            if failed_requests.contains(&r.request) {
-                r.bytes = None;
-            }
-        }
-        let wanted: Vec<usize> = (0..batch.len())
-            .filter(|&i| batch[i].bytes.is_none() && !failed_requests.contains(&batch[i].request))
-            .collect();
-        let mut to_read: Vec<Reload> = wanted.iter().map(|&i| batch[i].clone()).collect();
-        kv.read_reloads(&mut to_read);
-        for (i, read) in wanted.into_iter().zip(to_read) {
-            batch[i].bytes = read.bytes;
-        }
-        let (mut ids, mut contents) = (Vec::new(), Vec::new());
-        for r in batch.iter_mut() {
-            match r.bytes.take() {
-                Some(bytes) if !failed_requests.contains(&r.request) => {
-                    ids.push(r.block);
-                    contents.push(bytes);
-                }
-                _ => {
-                    failed_requests.insert(r.request);
-                    failed.push(r.clone());
-                }
-            }
-        }
+        kv.read_reloads(batch);
+        let (ids, contents) = failed.keep_readable(batch);
         if !ids.is_empty() {
             pool.write_blocks(backend, &ids, &contents)?;
         }
         start = end;
     }
-    Ok(kv.reloads_failed(&failed))
+    Ok(kv.reloads_failed(&failed.reloads))
+}
+
+/// Reloads not written: from each request's first unreadable record on.
+#[derive(Default)]
+struct Failed {
+    requests: HashSet<RequestId>,
+    reloads: Vec<Reload>,
+}
+
+impl Failed {
+    /// The blocks of `batch` to write and their records, in order, taking the records out; the rest
+    /// (unreadable, or after an unreadable one of the same request) are kept as failed.
+    fn keep_readable(&mut self, batch: &mut [Reload]) -> (Vec<u32>, Vec<BlockBytes>) {
+        let (mut ids, mut contents) = (Vec::new(), Vec::new());
+        for r in batch {
+            match r.bytes.take() {
+                Some(bytes) if !self.requests.contains(&r.request) => {
+                    ids.push(r.block);
+                    contents.push(bytes);
+                }
+                _ => {
+                    self.requests.insert(r.request);
+                    self.reloads.push(r.clone());
+                }
+            }
+        }
+        (ids, contents)
+    }
 }
 
 /// The end of the batch starting at `start`: every reload whose record is in memory is free, and
