@@ -157,6 +157,19 @@ fn groups_of<P>(
     Ok(groups)
 }
 
+/// Makes each of `pools` wait for its group of `fence` before its next op.
+fn mark_pending<'k>(
+    pools: impl Iterator<Item = &'k CudaKv>,
+    groups: &[Group],
+    fence: &Arc<TransferFence>,
+) {
+    for (i, kv) in pools.enumerate() {
+        if let Some(g) = groups.iter().position(|g| g.pools.contains(&i)) {
+            kv.set_pending(fence, g);
+        }
+    }
+}
+
 /// Which way a transfer goes.
 #[derive(Clone, Copy)]
 enum Direction {
@@ -328,11 +341,7 @@ impl CudaBackend {
         let records: Vec<u64> = src.iter().map(|r| r.as_ptr() as u64).collect();
         let fence = self.issue_mapped(&copy, Direction::Reload, &groups, blocks, &records)?;
         drop(guards);
-        for (g, group) in groups.iter().enumerate() {
-            for kv in &pools[group.pools.clone()] {
-                kv.set_pending(&fence, g);
-            }
-        }
+        mark_pending(pools.iter().map(|kv| &**kv), &groups, &fence);
         transfers.in_flight.push(InFlight {
             fence,
             _records: src.to_vec(),
@@ -359,11 +368,7 @@ impl CudaBackend {
         let records: Vec<u64> = out.iter().map(|r| r.as_ptr() as u64).collect();
         let fence = self.issue_mapped(&copy, Direction::Offload, &groups, blocks, &records)?;
         drop(guards);
-        for (g, group) in groups.iter().enumerate() {
-            for kv in &pools[group.pools.clone()] {
-                kv.set_pending(&fence, g);
-            }
-        }
+        mark_pending(pools.iter().map(|kv| &**kv), &groups, &fence);
         for record in out.iter_mut() {
             record.written_by(Arc::clone(&fence) as Arc<dyn DeviceFence>);
         }
