@@ -148,20 +148,27 @@ fn a_document_pushed_out_to_host_memory_comes_back_with_bit_identical_logits() {
     assert_eq!(got, expected);
 }
 
-#[test]
-fn a_document_on_disk_is_found_by_an_engine_started_later_on_the_same_directory() {
-    let expected = reference();
-    let dir = tempfile::tempdir().unwrap();
+/// Reads document 0 on an engine with `tiers`, shuts it down (its KV copied to disk), then asks the
+/// reference question on an engine started later on the same tiers; returns what it answered and how
+/// many blocks came back from disk.
+fn ask_after_a_restart(tiers: &TierSettings) -> (Outcome, u64) {
     {
-        let mut core = engine(256, &disk_tier(dir.path(), 64 << 20));
+        let mut core = engine(256, tiers);
         ask(&mut core, 0, "What is discussed?");
         assert!(core.persist_kv().unwrap() >= 14);
         assert!(core.stats().tiers.disk_blocks >= 14);
     }
-    let mut restarted = engine(256, &disk_tier(dir.path(), 64 << 20));
+    let mut restarted = engine(256, tiers);
     let got = ask(&mut restarted, 0, "Who speaks first?");
-    let tiers = restarted.stats().tiers;
-    assert!(tiers.disk_hits >= 14, "{tiers:?}");
+    (got, restarted.stats().tiers.disk_hits)
+}
+
+#[test]
+fn a_document_on_disk_is_found_by_an_engine_started_later_on_the_same_directory() {
+    let expected = reference();
+    let dir = tempfile::tempdir().unwrap();
+    let (got, disk_hits) = ask_after_a_restart(&disk_tier(dir.path(), 64 << 20));
+    assert!(disk_hits >= 14, "{disk_hits} blocks from disk");
     assert_eq!(got, expected);
 }
 
@@ -174,15 +181,8 @@ fn a_document_larger_than_the_memory_for_transfers_streams_back_from_disk_bit_fo
         transit_bytes: 8 * BLOCK_BYTES,
         ..disk_tier(dir.path(), 0)
     };
-    {
-        let mut core = engine(256, &narrow);
-        ask(&mut core, 0, "What is discussed?");
-        assert!(core.persist_kv().unwrap() >= 14);
-    }
-    let mut restarted = engine(256, &narrow);
-    let got = ask(&mut restarted, 0, "Who speaks first?");
-    let tiers = restarted.stats().tiers;
-    assert!(tiers.disk_hits >= 14, "{tiers:?}");
+    let (got, disk_hits) = ask_after_a_restart(&narrow);
+    assert!(disk_hits >= 14, "{disk_hits} blocks from disk");
     assert_eq!(got, expected);
 }
 
