@@ -186,6 +186,47 @@ fn a_document_larger_than_the_memory_for_transfers_streams_back_from_disk_bit_fo
     assert_eq!(got, expected);
 }
 
+/// Reads document 0 on a disk-only engine with `write_through`, lets it idle until its copies and
+/// writes are done, and ends it without the shutdown's copy to disk (as a crash would); returns how
+/// many blocks the disk then holds.
+fn read_then_crash(dir: &Path, write_through: bool) -> u64 {
+    let tiers = TierSettings {
+        write_through,
+        ..disk_tier(dir, 0)
+    };
+    let mut core = engine(256, &tiers);
+    ask(&mut core, 0, "What is discussed?");
+    while core.copy_down_while_idle().unwrap() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    core.flush_kv_tiers();
+    let stats = core.stats().tiers;
+    assert_eq!(stats.host_evictions, 0, "nothing was evicted: {stats:?}");
+    stats.disk_blocks
+}
+
+#[test]
+fn under_write_through_a_document_read_is_on_disk_without_eviction_and_survives_a_crash() {
+    let expected = reference();
+    let back = tempfile::tempdir().unwrap();
+    assert_eq!(
+        read_then_crash(back.path(), false),
+        0,
+        "write-back waits for eviction"
+    );
+    let through = tempfile::tempdir().unwrap();
+    let on_disk = read_then_crash(through.path(), true);
+    assert!(on_disk >= 14, "{on_disk} blocks on disk");
+    let tiers = TierSettings {
+        write_through: true,
+        ..disk_tier(through.path(), 0)
+    };
+    let mut restarted = engine(256, &tiers);
+    let got = ask(&mut restarted, 0, "Who speaks first?");
+    assert!(restarted.stats().tiers.disk_hits >= 14);
+    assert_eq!(got, expected);
+}
+
 #[test]
 fn a_damaged_block_file_is_recomputed_and_the_answer_is_unchanged() {
     let expected = reference();

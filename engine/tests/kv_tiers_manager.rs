@@ -140,6 +140,59 @@ fn above_the_high_water_mark_cached_blocks_are_copied_down_ahead_of_eviction_and
 }
 
 #[test]
+fn under_write_through_blocks_are_copied_down_as_they_are_computed_and_evicted_for_free() {
+    let mut kv = manager(
+        10,
+        TierSettings {
+            write_through: true,
+            ..host_only()
+        },
+    );
+    let dense = CacheScope::dense(0);
+    let a = doc(0, 8);
+    let prefix = kv.find_cached_prefix(&a, dense, true);
+    assert!(kv.admit(1, &prefix, a.len()).unwrap().is_some());
+    kv.commit_computed(1, &a, 5 * BS).unwrap();
+    // The request still runs: its five full blocks are copied while they stay in use, at most `max`
+    // a call, oldest first.
+    assert_eq!(kv.copy_down_fresh(3), 3);
+    assert_eq!(offloaded(&settle(&mut kv)), [0, 1, 2]);
+    kv.commit_computed(1, &a, a.len()).unwrap();
+    kv.free(1).unwrap();
+    assert_eq!(
+        kv.copy_down_fresh(100),
+        5,
+        "the rest of the eight full blocks"
+    );
+    let moved = settle(&mut kv);
+    assert!(moved.iter().all(|t| matches!(
+        t,
+        KvTransfer::Offload {
+            still_cached: true,
+            ..
+        }
+    )));
+    assert_eq!(kv.copy_down_fresh(100), 0, "nothing is copied twice");
+    assert!(!kv.has_fresh_blocks());
+    // Evicting all eight later copies nothing more, and A is found whole in host memory.
+    let before = kv.tier_stats().unwrap().offloaded_blocks;
+    assert_eq!(before, 8);
+    assert!(offloaded(&run(&mut kv, 2, &doc(5000, 8), dense)).is_empty());
+    assert_eq!(kv.tier_stats().unwrap().offloaded_blocks, before);
+    let again = kv.find_cached_prefix(&a, dense, false);
+    assert_eq!(again.num_tokens, 8 * BS);
+}
+
+#[test]
+fn without_write_through_nothing_is_copied_before_it_is_evicted() {
+    let mut kv = manager(10, host_only());
+    run(&mut kv, 1, &doc(0, 8), CacheScope::dense(0));
+    assert_eq!(kv.copy_down_fresh(100), 0);
+    assert!(!kv.has_fresh_blocks());
+    assert_eq!(kv.tier_stats().unwrap().offloaded_blocks, 0);
+}
+
+#[test]
 fn a_tenants_blocks_in_a_lower_tier_are_invisible_to_another_tenant() {
     let mut kv = manager(6, host_only());
     let secret = doc(0, 4);
@@ -325,10 +378,12 @@ proptest::proptest! {
     fn reused_blocks_always_hold_their_prefix_whether_kept_offloaded_or_reloaded(
         docs in proptest::collection::vec((0u32..6, 1usize..7, 0u64..2), 1..60),
         host_blocks in 0usize..12,
+        write_through: bool,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let disk = (host_blocks % 3 == 0).then(|| (dir.path().to_path_buf(), 1 << 20));
-        let mut kv = manager(10, TierSettings { host_bytes: host_blocks * 8, disk, high_water: 0.6, ..TierSettings::default() });
+        let settings = TierSettings { host_bytes: host_blocks * 8, disk, high_water: 0.6, write_through, ..TierSettings::default() };
+        let mut kv = manager(10, settings);
         let mut device = std::collections::HashMap::new();
         for (id, (doc, blocks, tenant)) in docs.into_iter().enumerate() {
             let id = id as u64;
@@ -350,6 +405,11 @@ proptest::proptest! {
                     device.insert(block.unwrap(), content_of(&tokens, b));
                 }
             }
+            // Half the prompt first, its blocks copied down (under write-through) while in use.
+            let half = tokens.len() / 2;
+            kv.commit_computed(id, &tokens, start.max(half)).unwrap();
+            kv.copy_down_fresh(2);
+            settle_on(&mut kv, &mut device);
             kv.commit_computed(id, &tokens, tokens.len()).unwrap();
             kv.free(id).unwrap();
             kv.pool().check_invariants().map_err(proptest::test_runner::TestCaseError::fail)?;

@@ -16,6 +16,7 @@ pub fn tier_settings(config: &ServeConfig, data_dir: &Path) -> TierSettings {
         disk: (config.kv_disk_mib > 0).then(|| (data_dir.join("kv"), config.kv_disk_mib << 20)),
         high_water: config.kv_high_water,
         transit_bytes: config.kv_transit_mib << 20,
+        write_through: config.kv_write_through,
     }
 }
 

@@ -223,6 +223,12 @@ impl BlockPool {
         meta.backed = true;
     }
 
+    /// Whether block `id` holds the cached prefix `hash` and no lower tier holds a copy of it.
+    pub fn holds_unbacked(&self, id: BlockId, hash: BlockHash) -> bool {
+        let meta = &self.meta[id as usize];
+        meta.hash == Some(hash) && !meta.backed
+    }
+
     /// Start (or stop) recording evictions of cached blocks no lower tier holds.
     pub fn record_evictions(&mut self, on: bool) {
         self.record_evictions = on;

@@ -18,8 +18,9 @@
 //! next forward pass.
 
 mod reloads;
+mod write_through;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use super::block_hash::{BlockHash, full_block_hashes};
 use super::block_pool::{BlockId, BlockPool, Evicted};
@@ -180,6 +181,9 @@ pub struct KvCacheManager {
     tiers: Option<KvTiers>,
     transfers: Vec<KvTransfer>,
     lineage: Lineage,
+    /// Blocks cached since they were computed, oldest first, to be copied down under
+    /// [`crate::kv::tiers::TierSettings::write_through`] (some may have been evicted or copied since).
+    fresh: VecDeque<Evicted>,
 }
 
 impl KvCacheManager {
@@ -199,6 +203,7 @@ impl KvCacheManager {
             tiers: None,
             transfers: Vec::new(),
             lineage: Lineage::default(),
+            fresh: VecDeque::new(),
         })
     }
 
@@ -631,6 +636,13 @@ impl KvCacheManager {
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash, scope.namespace);
+                if self.tiers.as_ref().is_some_and(KvTiers::writes_through) {
+                    self.fresh.push_back(Evicted {
+                        block: id,
+                        hash,
+                        namespace: scope.namespace,
+                    });
+                }
             }
             entry.num_hashed = b + 1;
         }

@@ -138,6 +138,25 @@ impl<B: Backend> EngineCore<B> {
         Ok(n)
     }
 
+    /// Whether blocks computed are still waiting to be copied down (write-through).
+    pub fn copies_waiting(&self) -> bool {
+        self.kv.has_fresh_blocks()
+    }
+
+    /// Between requests, under write-through: copies down blocks computed earlier that the copies
+    /// during the steps did not reach, as far as the tiers have room now; returns whether some are
+    /// still waiting for room the disk writer is making.
+    pub fn copy_down_while_idle(&mut self) -> Result<bool> {
+        let (queued, waiting) = self
+            .kv
+            .copy_down_idle(tier_moves::copies_per_step(&self.kv_pool));
+        if queued > 0 {
+            // Only offloads are queued outside a step: no request can be waiting on a reload.
+            tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+        }
+        Ok(waiting)
+    }
+
     /// Waits up to `timeout` until the host memory of the KV tiers is all allocated (pinned on CUDA;
     /// done in the background from [`EngineCore::attach_tiers`] on); whether it is.
     pub fn wait_for_kv_host_memory(&self, timeout: std::time::Duration) -> bool {
@@ -234,6 +253,8 @@ impl<B: Backend> EngineCore<B> {
 
     /// Run one step; returns each request's events of this step, in batch order.
     pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
+        self.kv
+            .copy_down_fresh(tier_moves::copies_per_step(&self.kv_pool));
         self.kv
             .offload_above_high_water(tier_moves::offload_blocks_per_step(&self.kv_pool));
         let mut plan = self.scheduler.schedule(&mut self.kv)?;

@@ -259,6 +259,10 @@ fn stopped() -> EngineError {
     EngineError::Internal("the engine thread has stopped".into())
 }
 
+/// How long an idle engine thread with blocks still to copy down (write-through) waits for a command
+/// before copying more.
+const IDLE_COPY_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The engine thread: take commands (blocking while idle), step while there is work.
 fn run_engine<B: Backend>(
     mut core: EngineCore<B>,
@@ -266,9 +270,21 @@ fn run_engine<B: Backend>(
     stats: Arc<Mutex<EngineStats>>,
 ) {
     let mut streams: HashMap<RequestId, mpsc::UnboundedSender<GenerationEvent>> = HashMap::new();
+    let mut copies_waiting = false;
     loop {
         let first = if core.has_work() {
             rx.try_recv().ok()
+        } else if copies_waiting {
+            match rx.recv_timeout(IDLE_COPY_POLL) {
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    copies_waiting = core.copy_down_while_idle().unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "KV blocks could not be copied down");
+                        false
+                    });
+                    continue;
+                }
+                got => got.ok(),
+            }
         } else {
             rx.recv().ok()
         };
@@ -298,6 +314,7 @@ fn run_engine<B: Backend>(
                 Err(e) => fail_all(&mut core, &mut streams, &e),
             }
         }
+        copies_waiting = !core.has_work() && core.copies_waiting();
         if let Ok(mut s) = stats.lock() {
             *s = core.stats();
         }

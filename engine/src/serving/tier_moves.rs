@@ -18,6 +18,10 @@ use crate::models::KvPool;
 /// held up long.
 const OFFLOAD_BYTES_PER_STEP: usize = 32 << 20;
 
+/// Bytes copied down as they are computed (write-through) per step at most: a whole prompt chunk of an
+/// 8B model (8,192 tokens, 1 GiB), as long as host memory for records has room.
+const COPY_BYTES_PER_STEP: usize = 1 << 30;
+
 /// Records read from disk in one batch at least, when the set-aside memory is short (the rest of the
 /// batch then lands in heap memory).
 const MIN_READ_BATCH: usize = 4;
@@ -25,6 +29,11 @@ const MIN_READ_BATCH: usize = 4;
 /// Blocks of `pool` copied down ahead of eviction per step at most.
 pub(super) fn offload_blocks_per_step<B: Backend>(pool: &KvPool<B>) -> usize {
     (OFFLOAD_BYTES_PER_STEP / pool.block_bytes().max(1)).max(1)
+}
+
+/// Blocks of `pool` copied down as they are computed per step at most.
+pub(super) fn copies_per_step<B: Backend>(pool: &KvPool<B>) -> usize {
+    (COPY_BYTES_PER_STEP / pool.block_bytes().max(1)).max(1)
 }
 
 /// Carries out every queued copy: runs of offloads are read from the device in one go and handed to

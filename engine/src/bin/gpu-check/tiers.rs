@@ -1,6 +1,7 @@
 //! The tiered KV cache on CUDA: a document read on a small KV pool, pushed out to host memory (or to disk
 //! and found by a new engine on the same directory) and brought back, gives logits equal bit for bit to
-//! a pool that never lost it, for bf16 and int8 pools (whose scales travel with the blocks).
+//! a pool that never lost it, for bf16 and int8 pools (whose scales travel with the blocks), also when
+//! the blocks were copied down while their prompt was still being read (write-through).
 
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cuda::CudaBackend;
@@ -132,6 +133,41 @@ pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
             "logits equal bit for bit",
             hits > 0 && got == expected,
         );
+        drop(streamed);
+        let (got, hits) = written_through_then_crashed(dir.path(), dtype, &docs[0])?;
+        r.note(
+            "KV written through to disk while read, found after a crash",
+            &format!("{dtype:?} pool, {hits} blocks back"),
+            "logits equal bit for bit",
+            hits > 0 && got == expected,
+        );
     }
     Ok(())
+}
+
+/// Reads `doc` on a disk-only engine that copies blocks down as they are computed (the first prompt
+/// chunk's while the second is read), lets it idle until the disk holds them, ends it without the
+/// shutdown's copy to disk, and asks the second question on a new engine: its first step, and the
+/// blocks that came back from disk.
+fn written_through_then_crashed(
+    model: &std::path::Path,
+    dtype: KvDtype,
+    doc: &[u32],
+) -> Result<(Vec<(u32, u32)>, u64)> {
+    let disk_dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
+    let through = TierSettings {
+        disk: Some((disk_dir.path().to_path_buf(), 1 << 30)),
+        write_through: true,
+        ..TierSettings::default()
+    };
+    let mut first = engine(model, dtype, 256, &through)?;
+    first_step(&mut first, prompt(doc, 0))?;
+    while first.copy_down_while_idle()? {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    first.flush_kv_tiers();
+    drop(first);
+    let mut after = engine(model, dtype, 256, &through)?;
+    let got = first_step(&mut after, prompt(doc, 1))?;
+    Ok((got, after.stats().tiers.disk_hits))
 }

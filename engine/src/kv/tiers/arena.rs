@@ -146,6 +146,11 @@ impl BlockArena {
         state.chunks.len() * self.chunk_slots
     }
 
+    /// Slots the arena may hold at most.
+    pub fn capacity(&self) -> usize {
+        self.max_slots / self.chunk_slots * self.chunk_slots
+    }
+
     /// Slots not handed out, allocated yet or not (up to the limit).
     pub fn free_slots(&self) -> usize {
         let state = self.lock();

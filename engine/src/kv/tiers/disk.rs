@@ -253,6 +253,11 @@ impl DiskTier {
         self.in_queue.remove(&hash);
     }
 
+    /// Blocks handed to the writer and not written yet.
+    pub fn queue_len(&self) -> usize {
+        self.in_queue.len()
+    }
+
     /// The bytes of block `hash` while it waits for the writer.
     pub fn queued(&self, hash: BlockHash) -> Option<BlockBytes> {
         self.in_queue.get(&hash).map(|(_, b)| b.clone())

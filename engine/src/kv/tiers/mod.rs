@@ -52,6 +52,10 @@ pub struct TierSettings {
     /// Host memory for block records beyond the host tier's limit: blocks on their way to disk, and
     /// blocks read back from disk on their way to the device (a larger document streams through it).
     pub transit_bytes: usize,
+    /// Copy each block down as soon as it is computed, when host memory for records is free, instead
+    /// of when it is evicted: evicting it later costs nothing, and with a disk tier a document read is
+    /// on disk before long, a crash included.
+    pub write_through: bool,
 }
 
 impl Default for TierSettings {
@@ -61,6 +65,7 @@ impl Default for TierSettings {
             disk: None,
             high_water: 0.85,
             transit_bytes: DEFAULT_TRANSIT_BYTES,
+            write_through: false,
         }
     }
 }
@@ -150,6 +155,7 @@ pub struct KvTiers {
     disk: Option<Disk>,
     high_water: f64,
     transit_bytes: usize,
+    write_through: bool,
     stats: TierStats,
     /// Namespaces whose lineage was read from the disk tier's files ([`KvTiers::disk_lineage`]).
     lineage_read: HashSet<CacheNamespace>,
@@ -186,6 +192,7 @@ impl KvTiers {
             disk,
             high_water: settings.high_water,
             transit_bytes: settings.transit_bytes,
+            write_through: settings.write_through,
             stats: TierStats::default(),
             lineage_read: HashSet::new(),
         })
@@ -225,6 +232,32 @@ impl KvTiers {
     /// one is free, else heap memory.
     pub fn block_buffer(&self, bytes: usize) -> BlockBuf {
         buffer_for(self.arena.as_ref(), bytes)
+    }
+
+    /// Whether blocks are copied down as soon as they are computed ([`TierSettings::write_through`]).
+    pub fn writes_through(&self) -> bool {
+        self.write_through
+    }
+
+    /// Whether blocks wait for the disk writer.
+    pub fn writing_to_disk(&self) -> bool {
+        self.disk.as_ref().is_some_and(|d| d.lock().queue_len() > 0)
+    }
+
+    /// Blocks that may be copied down now for [`TierSettings::write_through`] (0 when it is off): as
+    /// many as fit the free host memory for records, less an eighth of it kept for evictions, and room
+    /// in the disk writer's queue, so a copy never waits for the disk.
+    pub fn room_for_copies(&self) -> usize {
+        if !self.write_through {
+            return 0;
+        }
+        let memory = self.arena.as_ref().map_or(usize::MAX, |a| {
+            a.free_slots().saturating_sub(a.capacity() / 8)
+        });
+        let queue = self.disk.as_ref().map_or(usize::MAX, |d| {
+            writer::QUEUE.saturating_sub(d.lock().queue_len())
+        });
+        memory.min(queue)
     }
 
     /// The device pool's high-water mark.

@@ -1,10 +1,12 @@
-//! The disk tier's writer: a thread that writes the blocks pushed out of host memory to files, in the
-//! order they come, so the engine thread never waits for a disk (only for room in a bounded queue when
-//! the disk falls far behind). Deletions pass through it too, after the writes queued before them.
+//! The disk tier's writer: a thread that writes the blocks pushed out of host memory to files, several
+//! at once, so the engine thread never waits for a disk (only for room in a bounded queue when the disk
+//! falls far behind). Deletions pass through it too, after the writes queued before them.
 
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use rayon::prelude::*;
 
 use super::BlockBytes;
 use super::disk::DiskTier;
@@ -13,14 +15,24 @@ use crate::kv::block_hash::BlockHash;
 use crate::kv::manager::CacheNamespace;
 
 /// Blocks waiting for the disk at most (a few GiB of an 8B model's KV).
-const QUEUE: usize = 1024;
+pub(crate) const QUEUE: usize = 1024;
+
+/// Files written at once. Each write ends with an fsync, and a disk commits several in parallel: on
+/// the H200 machine's virtual disk, 2,048 files of 2 MiB took 4.5 s from one writer and 2.0 s from 16.
+const WRITERS: usize = 8;
+
+/// Writes taken off the queue together at most; a batch ends before a block already in it.
+const BATCH: usize = 8 * WRITERS;
+
+/// One block on its way to a file.
+struct Write {
+    hash: BlockHash,
+    owner: BlockOwner,
+    bytes: BlockBytes,
+}
 
 enum Job {
-    Write {
-        hash: BlockHash,
-        owner: BlockOwner,
-        bytes: BlockBytes,
-    },
+    Write(Write),
     Settle {
         hash: Option<BlockHash>,
         namespace: Option<CacheNamespace>,
@@ -40,24 +52,19 @@ fn lock(disk: &Mutex<DiskTier>) -> std::sync::MutexGuard<'_, DiskTier> {
 }
 
 fn run(disk: Arc<Mutex<DiskTier>>, jobs: Receiver<Job>) {
-    for job in jobs {
+    let writers = rayon::ThreadPoolBuilder::new()
+        .num_threads(WRITERS)
+        .thread_name(|i| format!("docqa-kv-disk-{i}"))
+        .build();
+    let mut next = None;
+    while let Some(job) = next.take().or_else(|| jobs.recv().ok()) {
         match job {
-            Job::Write { hash, owner, bytes } => {
-                if !bytes.settle() {
-                    lock(&disk).dequeue(hash);
-                    tracing::warn!(
-                        "a KV block's copy from the device failed; it is not written to disk"
-                    );
-                    continue;
-                }
-                let pending = lock(&disk).begin_write(hash, owner, bytes.len());
-                let written = pending.and_then(|p| {
-                    let result = p.write(&bytes);
-                    lock(&disk).finish_write(p, result)
-                });
-                lock(&disk).dequeue(hash);
-                if let Err(e) = written {
-                    tracing::warn!(error = %e, "a KV block could not be written to the disk tier; it is dropped");
+            Job::Write(first) => {
+                let (batch, after) = take_batch(first, &jobs);
+                next = after;
+                match &writers {
+                    Ok(pool) => pool.install(|| batch.par_iter().for_each(|w| write(&disk, w))),
+                    Err(_) => batch.iter().for_each(|w| write(&disk, w)),
                 }
             }
             Job::Settle { hash, namespace } => lock(&disk).settle_forgotten(hash, namespace),
@@ -65,6 +72,38 @@ fn run(disk: Arc<Mutex<DiskTier>>, jobs: Receiver<Job>) {
                 let _ = done.send(());
             }
         }
+    }
+}
+
+/// `first` and the writes queued right behind it, up to [`BATCH`] of distinct blocks; the job that
+/// ended the batch, if it ended on one.
+fn take_batch(first: Write, jobs: &Receiver<Job>) -> (Vec<Write>, Option<Job>) {
+    let mut batch = vec![first];
+    while batch.len() < BATCH {
+        match jobs.try_recv() {
+            Ok(Job::Write(w)) if batch.iter().all(|b| b.hash != w.hash) => batch.push(w),
+            Ok(other) => return (batch, Some(other)),
+            Err(_) => break,
+        }
+    }
+    (batch, None)
+}
+
+/// Writes one block's file, once its copy from the device is done.
+fn write(disk: &Mutex<DiskTier>, w: &Write) {
+    if !w.bytes.settle() {
+        lock(disk).dequeue(w.hash);
+        tracing::warn!("a KV block's copy from the device failed; it is not written to disk");
+        return;
+    }
+    let pending = lock(disk).begin_write(w.hash, w.owner, w.bytes.len());
+    let written = pending.and_then(|p| {
+        let result = p.write(&w.bytes);
+        lock(disk).finish_write(p, result)
+    });
+    lock(disk).dequeue(w.hash);
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "a KV block could not be written to the disk tier; it is dropped");
     }
 }
 
@@ -89,7 +128,7 @@ impl DiskWriter {
 
     /// Queues a block's write (the caller has entered it with [`DiskTier::enqueue`]).
     pub fn write(&self, hash: BlockHash, owner: BlockOwner, bytes: BlockBytes) {
-        self.send(Job::Write { hash, owner, bytes });
+        self.send(Job::Write(Write { hash, owner, bytes }));
     }
 
     /// Queues the end of a forgetting (see [`DiskTier::forget`]), after the writes queued before it.
@@ -111,5 +150,51 @@ impl Drop for DiskWriter {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::tiers::BlockBuf;
+
+    fn write_of(hash: u128) -> Job {
+        Job::Write(Write {
+            hash: BlockHash(hash),
+            owner: BlockOwner::from(0),
+            bytes: Arc::new(BlockBuf::from(vec![0u8; 4])),
+        })
+    }
+
+    fn hashes(batch: &[Write]) -> Vec<u128> {
+        batch.iter().map(|w| w.hash.0).collect()
+    }
+
+    #[test]
+    fn a_batch_of_writes_ends_before_a_deletion_or_a_block_already_in_it() {
+        let (tx, rx) = mpsc::sync_channel(16);
+        for job in [write_of(2), write_of(3), write_of(2), write_of(4)] {
+            tx.send(job).unwrap();
+        }
+        tx.send(Job::Settle {
+            hash: Some(BlockHash(4)),
+            namespace: None,
+        })
+        .unwrap();
+        let Job::Write(first) = write_of(1) else {
+            unreachable!()
+        };
+        let (batch, after) = take_batch(first, &rx);
+        assert_eq!(hashes(&batch), [1, 2, 3]);
+        let Some(Job::Write(again)) = after else {
+            panic!("the repeated block ends the batch and comes next");
+        };
+        assert_eq!(again.hash.0, 2);
+        let (batch, after) = take_batch(again, &rx);
+        assert_eq!(hashes(&batch), [2, 4]);
+        assert!(
+            matches!(after, Some(Job::Settle { .. })),
+            "the deletion waits for the batch"
+        );
     }
 }
