@@ -117,10 +117,11 @@ pub struct ServeConfig {
     /// which cached blocks are copied to host memory ahead of their eviction.
     #[arg(long, env = "DOCQA_KV_HIGH_WATER", default_value_t = 0.85, value_parser = share)]
     pub kv_high_water: f64,
-    /// Copy KV blocks down as soon as they are computed (while `--kv-transit-mib` has room), not when
-    /// they are evicted: evictions then cost nothing, and with a disk tier a document read is on disk
-    /// within moments, so it survives a crash and not only a shutdown.
-    #[arg(long, env = "DOCQA_KV_WRITE_THROUGH")]
+    /// Copy KV blocks down to host memory and disk as soon as they are computed (while
+    /// `--kv-transit-mib` has room), not only when they are evicted: evictions then cost nothing, and
+    /// a document read is on disk within moments, so it survives a crash and not only a shutdown
+    /// (`false`: copy blocks down only as they are evicted).
+    #[arg(long, env = "DOCQA_KV_WRITE_THROUGH", default_value_t = true, action = clap::ArgAction::Set)]
     pub kv_write_through: bool,
     /// On CUDA without `--kv-cache-mib`: the share of the GPU's memory that the model, its workspace
     /// and the KV cache may fill together; the KV cache takes what the model leaves of it.

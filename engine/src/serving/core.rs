@@ -129,13 +129,13 @@ impl<B: Backend> EngineCore<B> {
 
     /// Copies every cached KV block down to the lower tiers and the host tier's blocks on to disk, so
     /// an engine started later on the same disk tier finds them (a graceful shutdown); returns how
-    /// many blocks were copied from the device.
+    /// many blocks the disk tier then holds (0 without one).
     pub fn persist_kv(&mut self) -> Result<usize> {
-        let n = self.kv.offload_all_cached();
+        self.kv.offload_all_cached();
         // Only offloads are queued outside a step: no request can be waiting on a reload.
         tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
         self.kv.persist_host_tier();
-        Ok(n)
+        Ok(self.kv.tier_stats().map_or(0, |s| s.disk_blocks as usize))
     }
 
     /// Whether blocks computed are still waiting to be copied down (write-through).

@@ -233,8 +233,8 @@ impl EngineHandle {
     }
 
     /// Copies every cached KV block down to the lower tiers and on to disk, so the next start on the
-    /// same disk tier finds them (called at a graceful shutdown); returns how many blocks left the
-    /// device.
+    /// same disk tier finds them (called at a graceful shutdown); returns how many blocks the disk
+    /// tier then holds.
     pub async fn persist_kv(&self) -> Result<usize> {
         let (reply, rx) = oneshot::channel();
         self.commands

@@ -1,6 +1,7 @@
 //! The tiered KV cache through `docqa serve`: a document read before a clean restart is answered from
 //! the disk tier afterwards (its prompt tokens come from the cache, and `/metrics` and `/v1/stats` count
-//! the blocks brought back from disk), and deleting the document removes its block files.
+//! the blocks brought back from disk), and deleting the document removes its block files. Blocks are
+//! written through to disk as they are computed, so a document also survives a crash.
 
 use std::path::Path;
 
@@ -94,5 +95,51 @@ fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes
     assert!(
         left < kept / 4,
         "{left} of {kept} block files left after the deletion"
+    );
+}
+
+#[test]
+fn a_document_read_survives_a_crash_because_its_blocks_are_written_through_to_disk() {
+    let mut server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 512));
+    let (_, key) = server.tenant("crash");
+    let (title, text, questions) = support::squad_article(8);
+    let beginning: String = text.chars().take(4000).collect();
+    let (doc, _) = server.ingest(
+        &key,
+        &format!("{title}.txt"),
+        beginning.into_bytes(),
+        "text/plain",
+    );
+    let first = ask(&server, &key, &doc, &questions[0].0);
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    // The document stays in the KV cache (nothing is evicted), and its blocks reach the disk anyway.
+    let wanted = prompt_tokens / 16 - 8;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut on_disk = 0;
+    while std::time::Instant::now() < deadline {
+        let stats: Value = server.get("/v1/stats", &key).json().unwrap();
+        on_disk = stats["kv_cache"]["disk_blocks"].as_u64().unwrap_or(0);
+        if on_disk >= wanted {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        on_disk >= wanted,
+        "{on_disk} blocks on disk, {wanted} wanted"
+    );
+
+    server.kill();
+    server.restart();
+    let second = ask(&server, &key, &doc, &questions[1].0);
+    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached > prompt_tokens - 200,
+        "{cached} of about {prompt_tokens} tokens from the cache after a crash"
+    );
+    let stats: Value = server.get("/v1/stats", &key).json().unwrap();
+    assert!(
+        stats["kv_cache"]["disk_hits"].as_u64().unwrap() >= cached / 16,
+        "{stats}"
     );
 }

@@ -53,8 +53,8 @@ pub struct TierSettings {
     /// blocks read back from disk on their way to the device (a larger document streams through it).
     pub transit_bytes: usize,
     /// Copy each block down as soon as it is computed, when host memory for records is free, instead
-    /// of when it is evicted: evicting it later costs nothing, and with a disk tier a document read is
-    /// on disk before long, a crash included.
+    /// of when it is evicted: to host memory and on to disk at once. Evicting it later costs nothing,
+    /// and with a disk tier a document read is on disk within moments, so it survives a crash.
     pub write_through: bool,
 }
 
@@ -271,7 +271,8 @@ impl KvTiers {
     }
 
     /// Keeps a block copied down from the device: in host memory, pushing the least recently used
-    /// blocks there down to disk (or dropping them without a disk tier).
+    /// blocks there down to disk (or dropping them without a disk tier). Under write-through the block
+    /// goes to disk at once as well, and leaves host memory later without another write.
     pub fn store(&mut self, hash: BlockHash, owner: impl Into<BlockOwner>, bytes: BlockBytes) {
         self.stats.offloaded_blocks += 1;
         self.stats.bytes_offloaded += bytes.len() as u64;
@@ -279,12 +280,19 @@ impl KvTiers {
             owner: owner.into(),
             bytes,
         };
+        if let (true, Some(disk)) = (self.write_through, &self.disk)
+            && self.host.limit() > 0
+        {
+            disk.write(hash, block.clone());
+        }
         let pushed_out = self.host.insert(hash, block);
         for (h, block) in pushed_out {
             if h != hash {
                 self.stats.host_evictions += 1;
             }
-            if let Some(disk) = &self.disk {
+            if let Some(disk) = &self.disk
+                && !disk.lock().contains(h)
+            {
                 disk.write(h, block);
             }
         }
