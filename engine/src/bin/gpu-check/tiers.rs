@@ -66,6 +66,9 @@ fn prompt(doc: &[u32], question: u32) -> Vec<u32> {
     p
 }
 
+/// A first step and the blocks that came back from a lower tier for it.
+type Answer = (Vec<(u32, u32)>, u64);
+
 /// Runs the checks and adds their rows to `r`.
 pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
@@ -83,23 +86,18 @@ pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
         first_step(&mut whole, prompt(&docs[0], 0))?;
         let expected = first_step(&mut whole, prompt(&docs[0], 1))?;
         drop(whole);
-        let host = TierSettings {
-            host_bytes: 1 << 30,
-            ..TierSettings::default()
+        let mut check = |name: &str, (got, hits): Answer| {
+            r.note(
+                name,
+                &format!("{dtype:?} pool, {hits} blocks back"),
+                "logits equal bit for bit",
+                hits > 0 && got == expected,
+            );
         };
-        let mut small = engine(dir.path(), dtype, 2 * DOC_TOKENS / 16 + 8, &host)?;
-        for doc in &docs {
-            first_step(&mut small, prompt(doc, 0))?;
-        }
-        let got = first_step(&mut small, prompt(&docs[0], 1))?;
-        let hits = small.stats().tiers.host_hits;
-        r.note(
+        check(
             "KV reloaded from host memory",
-            &format!("{dtype:?} pool, {hits} blocks back"),
-            "logits equal bit for bit",
-            hits > 0 && got == expected,
+            pushed_out_to_host(dir.path(), dtype, &docs)?,
         );
-        drop(small);
         let disk_dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
         let disk = TierSettings {
             disk: Some((disk_dir.path().to_path_buf(), 1 << 30)),
@@ -108,41 +106,58 @@ pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
         let mut before = engine(dir.path(), dtype, 256, &disk)?;
         first_step(&mut before, prompt(&docs[0], 0))?;
         before.persist_kv()?;
+        let block_bytes = before.kv_block_bytes();
         drop(before);
-        let mut after = engine(dir.path(), dtype, 256, &disk)?;
-        let got = first_step(&mut after, prompt(&docs[0], 1))?;
-        let hits = after.stats().tiers.disk_hits;
-        r.note(
+        check(
             "KV from disk after a restart",
-            &format!("{dtype:?} pool, {hits} blocks back"),
-            "logits equal bit for bit",
-            hits > 0 && got == expected,
+            second_question(dir.path(), dtype, &docs[0], &disk)?,
         );
         // Again with pinned room for eight records: the document streams back in batches.
         let narrow = TierSettings {
-            transit_bytes: 8 * after.kv_block_bytes(),
+            transit_bytes: 8 * block_bytes,
             ..disk
         };
-        drop(after);
-        let mut streamed = engine(dir.path(), dtype, 256, &narrow)?;
-        let got = first_step(&mut streamed, prompt(&docs[0], 1))?;
-        let hits = streamed.stats().tiers.disk_hits;
-        r.note(
+        check(
             "KV streamed from disk in batches of pinned records",
-            &format!("{dtype:?} pool, {hits} blocks back"),
-            "logits equal bit for bit",
-            hits > 0 && got == expected,
+            second_question(dir.path(), dtype, &docs[0], &narrow)?,
         );
-        drop(streamed);
-        let (got, hits) = written_through_then_crashed(dir.path(), dtype, &docs[0])?;
-        r.note(
+        check(
             "KV written through to disk while read, found after a crash",
-            &format!("{dtype:?} pool, {hits} blocks back"),
-            "logits equal bit for bit",
-            hits > 0 && got == expected,
+            written_through_then_crashed(dir.path(), dtype, &docs[0])?,
         );
     }
     Ok(())
+}
+
+/// Reads every document of `docs` on a pool that holds two, with host memory behind it, then asks the
+/// second question about the first.
+fn pushed_out_to_host(
+    model: &std::path::Path,
+    dtype: KvDtype,
+    docs: &[Vec<u32>],
+) -> Result<Answer> {
+    let host = TierSettings {
+        host_bytes: 1 << 30,
+        ..TierSettings::default()
+    };
+    let mut small = engine(model, dtype, 2 * DOC_TOKENS / 16 + 8, &host)?;
+    for doc in docs {
+        first_step(&mut small, prompt(doc, 0))?;
+    }
+    let got = first_step(&mut small, prompt(&docs[0], 1))?;
+    Ok((got, small.stats().tiers.host_hits))
+}
+
+/// The second question about `doc` on a new engine with `tiers` (whose disk holds the document).
+fn second_question(
+    model: &std::path::Path,
+    dtype: KvDtype,
+    doc: &[u32],
+    tiers: &TierSettings,
+) -> Result<Answer> {
+    let mut after = engine(model, dtype, 256, tiers)?;
+    let got = first_step(&mut after, prompt(doc, 1))?;
+    Ok((got, after.stats().tiers.disk_hits))
 }
 
 /// Reads `doc` on a disk-only engine that copies blocks down as they are computed (the first prompt
@@ -153,7 +168,7 @@ fn written_through_then_crashed(
     model: &std::path::Path,
     dtype: KvDtype,
     doc: &[u32],
-) -> Result<(Vec<(u32, u32)>, u64)> {
+) -> Result<Answer> {
     let disk_dir = tempfile::tempdir().map_err(|e| EngineError::io("temp dir", e))?;
     let through = TierSettings {
         disk: Some((disk_dir.path().to_path_buf(), 1 << 30)),
@@ -167,7 +182,5 @@ fn written_through_then_crashed(
     }
     first.flush_kv_tiers();
     drop(first);
-    let mut after = engine(model, dtype, 256, &through)?;
-    let got = first_step(&mut after, prompt(doc, 1))?;
-    Ok((got, after.stats().tiers.disk_hits))
+    second_question(model, dtype, doc, &through)
 }
