@@ -138,14 +138,15 @@ impl<B: Backend> EngineCore<B> {
         Ok(self.kv.tier_stats().map_or(0, |s| s.disk_blocks as usize))
     }
 
-    /// Whether blocks computed are still waiting to be copied down (write-through).
-    pub fn copies_waiting(&self) -> bool {
-        self.kv.has_fresh_blocks()
+    /// Whether copies to the lower tiers are pending: blocks computed and not copied down yet
+    /// (write-through), or blocks the disk writer has not written yet.
+    pub fn copies_pending(&self) -> bool {
+        self.kv.copies_pending()
     }
 
     /// Between requests, under write-through: copies down blocks computed earlier that the copies
-    /// during the steps did not reach, as far as the tiers have room now; returns whether some are
-    /// still waiting for room the disk writer is making.
+    /// during the steps did not reach, as far as the tiers have room now; returns whether copies are
+    /// still pending ([`EngineCore::copies_pending`]).
     pub fn copy_down_while_idle(&mut self) -> Result<bool> {
         let (queued, waiting) = self
             .kv

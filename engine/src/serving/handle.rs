@@ -259,8 +259,8 @@ fn stopped() -> EngineError {
     EngineError::Internal("the engine thread has stopped".into())
 }
 
-/// How long an idle engine thread with blocks still to copy down (write-through) waits for a command
-/// before copying more.
+/// How long an idle engine thread with copies pending (blocks to copy down under write-through, or
+/// disk writes under way) waits for a command before copying more and publishing its counters.
 const IDLE_COPY_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The engine thread: take commands (blocking while idle), step while there is work.
@@ -270,17 +270,18 @@ fn run_engine<B: Backend>(
     stats: Arc<Mutex<EngineStats>>,
 ) {
     let mut streams: HashMap<RequestId, mpsc::UnboundedSender<GenerationEvent>> = HashMap::new();
-    let mut copies_waiting = false;
+    let mut copies_pending = false;
     loop {
         let first = if core.has_work() {
             rx.try_recv().ok()
-        } else if copies_waiting {
+        } else if copies_pending {
             match rx.recv_timeout(IDLE_COPY_POLL) {
                 Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                    copies_waiting = core.copy_down_while_idle().unwrap_or_else(|e| {
+                    copies_pending = core.copy_down_while_idle().unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "KV blocks could not be copied down");
                         false
                     });
+                    publish(&stats, &core);
                     continue;
                 }
                 got => got.ok(),
@@ -314,10 +315,15 @@ fn run_engine<B: Backend>(
                 Err(e) => fail_all(&mut core, &mut streams, &e),
             }
         }
-        copies_waiting = !core.has_work() && core.copies_waiting();
-        if let Ok(mut s) = stats.lock() {
-            *s = core.stats();
-        }
+        copies_pending = !core.has_work() && core.copies_pending();
+        publish(&stats, &core);
+    }
+}
+
+/// Makes `core`'s counters visible to the handles.
+fn publish<B: Backend>(stats: &Mutex<EngineStats>, core: &EngineCore<B>) {
+    if let Ok(mut s) = stats.lock() {
+        *s = core.stats();
     }
 }
 

@@ -37,15 +37,21 @@ impl KvCacheManager {
         !self.fresh.is_empty()
     }
 
-    /// [`KvCacheManager::copy_down_fresh`] between requests; returns whether to call again later: some
-    /// blocks wait for room that the disk writer's progress will make. When no room can come (nothing
+    /// Whether copies are under way or waiting: blocks computed and not copied yet, or blocks the disk
+    /// writer has not written yet.
+    pub fn copies_pending(&self) -> bool {
+        self.has_fresh_blocks() || self.tiers.as_ref().is_some_and(|t| t.writing_to_disk())
+    }
+
+    /// [`KvCacheManager::copy_down_fresh`] between requests; returns how many were queued and whether
+    /// copies are still pending ([`KvCacheManager::copies_pending`]). When no room can come (nothing
     /// is being written), the waiting blocks are left to be copied at their eviction.
     pub fn copy_down_idle(&mut self, max: usize) -> (usize, bool) {
         let queued = self.copy_down_fresh(max);
-        let progress = self.tiers.as_ref().is_some_and(|t| t.writing_to_disk());
-        if queued == 0 && !progress {
+        let writing = self.tiers.as_ref().is_some_and(|t| t.writing_to_disk());
+        if queued == 0 && !writing {
             self.fresh.clear();
         }
-        (queued, self.has_fresh_blocks())
+        (queued, self.copies_pending())
     }
 }
