@@ -41,14 +41,17 @@ fn metric(server: &Server, line_start: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {line_start} in /metrics"))
 }
 
-#[test]
-fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes_its_files() {
-    let mut server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 512));
-    let (_, key) = server.tenant("tiers");
-    // The article's first 6,000 characters: about 1,400 tokens, some ninety KV blocks to keep on disk
-    // and bring back, at a third of the cost of reading the whole article.
-    let (title, text, questions) = support::squad_article(3);
-    let beginning: String = text.chars().take(6000).collect();
+/// What [`read_article`] leaves: the server, the tenant's key, the document, the article's questions
+/// with their answers, and the prompt tokens of the first question.
+type Read = (Server, String, String, Vec<(String, Vec<String>)>, u64);
+
+/// Starts a server where tenant `tenant` uploads the first `chars` characters of SQuAD article
+/// `article` and asks its first question on the long path.
+fn read_article(tenant: &str, article: usize, chars: usize) -> Read {
+    let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 512));
+    let (_, key) = server.tenant(tenant);
+    let (title, text, questions) = support::squad_article(article);
+    let beginning: String = text.chars().take(chars).collect();
     let (doc, _) = server.ingest(
         &key,
         &format!("{title}.txt"),
@@ -58,6 +61,14 @@ fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes
     let first = ask(&server, &key, &doc, &questions[0].0);
     assert_eq!(first["route"], "long", "{first}");
     let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    (server, key, doc, questions, prompt_tokens)
+}
+
+#[test]
+fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes_its_files() {
+    // The article's first 6,000 characters: about 1,400 tokens, some ninety KV blocks to keep on disk
+    // and bring back, at a third of the cost of reading the whole article.
+    let (mut server, key, doc, questions, prompt_tokens) = read_article("tiers", 3, 6000);
 
     assert!(server.terminate(), "a clean exit: {}", server.log_text());
     assert!(
@@ -100,18 +111,7 @@ fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes
 
 #[test]
 fn a_document_read_survives_a_crash_because_its_blocks_are_written_through_to_disk() {
-    let mut server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 512));
-    let (_, key) = server.tenant("crash");
-    let (title, text, questions) = support::squad_article(8);
-    let beginning: String = text.chars().take(4000).collect();
-    let (doc, _) = server.ingest(
-        &key,
-        &format!("{title}.txt"),
-        beginning.into_bytes(),
-        "text/plain",
-    );
-    let first = ask(&server, &key, &doc, &questions[0].0);
-    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    let (mut server, key, doc, questions, prompt_tokens) = read_article("crash", 8, 4000);
     // The document stays in the KV cache (nothing is evicted), and its blocks reach the disk anyway.
     let wanted = prompt_tokens / 16 - 8;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
