@@ -17,6 +17,7 @@ fn manager(num_blocks: usize, block_size: usize, caching: bool) -> KvCacheManage
 const DENSE: CacheScope = CacheScope {
     namespace: 0,
     sink_window: None,
+    transient: false,
 };
 
 fn windowed(num_sink_tokens: usize, window: usize) -> CacheScope {
@@ -26,6 +27,7 @@ fn windowed(num_sink_tokens: usize, window: usize) -> CacheScope {
             num_sink_tokens,
             window,
         }),
+        transient: false,
     }
 }
 

@@ -184,6 +184,40 @@ fn under_write_through_blocks_are_copied_down_as_they_are_computed_and_evicted_f
 }
 
 #[test]
+fn a_one_off_prompt_is_not_written_through_but_is_still_copied_down_when_evicted() {
+    let mut kv = manager(
+        10,
+        TierSettings {
+            write_through: true,
+            ..host_only()
+        },
+    );
+    let one_off = CacheScope {
+        transient: true,
+        ..CacheScope::dense(0)
+    };
+    run(&mut kv, 1, &doc(0, 8), one_off);
+    assert_eq!(kv.copy_down_fresh(100), 0);
+    assert!(!kv.has_fresh_blocks());
+    // A document read afterwards is written through; the one-off prompt's blocks it evicts are copied
+    // down at their eviction, as without write-through.
+    let moved = run(&mut kv, 2, &doc(5000, 8), CacheScope::dense(0));
+    assert!(!offloaded(&moved).is_empty());
+    assert!(moved.iter().all(|t| matches!(
+        t,
+        KvTransfer::Offload {
+            still_cached: false,
+            ..
+        }
+    )));
+    assert_eq!(
+        kv.copy_down_fresh(100),
+        8,
+        "the document's eight full blocks"
+    );
+}
+
+#[test]
 fn without_write_through_nothing_is_copied_before_it_is_evicted() {
     let mut kv = manager(10, host_only());
     run(&mut kv, 1, &doc(0, 8), CacheScope::dense(0));

@@ -252,6 +252,7 @@ fn check_windowed_attention(shape: AttnShape, rng: &mut Rng) {
             scope: CacheScope {
                 namespace: 0,
                 sink_window,
+                transient: false,
             },
             computed: 0,
         })

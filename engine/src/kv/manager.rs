@@ -78,6 +78,10 @@ pub struct CacheScope {
     pub namespace: CacheNamespace,
     /// Sink-token sliding window, or None for dense attention.
     pub sink_window: Option<SinkWindow>,
+    /// A one-off prompt (a RAG prompt, say): its blocks are copied down only if they are evicted,
+    /// never written through ([`crate::kv::tiers::TierSettings::write_through`]), so they do not take
+    /// the lower tiers' room and bandwidth from documents that are read again.
+    pub transient: bool,
 }
 
 impl CacheScope {
@@ -86,6 +90,7 @@ impl CacheScope {
         CacheScope {
             namespace,
             sink_window: None,
+            transient: false,
         }
     }
 }
@@ -636,7 +641,7 @@ impl KvCacheManager {
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash, scope.namespace);
-                if self.tiers.as_ref().is_some_and(KvTiers::writes_through) {
+                if !scope.transient && self.tiers.as_ref().is_some_and(KvTiers::writes_through) {
                     self.fresh.push_back(Evicted {
                         block: id,
                         hash,

@@ -115,6 +115,7 @@ pub fn perplexity<B: Backend>(
     let scope = CacheScope {
         namespace: 0,
         sink_window: opts.sink_window,
+        transient: false,
     };
     let admission = manager.find_cached_prefix(tokens, scope, false);
     let vocab = cfg.vocab_size;

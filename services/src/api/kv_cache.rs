@@ -81,6 +81,7 @@ pub async fn forget_cached_kv(state: &AppState, tenant_id: &str, doc: &Document)
         let scope = CacheScope {
             namespace,
             sink_window,
+            transient: false,
         };
         forgotten += state
             .engine

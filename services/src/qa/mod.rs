@@ -129,11 +129,14 @@ pub fn cache_namespace(tenant_id: &str) -> u64 {
     u64::from_le_bytes(first)
 }
 
-/// How a prompt uses the KV cache: the tenant's namespace, and the sink window of a streaming long prompt.
+/// How a prompt uses the KV cache: the tenant's namespace, the sink window of a streaming long prompt,
+/// and whether it is a one-off RAG prompt (asked once: written through to the lower tiers, it would
+/// take their room and bandwidth from the documents the long path reads again).
 pub fn cache_scope(namespace: u64, prepared: &Prepared) -> CacheScope {
     CacheScope {
         namespace,
         sink_window: prepared.sink_window,
+        transient: prepared.route == types::Route::Rag,
     }
 }
 
@@ -143,15 +146,12 @@ async fn admit(
     prepared: &Prepared,
     params: &SamplingParams,
 ) -> Result<TokenStream, ApiError> {
-    let mut request = GenerateRequest::new(prepared.prompt.clone(), params.clone())
-        .in_cache_namespace(cache_namespace(tenant_id));
+    let mut request = GenerateRequest::new(prepared.prompt.clone(), params.clone());
+    request.cache_scope = cache_scope(cache_namespace(tenant_id), prepared);
     // The measures need the top log-probabilities of each step, a pass over the vocabulary on the
     // host; an answer is measured only when a threshold is set.
     if state.config.abstention_threshold > 0.0 {
         request.top_logprobs = abstention::TOP_LOGPROBS;
-    }
-    if let Some(w) = prepared.sink_window {
-        request = request.with_sink_window(w);
     }
     Ok(state.engine.generate(request).await?)
 }
