@@ -14,7 +14,7 @@
 //!   holds), `DOCQA_BENCH_CHUNK` (prefill tokens per step, 512), `DOCQA_BENCH_TIERS` (`none,host,disk,restart`;
 //!   `none` is the anchor: no lower tier, so the second round reads every document again;
 //!   `host-through` and `disk-through` are `host` and `disk` with blocks copied down as they are
-//!   computed),
+//!   computed; `serve` is `docqa serve`'s default: 2 GiB of host memory, then disk, written through),
 //!   `DOCQA_BENCH_DIR` (where the disk tier and a synthesised model go; a temporary directory).
 //!
 //! On a GPU machine, `DOCQA_BENCH_KV_TIERS=1 DOCQA_BENCH_DEVICE=cuda gpu-check` runs the same code.
@@ -203,6 +203,13 @@ fn tier_settings(tier: &str, dir: &Path) -> Res<TierSettings> {
         },
         "host-through" => TierSettings {
             host_bytes: big,
+            write_through: true,
+            ..TierSettings::default()
+        },
+        // What `docqa serve` sets by default: 2 GiB of host memory, then disk, written through.
+        "serve" => TierSettings {
+            host_bytes: 2 << 30,
+            disk: Some((dir.to_path_buf(), big)),
             write_through: true,
             ..TierSettings::default()
         },
