@@ -142,6 +142,17 @@ impl Disk {
             .enqueue(hash, block.owner.namespace, block.bytes.clone());
         self.writer.write(hash, block.owner, block.bytes);
     }
+
+    /// [`Disk::write`] if the writer's queue has room now, without waiting for it; whether it had.
+    fn try_write(&self, hash: BlockHash, block: HostBlock) -> bool {
+        let namespace = block.owner.namespace;
+        self.lock().enqueue(hash, namespace, block.bytes.clone());
+        let queued = self.writer.try_write(hash, block.owner, block.bytes);
+        if !queued {
+            self.lock().dequeue(hash);
+        }
+        queued
+    }
 }
 
 /// The host and disk tiers of one engine.
@@ -272,7 +283,8 @@ impl KvTiers {
 
     /// Keeps a block copied down from the device: in host memory, pushing the least recently used
     /// blocks there down to disk (or dropping them without a disk tier). Under write-through the block
-    /// goes to disk at once as well, and leaves host memory later without another write.
+    /// goes to disk at once as well when the disk writer has room, and then leaves host memory later
+    /// without another write.
     pub fn store(&mut self, hash: BlockHash, owner: impl Into<BlockOwner>, bytes: BlockBytes) {
         self.stats.offloaded_blocks += 1;
         self.stats.bytes_offloaded += bytes.len() as u64;
@@ -283,7 +295,9 @@ impl KvTiers {
         if let (true, Some(disk)) = (self.write_through, &self.disk)
             && self.host.limit() > 0
         {
-            disk.write(hash, block.clone());
+            // Never waits for the disk: a block the queue has no room for now goes to disk when it
+            // leaves host memory, as without write-through.
+            disk.try_write(hash, block.clone());
         }
         let pushed_out = self.host.insert(hash, block);
         for (h, block) in pushed_out {

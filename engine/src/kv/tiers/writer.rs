@@ -131,6 +131,15 @@ impl DiskWriter {
         self.send(Job::Write(Write { hash, owner, bytes }));
     }
 
+    /// Queues a block's write if the queue has room now (the caller has entered it with
+    /// [`DiskTier::enqueue`], and takes it out again when this returns false).
+    pub fn try_write(&self, hash: BlockHash, owner: BlockOwner, bytes: BlockBytes) -> bool {
+        self.jobs.as_ref().is_some_and(|jobs| {
+            jobs.try_send(Job::Write(Write { hash, owner, bytes }))
+                .is_ok()
+        })
+    }
+
     /// Queues the end of a forgetting (see [`DiskTier::forget`]), after the writes queued before it.
     pub fn settle(&self, hash: Option<BlockHash>, namespace: Option<CacheNamespace>) {
         self.send(Job::Settle { hash, namespace });
