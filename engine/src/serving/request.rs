@@ -37,13 +37,6 @@ impl GenerateRequest {
         self
     }
 
-    /// The same request as a one-off prompt: its KV blocks are not written through to the lower tiers
-    /// ([`CacheScope::transient`]).
-    pub fn transient(mut self) -> Self {
-        self.cache_scope.transient = true;
-        self
-    }
-
     /// The same request streaming through `window` (StreamingLLM): attention sees the first
     /// `num_sink_tokens` and the last `window` tokens, so the prompt may be longer than the model's
     /// context and KV memory stays bounded.

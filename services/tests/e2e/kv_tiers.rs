@@ -64,6 +64,29 @@ fn read_article(tenant: &str, article: usize, chars: usize) -> Read {
     (server, key, doc, questions, prompt_tokens)
 }
 
+/// Asks `question` about `doc` on a restarted server and checks that nearly all of the document's
+/// `prompt_tokens` came from the cache, its blocks counted as disk hits; returns the cached tokens.
+fn asked_again_from_disk(
+    server: &Server,
+    key: &str,
+    doc: &str,
+    question: &str,
+    prompt_tokens: u64,
+) -> u64 {
+    let second = ask(server, key, doc, question);
+    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached > prompt_tokens - 200,
+        "{cached} of about {prompt_tokens} tokens from the cache"
+    );
+    let stats: Value = server.get("/v1/stats", key).json().unwrap();
+    assert!(
+        stats["kv_cache"]["disk_hits"].as_u64().unwrap() >= cached / 16,
+        "{stats}"
+    );
+    cached
+}
+
 #[test]
 fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes_its_files() {
     // The article's first 6,000 characters: about 1,400 tokens, some ninety KV blocks to keep on disk
@@ -86,18 +109,9 @@ fn a_document_read_before_a_restart_comes_back_from_disk_and_deleting_it_removes
     );
 
     server.restart();
-    let second = ask(&server, &key, &doc, &questions[1].0);
-    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
-    assert!(
-        cached > prompt_tokens - 200,
-        "{cached} of about {prompt_tokens} tokens from the cache"
-    );
+    let cached = asked_again_from_disk(&server, &key, &doc, &questions[1].0, prompt_tokens);
     assert!(metric(&server, "docqa_kv_tier_hits{tier=\"disk\"} ") >= (cached / 16) as f64);
     let stats: Value = server.get("/v1/stats", &key).json().unwrap();
-    assert!(
-        stats["kv_cache"]["disk_hits"].as_u64().unwrap() >= cached / 16,
-        "{stats}"
-    );
     assert_eq!(stats["kv_cache"]["tiers_attached"], true);
 
     let deleted = server.delete(&format!("/v1/documents/{doc}"), &key);
@@ -129,17 +143,7 @@ fn a_document_read_survives_a_crash_because_its_blocks_are_written_through_to_di
         "{on_disk} blocks on disk, {wanted} wanted"
     );
 
-    server.kill();
+    // `restart` ends the server with SIGKILL: no shutdown copy to disk.
     server.restart();
-    let second = ask(&server, &key, &doc, &questions[1].0);
-    let cached = second["usage"]["cached_prompt_tokens"].as_u64().unwrap();
-    assert!(
-        cached > prompt_tokens - 200,
-        "{cached} of about {prompt_tokens} tokens from the cache after a crash"
-    );
-    let stats: Value = server.get("/v1/stats", &key).json().unwrap();
-    assert!(
-        stats["kv_cache"]["disk_hits"].as_u64().unwrap() >= cached / 16,
-        "{stats}"
-    );
+    asked_again_from_disk(&server, &key, &doc, &questions[1].0, prompt_tokens);
 }
