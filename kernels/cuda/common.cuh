@@ -53,6 +53,23 @@ __device__ __forceinline__ float block_sum(float v, float* scratch /* [32], shar
     return warp_sum(t);
 }
 
+// Programmatic dependent launch (compute capability 9.0 and later). A kernel launched with it may
+// start while the kernel before it on the stream is still running: every thread must call
+// wait_for_previous_grid before it reads anything an earlier kernel wrote. allow_next_grid lets such
+// a kernel launched after this one start its blocks now (they still wait for this grid to finish).
+// Both do nothing for a kernel launched the usual way, and on older GPUs.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_grid() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- Tensor-core and async-copy helpers (sm_80 and later) for the flash attention kernels. ----
 
 // Two f32 values rounded to one packed bf16 pair: `lo` in the low half, `hi` in the high half.
@@ -156,12 +173,23 @@ struct IsInt8<signed char> {
     static constexpr bool value = true;
 };
 
-// Eight int8 values (little-endian in `raw`) times `scale`, rounded to four bf16 pairs.
-__device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
-    const int a = (int)raw.x, b = (int)raw.y;
-    const auto at = [&](int w, int i) { return (float)((w << (24 - 8 * i)) >> 24) * scale; };
-    return make_uint4(pack_bf16x2(at(a, 0), at(a, 1)), pack_bf16x2(at(a, 2), at(a, 3)),
-                      pack_bf16x2(at(b, 0), at(b, 1)), pack_bf16x2(at(b, 2), at(b, 3)));
+// Eight int8 values (little-endian in `raw`) widened to four bf16 pairs, exactly (|q| <= 128 fits
+// bf16's significand). No integer-to-float conversion: each byte with its sign bit flipped (q + 128)
+// becomes the low mantissa byte of 2^23, and subtracting 2^23 + 128 leaves q.
+__device__ __forceinline__ uint4 widen_int8x8(uint2 raw) {
+    const unsigned w[2] = {raw.x ^ 0x80808080u, raw.y ^ 0x80808080u};
+    unsigned out[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float f[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            f[b] = __uint_as_float(__byte_perm(w[h], 0x4b000000u, 0x7540 + b)) - 8388736.0f;
+        }
+        out[2 * h] = pack_bf16x2(f[0], f[1]);
+        out[2 * h + 1] = pack_bf16x2(f[2], f[3]);
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }

@@ -1,19 +1,36 @@
 // Decode attention (one new query row per sequence) over a bf16 or int8 paged KV pool, split-KV
-// (flash-decoding) and GQA-aware. int8 keys and values are widened to bf16 (exactly) as they are
-// loaded; their per-row scales multiply the scores and the probabilities in f32.
+// (flash-decoding) and GQA-aware. int8 keys and values stay int8 in registers until the chunk uses
+// them, then are widened to bf16 exactly; their per-row scales multiply the scores and the
+// probabilities in f32.
 //
 // flash_decode: one block of 4 warps per (key split, KV head, sequence). The group's query heads
 // (up to 16) are the rows of one mma.sync m16n8k16 tile, so every K and V element of the split is
-// read once for the whole group. Warps take interleaved chunks of 16 keys and load them straight
-// into registers (16-byte loads, no shared memory): K in an order of head dimensions that matches
-// the permuted Q fragments, V transposed in registers with movmatrix. Each warp keeps its own online
+// read once for the whole group. Warps take interleaved chunks of keys (16 from bf16 pools, 32 from
+// int8 ones, so a chunk's loads carry as many bytes) and load them straight into registers (no shared
+// memory): K in an order of head dimensions that matches the permuted Q fragments, V transposed in
+// registers with movmatrix. Each warp keeps its own online
 // softmax; the block merges its 4 warps and writes the split's normalized output and (max, sum).
 // flash_decode_reduce merges the splits of each (sequence, head).
 #include "common.cuh"
 
 #define WARPS 4
-#define CHUNK 16  // keys per warp step
 #define MAX_GROUP 16
+
+// Key rows a lane loads per chunk (8 keys a row across the warp): 2 from bf16 pools, 4 from int8.
+template <typename T>
+struct ChunkRows {
+    static constexpr int value = IsInt8<T>::value ? 4 : 2;
+};
+
+// What a lane loads per row and piece of 8 head dimensions: 16 bytes of bf16, or 8 of int8.
+template <typename T>
+struct LoadPiece {
+    using type = uint4;
+};
+template <>
+struct LoadPiece<signed char> {
+    using type = uint2;
+};
 
 // The group's query rows as bf16 A fragments with the head dimensions permuted: fragment 2s+e,
 // register pair (0, 2) holds dims 32s + 8t + 4e + {0,1}, {2,3} (t = lane % 4), matching the order
@@ -54,18 +71,18 @@ struct Window {
     }
 };
 
-// 16-byte pieces of two keys' rows: row r (key j + 8r + lane / 4), dims 32s + 8(lane % 4) + [0, 8).
+// 16-byte pieces of ROWS keys' rows: row r (key j + 8r + lane / 4), dims 32s + 8(lane % 4) + [0, 8).
 // Keys at or past `end` read as zeros.
-template <int HD>
+template <int HD, int ROWS>
 __device__ __forceinline__ void load_rows(
-    uint4 (*dst)[HD / 32],   // [2][HD / 32]
+    uint4 (*dst)[HD / 32],   // [ROWS][HD / 32]
     float*,                  // no row scales: bf16 pools
     const bf16_t* pool,      // [num_blocks, block_size, num_kv_heads, HD]
     const float*,            // no scales: bf16 pools
     Window w, int row_stride, int head_off, int j, int end) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
         const int key = j + 8 * r + g;
         const bf16_t* p = pool + head_off + 8 * t;
         // Keys below `end` are in the sequence's row (a window's range never reaches a block that
@@ -81,24 +98,25 @@ __device__ __forceinline__ void load_rows(
     }
 }
 
-// The same pieces from an int8 pool, widened to bf16 (exact: |q| ≤ 127), and the two rows' scales
-// (0 past `end`), which the chunk applies to the scores and probabilities in f32.
-template <int HD>
+// The same pieces from an int8 pool, 8 bytes each, left as they are (widen_int8x8 makes them bf16
+// when the chunk uses them), and the rows' scales (0 past `end`), which the chunk applies to the
+// scores and probabilities in f32.
+template <int HD, int ROWS>
 __device__ __forceinline__ void load_rows(
-    uint4 (*dst)[HD / 32],     // [2][HD / 32]
-    float* row_scale,          // [2]
+    uint2 (*dst)[HD / 32],     // [ROWS][HD / 32]
+    float* row_scale,          // [ROWS]
     const signed char* pool,   // [num_blocks, block_size, num_kv_heads, HD]
     const float* scales,       // [num_blocks, block_size, num_kv_heads]
     Window w, int row_stride, int head_off, int j, int end) {
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
         const int key = j + 8 * r + g;
         row_scale[r] = 0.0f;
         if (key >= end) {
 #pragma unroll
             for (int s = 0; s < HD / 32; ++s) {
-                dst[r][s] = make_uint4(0u, 0u, 0u, 0u);
+                dst[r][s] = make_uint2(0u, 0u);
             }
             continue;
         }
@@ -107,17 +125,22 @@ __device__ __forceinline__ void load_rows(
         row_scale[r] = scales[row / HD];
 #pragma unroll
         for (int s = 0; s < HD / 32; ++s) {
-            dst[r][s] = dequant8(*reinterpret_cast<const uint2*>(p + 32 * s), 1.0f);
+            dst[r][s] = *reinterpret_cast<const uint2*>(p + 32 * s);
         }
     }
 }
 
+// A loaded piece as four bf16 pairs.
+__device__ __forceinline__ uint4 as_bf16(uint4 piece) { return piece; }
+__device__ __forceinline__ uint4 as_bf16(uint2 piece) { return widen_int8x8(piece); }
+
 // Multiplies each score column (key j + 8n + 2t + (i & 1)) by its key's row scale, which the lanes
 // with lane / 4 = that key's offset loaded (load_rows).
+template <int ROWS>
 __device__ __forceinline__ void scale_columns(float (*sc)[4], const float* row_scale) {
     const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < ROWS; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             sc[n][i] *= __shfl_sync(0xffffffffu, row_scale[n], (2 * t + (i & 1)) * 4);
@@ -125,57 +148,63 @@ __device__ __forceinline__ void scale_columns(float (*sc)[4], const float* row_s
     }
 }
 
-// One chunk of 16 keys for the warp: scores, online softmax, P·V. With int8 pools the keys' and
-// values' scales (ks, vs: the rows this lane loaded) scale the scores, and the probabilities
+// One chunk of 8 · ROWS keys for the warp: scores, online softmax, P·V. With int8 pools the keys'
+// and values' scales (ks, vs: the rows this lane loaded) scale the scores, and the probabilities
 // before P·V (the running sums stay unscaled).
-template <int HD, bool INT8>
+template <int HD, int ROWS, bool INT8, typename P>
 __device__ __forceinline__ void chunk(
     float (*o)[4], float* m, float* l,  // [HD / 8][4], [2], [2]: the warp's running state
     unsigned (*qa)[4],                  // [HD / 16][4]: permuted Q fragments
-    uint4 (*kr)[HD / 32],               // [2][HD / 32]: the chunk's keys (load_rows)
-    uint4 (*vr)[HD / 32],               // [2][HD / 32]: the chunk's values (load_rows)
-    const float* ks, const float* vs,   // [2], [2]: int8 row scales
+    P (*kr)[HD / 32],                   // [ROWS][HD / 32]: the chunk's keys (load_rows)
+    P (*vr)[HD / 32],                   // [ROWS][HD / 32]: the chunk's values (load_rows)
+    const float* ks, const float* vs,   // [ROWS], [ROWS]: int8 row scales
     float scale_log2, int j, int end) {
     const int t = threadIdx.x & 3;
-    float sc[2][4];
+    float sc[ROWS][4];
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < ROWS; ++n) {
         sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
         for (int s = 0; s < HD / 32; ++s) {
-            mma_bf16_16816(sc[n], qa[2 * s], kr[n][s].x, kr[n][s].y);
-            mma_bf16_16816(sc[n], qa[2 * s + 1], kr[n][s].z, kr[n][s].w);
+            const uint4 k = as_bf16(kr[n][s]);
+            mma_bf16_16816(sc[n], qa[2 * s], k.x, k.y);
+            mma_bf16_16816(sc[n], qa[2 * s + 1], k.z, k.w);
         }
     }
     if constexpr (INT8) {
-        scale_columns(sc, ks);
+        scale_columns<ROWS>(sc, ks);
     }
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < ROWS; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const bool out = j + 8 * n + 2 * t + (i & 1) >= end;
             sc[n][i] = out ? NEG_INF : sc[n][i];
         }
     }
-    online_softmax<2, HD / 8>(sc, m, l, o, scale_log2);
+    online_softmax<ROWS, HD / 8>(sc, m, l, o, scale_log2);
     if constexpr (INT8) {
-        scale_columns(sc, vs);
+        scale_columns<ROWS>(sc, vs);
     }
-    const unsigned pa[4] = {
-        pack_bf16x2(sc[0][0], sc[0][1]),
-        pack_bf16x2(sc[0][2], sc[0][3]),
-        pack_bf16x2(sc[1][0], sc[1][1]),
-        pack_bf16x2(sc[1][2], sc[1][3]),
-    };
-    // Output tile 4s + w covers dims 32s + 8(lane/4 / 2) + 2w + (lane/4 % 2) as its column lane/4.
+    // Keys 16h .. 16h + 15 of the chunk: rows 2h and 2h + 1.
 #pragma unroll
-    for (int s = 0; s < HD / 32; ++s) {
-        const unsigned v0[4] = {vr[0][s].x, vr[0][s].y, vr[0][s].z, vr[0][s].w};
-        const unsigned v1[4] = {vr[1][s].x, vr[1][s].y, vr[1][s].z, vr[1][s].w};
+    for (int h = 0; h < ROWS / 2; ++h) {
+        const unsigned pa[4] = {
+            pack_bf16x2(sc[2 * h][0], sc[2 * h][1]),
+            pack_bf16x2(sc[2 * h][2], sc[2 * h][3]),
+            pack_bf16x2(sc[2 * h + 1][0], sc[2 * h + 1][1]),
+            pack_bf16x2(sc[2 * h + 1][2], sc[2 * h + 1][3]),
+        };
+        // Output tile 4s + w covers dims 32s + 8(lane/4 / 2) + 2w + (lane/4 % 2) as its column lane/4.
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            mma_bf16_16816(o[4 * s + w], pa, movmatrix_trans(v0[w]), movmatrix_trans(v1[w]));
+        for (int s = 0; s < HD / 32; ++s) {
+            const uint4 a = as_bf16(vr[2 * h][s]), b = as_bf16(vr[2 * h + 1][s]);
+            const unsigned v0[4] = {a.x, a.y, a.z, a.w};
+            const unsigned v1[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                mma_bf16_16816(o[4 * s + w], pa, movmatrix_trans(v0[w]), movmatrix_trans(v1[w]));
+            }
         }
     }
 }
@@ -223,6 +252,7 @@ __device__ void decode(
     float scale, int sink_part, int split_base, int splits) {
     __shared__ float o_s[WARPS][MAX_GROUP][HD];
     __shared__ float ml_s[WARPS][MAX_GROUP][2];
+    allow_next_grid();  // the output product may start fetching its weights
     const int sp = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int warp = threadIdx.x >> 5, group = num_heads / num_kv_heads;
     Window win{block_table + (long long)s * max_blocks_per_seq, block_size, 0, 0};
@@ -252,12 +282,15 @@ __device__ void decode(
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     }
     const float scale_log2 = scale * 1.4426950408889634f;
+    constexpr bool INT8 = IsInt8<T>::value;
+    constexpr int ROWS = ChunkRows<T>::value, CHUNK = 8 * ROWS;
+    using Piece = typename LoadPiece<T>::type;
     for (int j = begin + warp * CHUNK; j < end; j += WARPS * CHUNK) {
-        uint4 kr[2][HD / 32], vr[2][HD / 32];
-        float ks[2], vs[2];
-        load_rows<HD>(kr, ks, k_cache, k_scales, win, row_stride, head_off, j, end);
-        load_rows<HD>(vr, vs, v_cache, v_scales, win, row_stride, head_off, j, end);
-        chunk<HD, IsInt8<T>::value>(o, m, l, qa, kr, vr, ks, vs, scale_log2, j, end);
+        Piece kr[ROWS][HD / 32], vr[ROWS][HD / 32];
+        float ks[ROWS], vs[ROWS];
+        load_rows<HD, ROWS>(kr, ks, k_cache, k_scales, win, row_stride, head_off, j, end);
+        load_rows<HD, ROWS>(vr, vs, v_cache, v_scales, win, row_stride, head_off, j, end);
+        chunk<HD, ROWS, INT8>(o, m, l, qa, kr, vr, ks, vs, scale_log2, j, end);
     }
     stash<HD>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
     __syncthreads();
@@ -283,7 +316,8 @@ __device__ void decode(
     }
 }
 
-// Entry points: grid (splits, num_kv_heads, num_seqs), 128 threads; split_len a multiple of 64;
+// Entry points: grid (splits, num_kv_heads, num_seqs), 128 threads; split_len a multiple of 64 (bf16
+// pools) or 128 (int8: one step of the block's warps) keeps every warp busy;
 // at most 16 query heads per KV head. The `_windowed` ones take sequences that may stream through
 // sink windows, in two launches into one set of splits: the window (q, sink_part 0, splits
 // [0, n)), then the sinks (q_sinks, sink_part 1, split n); `splits` counts both. At head_dim 128
@@ -441,6 +475,7 @@ extern "C" __global__ void __launch_bounds__(REDUCE_THREADS) flash_decode_reduce
     __shared__ float scratch[32];
     __shared__ float4 partial[REDUCE_THREADS];
     __shared__ float weights[REDUCE_THREADS];
+    allow_next_grid();  // the output product may start fetching its weights
     const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
     const long long first = (long long)s * splits * num_heads + h;
     float mx = NEG_INF;

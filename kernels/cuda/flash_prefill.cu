@@ -148,8 +148,8 @@ __device__ __forceinline__ void widen_tiles(
         const int row = i / (HD / 8), col = (i % (HD / 8)) * 8;
         const uint2 kr = *reinterpret_cast<const uint2*>(&k_src[row][col]);
         const uint2 vr = *reinterpret_cast<const uint2*>(&v_src[row][col]);
-        *reinterpret_cast<uint4*>(&k_dst[row][col]) = dequant8(kr, 1.0f);
-        *reinterpret_cast<uint4*>(&v_dst[row][col]) = dequant8(vr, 1.0f);
+        *reinterpret_cast<uint4*>(&k_dst[row][col]) = widen_int8x8(kr);
+        *reinterpret_cast<uint4*>(&v_dst[row][col]) = widen_int8x8(vr);
     }
 }
 

@@ -9,6 +9,7 @@ extern "C" __global__ void rms_norm_f32(
     int width,
     float eps) {
     __shared__ float scratch[32];
+    allow_next_grid();  // the LM head's product may start fetching its weights
     const float* xr = x + (long long)blockIdx.x * width;
     float* o = out + (long long)blockIdx.x * width;
     float ss = 0.0f;

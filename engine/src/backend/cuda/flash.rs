@@ -10,10 +10,12 @@ use cudarc::driver::sys::CUfunction_attribute::{
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC_SMEM,
     CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK as MAX_THREADS,
 };
+use std::sync::atomic::Ordering;
+
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::{CudaBackend, CudaKv, cuda_err, pools};
-use crate::backend::{AttnShape, PagedAttnMeta};
+use crate::backend::{AttnShape, KvDtype, PagedAttnMeta};
 use crate::error::Result;
 
 /// Most keys per prefill tile (the kernel's `BN_OF(HD)`: 32 or 64); shared memory is sized for it.
@@ -25,6 +27,11 @@ const MIN_SPLIT: usize = 256;
 /// Below this many (sequence, KV head) pairs, splits go down to one step of the block's four warps
 /// ([`DECODE_STEP`] keys), so a short context of a small batch is spread over many blocks.
 const FEW_GROUPS: usize = 16;
+/// Blocks the decode launch of so few pairs aims for: two an SM, one wave. Measured at batch 1 with
+/// 8 KV heads (BENCHMARKS.md, "decode products, int8 decode and programmatic launch"), fewer longer
+/// splits beat many short ones: each block's fixed cost and the reduce shrink, and a launch a little
+/// over the resident limit (three an SM) pays a second wave.
+const FEW_GROUPS_TARGET_BLOCKS: usize = 132 * 2;
 /// Blocks the decode launch aims for: many short blocks over the H200's 132 SMs, so the last wave
 /// is a small share of the time.
 const TARGET_BLOCKS: usize = 132 * 16;
@@ -186,21 +193,53 @@ pub(super) fn bidirectional(
 /// output itself (no reduce launch).
 const ONE_SPLIT_MAX: usize = DECODE_STEP;
 
-/// Number of key splits and keys per split for a decode batch.
-fn splits(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape) -> (usize, usize) {
-    let max_len = meta.max_seq_len.max(1);
-    if max_len <= ONE_SPLIT_MAX {
-        return (1, max_len.div_ceil(DECODE_STEP) * DECODE_STEP);
+impl CudaBackend {
+    /// Makes split-KV decode launches aim for about `blocks` blocks, splits going down to one step of
+    /// a block's warps; `None` restores the split policy. For benchmarks that sweep it.
+    pub fn set_decode_block_target(&self, blocks: Option<usize>) {
+        self.decode_blocks
+            .store(blocks.unwrap_or(0), Ordering::Relaxed);
     }
-    let per_split = (meta.num_seqs * shape.num_kv_heads).max(1);
-    let min_split = if per_split < FEW_GROUPS {
-        DECODE_STEP
+
+    pub(super) fn decode_block_target(&self) -> Option<usize> {
+        match self.decode_blocks.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+}
+
+/// Keys one step of a decode block's four warps reads: a multiple of every split's length. int8
+/// chunks take twice the keys of bf16 ones (the same bytes).
+fn decode_step(kc: &CudaKv) -> usize {
+    match kc.shape.dtype {
+        KvDtype::Int8 => 2 * DECODE_STEP,
+        _ => DECODE_STEP,
+    }
+}
+
+/// Number of key splits and keys per split for a decode batch of `pairs` (sequence, KV head) pairs
+/// whose longest sequence has `max_len` keys, its blocks reading `step` keys at once. `target`
+/// overrides the blocks the launch aims for (and lets splits go down to one step).
+fn splits(max_len: usize, pairs: usize, step: usize, target: Option<usize>) -> (usize, usize) {
+    let max_len = max_len.max(1);
+    if max_len <= ONE_SPLIT_MAX {
+        return (1, max_len.div_ceil(step) * step);
+    }
+    let pairs = pairs.max(1);
+    let min_split = if pairs < FEW_GROUPS || target.is_some() {
+        step
     } else {
         MIN_SPLIT
     };
     let most = max_len.div_ceil(min_split);
-    let n = TARGET_BLOCKS.div_ceil(per_split).clamp(1, most.max(1));
-    let len = max_len.div_ceil(n).div_ceil(DECODE_STEP) * DECODE_STEP;
+    let blocks = target.unwrap_or(if pairs < FEW_GROUPS {
+        FEW_GROUPS_TARGET_BLOCKS
+    } else {
+        TARGET_BLOCKS
+    });
+    let n = blocks.div_ceil(pairs).clamp(1, most.max(1));
+    let len = max_len.div_ceil(n).div_ceil(step) * step;
     (max_len.div_ceil(len), len)
 }
 
@@ -216,7 +255,13 @@ pub(super) fn decode(
     out: &mut CudaSlice<f32>, // [num_seqs, num_heads, head_dim]
 ) -> Result<()> {
     let block_size = kc.shape.block_size;
-    let (n, len) = splits(meta, shape);
+    let pairs = meta.num_seqs * shape.num_kv_heads;
+    let (n, len) = splits(
+        meta.max_seq_len,
+        pairs,
+        decode_step(kc),
+        be.decode_block_target(),
+    );
     // Under sink windows the sinks take one more split, read with q_sinks by a second launch.
     let total = n + usize::from(meta.windows.is_some());
     let rows = meta.num_seqs * total * shape.num_heads;
@@ -398,4 +443,50 @@ fn launch_decode(
     // num_seqs · num_heads rows); the caller checked the other sizes.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_split_is_whole_steps_and_the_splits_cover_the_context() {
+        for step in [DECODE_STEP, 2 * DECODE_STEP] {
+            for (len, pairs) in [(65, 1), (1000, 8), (8192, 8), (32768, 64), (131072, 256)] {
+                for target in [None, Some(132), Some(1056)] {
+                    let (n, split) = splits(len, pairs, step, target);
+                    assert_eq!(split % step, 0, "{len} keys, {pairs} pairs, {target:?}");
+                    assert!(
+                        n * split >= len && (n - 1) * split < len,
+                        "{n} x {split} for {len}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_context_of_one_step_or_less_is_one_split() {
+        assert_eq!(splits(40, 8, DECODE_STEP, None), (1, DECODE_STEP));
+        assert_eq!(splits(64, 8, 2 * DECODE_STEP, None), (1, 2 * DECODE_STEP));
+    }
+
+    #[test]
+    fn a_few_pairs_over_a_long_context_take_one_wave_of_two_blocks_an_sm() {
+        let (n, len) = splits(8192, 8, DECODE_STEP, None);
+        assert_eq!((n, len), (32, 256));
+        assert!(n * 8 <= FEW_GROUPS_TARGET_BLOCKS);
+        // Many pairs keep aiming for many blocks: 2,112 over 64 pairs, 33 splits, whole steps 32.
+        assert_eq!(splits(32768, 64, DECODE_STEP, None), (32, 1024));
+    }
+
+    #[test]
+    fn a_block_target_sets_how_many_blocks_the_launch_has() {
+        // 8 KV heads of one sequence over 32K keys, aiming for 264 blocks: 33 splits a head, which
+        // whole steps make 32 of 1,024 keys.
+        let (n, len) = splits(32768, 8, DECODE_STEP, Some(264));
+        assert_eq!((n, len), (32, 1024));
+        let (n, _) = splits(32768, 8, DECODE_STEP, Some(1056));
+        assert_eq!(n, 128);
+    }
 }

@@ -1,11 +1,15 @@
 //! Launches of the skinny decode products (`gemv.cu`): bf16 weights times at most [`MAX_ROWS`]
 //! activation rows in one launch each, with the bias, the residual add, the q/k/v triple or SwiGLU's
-//! silu·mul fused, and the RMSNorm before the q/k/v and gate/up products. Wider products, f32 weights and widths not a multiple of 8 go through cuBLAS.
+//! silu·mul fused, and the RMSNorm before the q/k/v and gate/up products. Wider products, f32
+//! weights and widths not a multiple of 8 go through cuBLAS. The kernels fetch their first weights
+//! before they wait for the previous kernel, so they are launched with programmatic dependent launch
+//! where the device has it ([`super::pdl`]).
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::ops::vector;
-use super::{CudaBackend, CudaWeight, CudaWeightData, check_len, cuda_err};
+use super::pdl::PdlArgs;
+use super::{CudaBackend, CudaWeight, CudaWeightData, check_len};
 use crate::backend::RmsNormInto;
 use crate::error::Result;
 
@@ -37,20 +41,13 @@ fn launch_config(outputs: usize) -> LaunchConfig {
     }
 }
 
-/// An optional bias as a kernel argument: its device vector, or a null pointer.
-enum BiasArg<'a> {
-    Some(&'a CudaSlice<f32>),
-    Null(u64),
-}
-
-fn bias_arg(bias: Option<&CudaWeight>, width: usize) -> Result<BiasArg<'_>> {
-    match bias {
-        Some(b) => {
-            check_len("gemv bias", b.cols, width)?;
-            Ok(BiasArg::Some(vector(b)?))
-        }
-        None => Ok(BiasArg::Null(0)),
-    }
+/// An optional bias's device vector, checked against the product's width.
+fn bias_arg(bias: Option<&CudaWeight>, width: usize) -> Result<Option<&CudaSlice<f32>>> {
+    bias.map(|b| {
+        check_len("gemv bias", b.cols, width)?;
+        vector(b)
+    })
+    .transpose()
 }
 
 /// `y[rows, w.rows] = (accumulate ? y : 0) + x · Wᵀ (+ bias)`.
@@ -68,22 +65,20 @@ pub(super) fn gemv(
     check_len("gemv x", x.len(), rows * inp)?;
     check_len("gemv y", y.len(), rows * out)?;
     let bias = bias_arg(bias, out)?;
-    let ints = [rows, inp, out, accumulate as usize].map(|v| v as i32);
     let f = be.kernels.get(&entry("gemv_bf16", rows))?;
-    let mut b = be.dev.stream.launch_builder(f);
-    b.arg(wd).arg(x);
-    match &bias {
-        BiasArg::Some(v) => b.arg(*v),
-        BiasArg::Null(p) => b.arg(p),
-    };
-    b.arg(y);
-    for i in &ints {
-        b.arg(i);
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(wd, stream)
+        .buf(x, stream)
+        .maybe_buf(bias, stream)
+        .buf(y, stream);
+    for i in [rows, inp, out, accumulate as usize] {
+        a.int(i as i32);
     }
     // SAFETY: arguments match the kernel's signature; sizes checked above; `in` is a multiple of 8
-    // (bf16_weight), so every 16-byte load is aligned and in bounds.
-    unsafe { b.launch(launch_config(out)) }.map_err(cuda_err)?;
-    Ok(())
+    // (bf16_weight), so every 16-byte load is aligned and in bounds; every thread of the kernel
+    // waits for the previous grid before it reads x or y.
+    unsafe { a.launch(f, stream, launch_config(out), be.pdl_on()) }
 }
 
 /// A norm fused into a skinny product: its weight vector and epsilon.
@@ -97,17 +92,9 @@ pub(super) fn fused_norm<'a>(
 }
 
 /// Pushes a fused norm's arguments: its weight (or a null pointer) and epsilon.
-fn push_norm<'a>(
-    b: &mut cudarc::driver::LaunchArgs<'a>,
-    norm: &'a FusedNorm<'a>,
-    null: &'a u64,
-    eps: &'a f32,
-) {
-    match norm {
-        Some((w, _)) => b.arg(*w),
-        None => b.arg(null),
-    };
-    b.arg(eps);
+fn push_norm(a: &mut PdlArgs, norm: FusedNorm<'_>, stream: &cudarc::driver::CudaStream) {
+    a.maybe_buf(norm.map(|n| n.0), stream)
+        .float(norm.map_or(0.0, |n| n.1));
 }
 
 /// `ys[i] = x' · W[i]ᵀ (+ bias[i])` for q, k and v (`W[1]` and `W[2]` of one shape) in one launch,
@@ -133,26 +120,25 @@ pub(super) fn gemv3(
         bias_arg(bias[1], out12)?,
         bias_arg(bias[2], out12)?,
     ];
-    let ints = [rows, inp, out0, out12].map(|v| v as i32);
     let f = be.kernels.get(&entry("gemv3_bf16", rows))?;
-    let mut b = be.dev.stream.launch_builder(f);
-    b.arg(w0).arg(w1).arg(w2);
-    for bias in &biases {
-        match bias {
-            BiasArg::Some(v) => b.arg(*v),
-            BiasArg::Null(p) => b.arg(p),
-        };
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(w0, stream).buf(w1, stream).buf(w2, stream);
+    for b in biases {
+        a.maybe_buf(b, stream);
     }
-    b.arg(y0).arg(y1).arg(y2).arg(x);
-    let (null, eps) = (0u64, norm.map_or(0.0, |n| n.1));
-    push_norm(&mut b, &norm, &null, &eps);
-    for i in &ints {
-        b.arg(i);
+    a.buf(y0, stream)
+        .buf(y1, stream)
+        .buf(y2, stream)
+        .buf(x, stream);
+    push_norm(&mut a, norm, stream);
+    for i in [rows, inp, out0, out12] {
+        a.int(i as i32);
     }
     // SAFETY: arguments match the kernel's signature; sizes checked above; the three weights share
-    // `in`, a multiple of 8, and k and v share their output width (checked by the caller).
-    unsafe { b.launch(launch_config(out0 + 2 * out12)) }.map_err(cuda_err)?;
-    Ok(())
+    // `in`, a multiple of 8, and k and v share their output width (checked by the caller); every
+    // thread waits for the previous grid before it reads x.
+    unsafe { a.launch(f, stream, launch_config(out0 + 2 * out12), be.pdl_on()) }
 }
 
 /// `y[rows, width] = silu(x' · Gᵀ) ⊙ (x' · Uᵀ)` in one launch, `x'` as for [`gemv3`].
@@ -169,18 +155,16 @@ pub(super) fn silu_mul(
     let (out, inp) = (gate.rows, gate.cols);
     check_len("gemv_silu_mul x", x.len(), rows * inp)?;
     check_len("gemv_silu_mul y", y.len(), rows * out)?;
-    let ints = [rows, inp, out].map(|v| v as i32);
     let f = be.kernels.get(&entry("gemv_silu_mul_bf16", rows))?;
-    let mut b = be.dev.stream.launch_builder(f);
-    b.arg(g).arg(u).arg(x);
-    let (null, eps) = (0u64, norm.map_or(0.0, |n| n.1));
-    push_norm(&mut b, &norm, &null, &eps);
-    b.arg(y);
-    for i in &ints {
-        b.arg(i);
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(g, stream).buf(u, stream).buf(x, stream);
+    push_norm(&mut a, norm, stream);
+    a.buf(y, stream);
+    for i in [rows, inp, out] {
+        a.int(i as i32);
     }
     // SAFETY: arguments match the kernel's signature; sizes checked above; gate and up share their
-    // shape (checked by the caller).
-    unsafe { b.launch(launch_config(out)) }.map_err(cuda_err)?;
-    Ok(())
+    // shape (checked by the caller); every thread waits for the previous grid before it reads x.
+    unsafe { a.launch(f, stream, launch_config(out), be.pdl_on()) }
 }

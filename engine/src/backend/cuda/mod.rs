@@ -20,12 +20,13 @@ mod kv_mapped;
 mod matmul;
 mod modules;
 mod ops;
+mod pdl;
 mod pools;
 mod rope_kv;
 mod sample;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
@@ -99,6 +100,11 @@ pub struct CudaBackend {
     mapped: Mutex<kv_mapped::MappedTransfers>,
     /// Whether decode steps are recorded into graphs and replayed.
     graphs: AtomicBool,
+    /// Blocks a split-KV decode launch aims for; 0 leaves it to the split policy.
+    decode_blocks: AtomicUsize,
+    /// Whether the skinny products start while the kernel before them finishes (programmatic
+    /// dependent launch, compute capability 9.0 and later).
+    pdl: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -129,6 +135,7 @@ impl CudaBackend {
         let dev = Device::open(ordinal)?;
         let kernels = Kernels::load(&dev.ctx, dev.cc)?;
         let graphs = std::env::var("DOCQA_CUDA_GRAPHS").map_or(true, |v| v != "0");
+        let pdl = dev.cc.0 >= 9 && std::env::var("DOCQA_CUDA_PDL").map_or(true, |v| v != "0");
         Ok(CudaBackend {
             dev,
             kernels,
@@ -138,6 +145,8 @@ impl CudaBackend {
             staging: Mutex::new(kv_blocks::Staging::default()),
             mapped: Mutex::new(kv_mapped::MappedTransfers::default()),
             graphs: AtomicBool::new(graphs),
+            decode_blocks: AtomicUsize::new(0),
+            pdl: AtomicBool::new(pdl),
             epoch: AtomicU64::new(0),
         })
     }

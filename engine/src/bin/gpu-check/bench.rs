@@ -1,7 +1,8 @@
 //! Timings (`--bench`): attention prefill TFLOP/s and decode attention bandwidth of the tensor-core
-//! kernels (bf16 pools, and int8 pools at head_dim 128), token picks, and end-to-end prefill and
-//! decode at batch 1, 8 and 32 on random models of SmolLM2-135M's and Llama-3.2-1B's shapes, decode
-//! with and without CUDA graphs.
+//! kernels (bf16 pools, and int8 pools at head_dim 128), decode attention under several split
+//! targets, the skinny decode products at real widths, token picks, and end-to-end prefill and decode
+//! at batch 1, 8 and 32 on random models of SmolLM2-135M's and Llama-3.2-1B's shapes, decode with and
+//! without CUDA graphs and programmatic dependent launch.
 //!
 //! Kernel times are CUDA events around the launch, median of several after a warm-up; inputs are
 //! random, never zeros. FLOPs of causal attention: `4 · heads · head_dim · N(N+1)/2`; decode bytes:
@@ -72,10 +73,22 @@ fn filled_pools(
 fn paged_ms(
     gpu: &CudaBackend,
     rng: &mut Rng,
+    dims: (usize, usize, usize),
+    heads: (usize, usize, usize),
+    (dtype, reps): (KvDtype, usize),
+) -> Result<f64> {
+    Ok(paged_ms_sweep(gpu, rng, dims, heads, (dtype, reps), &[None])?[0])
+}
+
+/// [`paged_ms`] once for each decode block target (`None`: the split policy's), on one set of pools.
+fn paged_ms_sweep(
+    gpu: &CudaBackend,
+    rng: &mut Rng,
     (seqs, q_len, ctx): (usize, usize, usize),
     (heads, kvh, hd): (usize, usize, usize),
     (dtype, reps): (KvDtype, usize),
-) -> Result<f64> {
+    targets: &[Option<usize>],
+) -> Result<Vec<f64>> {
     let (kc, vc, table, per) = filled_pools(gpu, rng, (seqs, ctx), (kvh, hd), dtype)?;
     let tokens = seqs * q_len;
     let ids = |v: &[u32]| -> Result<_> {
@@ -104,9 +117,16 @@ fn paged_ms(
         head_dim: hd,
         scale: 1.0 / (hd as f32).sqrt(),
     };
-    median_ms(gpu, reps, || {
-        gpu.paged_attention(&q, &kc, &vc, &meta, shape, &mut out)
-    })
+    let mut times = Vec::with_capacity(targets.len());
+    for &target in targets {
+        gpu.set_decode_block_target(target);
+        let ms = median_ms(gpu, reps, || {
+            gpu.paged_attention(&q, &kc, &vc, &meta, shape, &mut out)
+        });
+        gpu.set_decode_block_target(None);
+        times.push(ms?);
+    }
+    Ok(times)
 }
 
 /// Prints the kernel timings, then (with `end_to_end_too`) the end-to-end ones.
@@ -137,6 +157,8 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
         );
     }
     int8_timings(gpu, rng)?;
+    decode_split_timings(gpu, rng)?;
+    crate::products::run(gpu, rng)?;
     pick_timings(gpu, rng)?;
     match end_to_end_too {
         true => end_to_end(rng),
@@ -179,8 +201,20 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
                 println!("  decode batch {:>3} after {}: {e}", case.0, case.1);
             }
         }
+        for case in [(1, 8192), (1, 32768)] {
+            without_pdl(&model, || decode::report_after(&model, rng, case, true))?;
+        }
     }
     Ok(())
+}
+
+/// `f` with programmatic dependent launch off, for a row beside the default's.
+fn without_pdl(model: &Llama<CudaBackend>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let was = model.backend.pdl_on();
+    model.backend.set_pdl(false);
+    let done = f();
+    model.backend.set_pdl(was);
+    done
 }
 
 /// The prefill kernel once at head_dim 128 and 16,384 tokens (`DOCQA_PROFILE_PREFILL`), for a
@@ -216,6 +250,36 @@ fn int8_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
             "  decode 8 x ctx {ctx:>6}  {ms:>9.3} ms  {:>7.3} TB/s",
             bytes / ms * 1e-9
         );
+    }
+    Ok(())
+}
+
+/// Decode attention of 1 and 8 sequences (Llama-3.1-8B's heads: 32 query, 8 KV, head_dim 128) over
+/// bf16 and int8 pools, with the split policy's launch and with launches aiming for 1, 2, 3, 4, 8 and
+/// 16 blocks an SM, so the policy can be checked against its alternatives.
+fn decode_split_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    const SMS: usize = 132;
+    let targets: Vec<Option<usize>> = std::iter::once(None)
+        .chain([1, 2, 3, 4, 8, 16].map(|k| Some(k * SMS)))
+        .collect();
+    println!(
+        "bench: paged_attention decode, head_dim 128, 32/8 heads; columns: the split policy, then 1, 2, 3, 4, 8, 16 blocks an SM"
+    );
+    for dtype in [KvDtype::Bf16, KvDtype::Int8] {
+        let row_bytes = match dtype {
+            KvDtype::Int8 => 128.0 + 4.0,
+            _ => 256.0,
+        };
+        for (seqs, ctx) in [(1, 8192), (1, 32768), (1, 131072), (8, 32768), (8, 131072)] {
+            let dims = (seqs, 1, ctx);
+            let times = paged_ms_sweep(gpu, rng, dims, (32, 8, 128), (dtype, 21), &targets)?;
+            let bytes = (seqs * ctx) as f64 * 8.0 * row_bytes * 2.0;
+            let cells: Vec<String> = times
+                .iter()
+                .map(|ms| format!("{:>7.1} us {:>5.2} TB/s", ms * 1e3, bytes / ms * 1e-9))
+                .collect();
+            println!("  {dtype:?} {seqs} x ctx {ctx:>6}  {}", cells.join(" |"));
+        }
     }
     Ok(())
 }
@@ -281,6 +345,7 @@ fn end_to_end(rng: &mut Rng) -> Result<()> {
                 model.backend.set_graphs(graphs);
                 decode::report(&model, rng, seqs, graphs)?;
             }
+            without_pdl(&model, || decode::report(&model, rng, seqs, true))?;
         }
     }
     Ok(())

@@ -74,8 +74,9 @@ pub fn report_after(
     let (secs, replays) = time_decode(model, rng, seqs, context)?;
     let step_ms = secs * 1e3 / STEPS as f64;
     println!(
-        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3}  {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
+        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3} pdl {:<3}  {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
         if graphs { "on" } else { "off" },
+        if model.backend.pdl_on() { "on" } else { "off" },
         (seqs * STEPS) as f64 / secs,
     );
     Ok(())

@@ -1,7 +1,8 @@
 //! Parity of the fused decode products against the CPU backend's unfused sequence (the trait's
 //! default: RMSNorm, separate products, then the add or silu·mul): the residual add, SwiGLU's gate and
 //! up, the q/k/v triple, with and without the norm, each at 1 and 3 rows (the skinny kernels) and 24
-//! rows (cuBLAS, then the separate op); RoPE with the KV write; and the arg-max of logit rows.
+//! rows (cuBLAS, then the separate op), and at inputs wider than the kernels stage at once; RoPE with
+//! the KV write; and the arg-max of logit rows.
 
 use docqa_engine::Result;
 use docqa_engine::backend::{Backend, KvDtype, KvShape, RmsNormInto};
@@ -28,6 +29,12 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     }
     residual(p, rng, r, 3, (2048, 8192))?;
     gated(p, rng, r, (4, true), (8192, 2048))?;
+    // Inputs past one staged tile of the skinny kernels (8,192 values over the rows), some with a
+    // last tile shorter than a lane's step.
+    residual(p, rng, r, 1, (1024, 14336))?;
+    gated(p, rng, r, (1, true), (512, 8200))?;
+    qkv(p, rng, r, (3, true), (512, 128, 4096))?;
+    qkv(p, rng, r, (2, false), (256, 64, 4104))?;
     for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
         rope_kv_write(p, rng, r, dtype)?;
     }

@@ -24,6 +24,7 @@ mod inputs;
 #[path = "../../../benches/kv_tiers.rs"]
 mod kv_tiers_bench;
 mod ops;
+mod products;
 mod random_models;
 mod reload_probe;
 mod report;
