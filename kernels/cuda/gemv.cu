@@ -5,18 +5,20 @@
 // projections of one input (q, k, v), or SwiGLU's silu(gate)·up; and the RMSNorm before q/k/v and
 // gate/up. `in` must be a multiple of 8.
 //
-// A block of 8 warps takes 8 output features, one a warp. The block first stages the activations it
-// needs as bf16 in shared memory (normalised and rounded once for all its warps, a tile of up to
-// STAGE_ELEMS values at a time), then each warp streams its weight row in 16-byte pieces, U pieces a
-// lane in flight while it multiplies the previous U with the staged rows. The first pieces are
-// requested before the staging, and before the kernel waits for the previous one (launched with
+// A warp takes one output feature at a time. The block first stages the activations as bf16 in
+// shared memory (normalised and rounded once for all its warps), then each warp streams its weight
+// rows in 16-byte pieces, U pieces a lane in flight while it multiplies the previous U with the
+// staged rows. Where the input fits in the stage (STAGE_ELEMS values, all rows together), the launch
+// has about two blocks an SM and each warp streams feature after feature without a pause; longer
+// inputs are staged a tile at a time, once for every feature a block's warps take. The first pieces
+// are requested before the staging, and before the kernel waits for the previous one (launched with
 // programmatic dependent launch, it starts while that kernel finishes), so their latency overlaps
 // both.
 #include "common.cuh"
 
 #define GEMV_WARPS 8  // output features per block
 #define GEMV_THREADS (GEMV_WARPS * 32)
-#define STAGE_ELEMS 8192  // bf16 activations a block stages at once, all rows together (16 KiB)
+#define STAGE_ELEMS 16384  // bf16 activations a block stages at once, all rows together (32 KiB)
 
 // 16 bytes of weights, read once: not kept in L1.
 __device__ __forceinline__ uint4 load_streamed(const bf16_t* p) {
@@ -70,10 +72,10 @@ __device__ __forceinline__ void block_row_scales(const float* __restrict__ x, in
     }
 }
 
-// Stages x'[r, lo..hi) for the first `rows` rows as bf16 pieces of 8 (row r from xs[r · STAGE_ELEMS /
-// 8 / R]), x' being x, or x · scale[r] · norm_w with NORM. Every thread of the block calls it.
+// Stages x'[r, lo..hi) for the first `rows` rows as bf16 pieces of 8 (row r from xs[r · row_pieces]),
+// x' being x, or x · scale[r] · norm_w with NORM. Every thread of the block calls it.
 template <int R, bool NORM>
-__device__ __forceinline__ void stage_tile(uint4* xs, const float* __restrict__ x,
+__device__ __forceinline__ void stage_tile(uint4* xs, int row_pieces, const float* __restrict__ x,
                                            const float* __restrict__ norm_w, const float* scale,
                                            int rows, int in, int lo, int hi) {
     const int pieces = (hi - lo) >> 3;
@@ -89,7 +91,7 @@ __device__ __forceinline__ void stage_tile(uint4* xs, const float* __restrict__ 
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[j] = v[j] * scale[r] * g[j];
         }
-        xs[r * (STAGE_ELEMS / 8 / R) + ((k - lo) >> 3)] =
+        xs[r * row_pieces + ((k - lo) >> 3)] =
             make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
                        pack_bf16x2(v[6], v[7]));
     }
@@ -110,11 +112,11 @@ __device__ __forceinline__ void load_group(uint4 (*w)[U], const bf16_t* const* w
     }
 }
 
-// acc[m][r] += the products of a lane's U pieces (inputs k, k + 256, ...) with the staged rows, whose
-// tile starts at input `lo`.
+// acc[m][r] += the products of a lane's U pieces (inputs k, k + 256, ...) with the staged rows (row r
+// from xs[r · row_pieces]), whose tile starts at input `lo`.
 template <int R, int M, int U>
-__device__ __forceinline__ void dot_group(const uint4 (*w)[U], const uint4* xs, int rows, int in,
-                                          int k, int lo, float (*acc)[R]) {
+__device__ __forceinline__ void dot_group(const uint4 (*w)[U], const uint4* xs, int row_pieces,
+                                          int rows, int in, int k, int lo, float (*acc)[R]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const int at = k + 256 * u;
@@ -126,7 +128,7 @@ __device__ __forceinline__ void dot_group(const uint4 (*w)[U], const uint4* xs, 
         for (int r = 0; r < R; ++r) {
             if (r < rows) {
                 float v[8];
-                unpack8(xs[r * (STAGE_ELEMS / 8 / R) + ((at - lo) >> 3)], v);
+                unpack8(xs[r * row_pieces + ((at - lo) >> 3)], v);
 #pragma unroll
                 for (int m = 0; m < M; ++m) {
                     float s = acc[m][r];
@@ -139,49 +141,18 @@ __device__ __forceinline__ void dot_group(const uint4 (*w)[U], const uint4* xs, 
     }
 }
 
-// acc[m][r] = Σ_k w_rows[m][k] · bf16(x'[r, k]) for the warp's M weight rows (x' as stage_tile
-// makes it, in `xs`: STAGE_ELEMS / 8 pieces of shared memory), summed over the warp: every lane gets
-// the sums. Every thread of the block calls it; a
-// warp without an output feature (`active` false) only helps stage.
-template <int R, int M, bool NORM>
-__device__ __forceinline__ void staged_dot(uint4* xs, const bf16_t* const* w_rows, bool active,
-                                           const float* __restrict__ x, const float* norm_w,
-                                           float eps, int rows, int in, float (*acc)[R]) {
-    // More pieces in flight per lane where registers allow.
-    constexpr int U = (R == 1 && M == 1) ? 4 : 2;
-    constexpr int GROUP = 256 * U;        // inputs a warp takes per step
-    constexpr int TILE = STAGE_ELEMS / R;  // inputs staged at once
+// The pieces a lane keeps in flight per weight row: more where registers allow.
+template <int R, int M>
+struct Stream {
+    static constexpr int U = (R == 1 && M == 1) ? 4 : 2;
+    static constexpr int GROUP = 256 * U;        // inputs a warp takes per step
+    static constexpr int TILE = STAGE_ELEMS / R;  // inputs staged at once
     static_assert(TILE % GROUP == 0, "a step's inputs lie in one staged tile");
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-    }
-    uint4 cur[M][U];
-    load_group<M, U>(cur, w_rows, active, in, lane * 8);
-    // The weights above are no kernel's output; x and y may be the previous kernel's.
-    allow_next_grid();
-    wait_for_previous_grid();
-    float scale[R];
-    block_row_scales<R, NORM>(x, rows, in, eps, scale);
-#pragma unroll 1
-    for (int k0 = 0; k0 < in; k0 += GROUP) {
-        const int lo = k0 - k0 % TILE;
-        if (k0 == lo) {
-            __syncthreads();  // every warp is done with the previous tile
-            stage_tile<R, NORM>(xs, x, norm_w, scale, rows, in, lo, min(in, lo + TILE));
-            __syncthreads();
-        }
-        uint4 next[M][U];
-        load_group<M, U>(next, w_rows, active, in, k0 + GROUP + lane * 8);
-        if (active) dot_group<R, M, U>(cur, xs, rows, in, k0 + lane * 8, lo, acc);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-#pragma unroll
-            for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
-        }
-    }
+};
+
+// Sums each acc[m][r] over the warp (every lane gets the sums).
+template <int R, int M>
+__device__ __forceinline__ void warp_sums(float (*acc)[R]) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
 #pragma unroll
@@ -189,17 +160,145 @@ __device__ __forceinline__ void staged_dot(uint4* xs, const bf16_t* const* w_row
     }
 }
 
-// staged_dot on x as is (norm_w null) or RMS-normalised with norm_w and eps.
 template <int R, int M>
-__device__ __forceinline__ void staged_dot_maybe_normed(uint4* xs, const bf16_t* const* w_rows,
-                                                        bool active,
-                                                        const float* __restrict__ x,
-                                                        const float* norm_w, float eps, int rows,
-                                                        int in, float (*acc)[R]) {
-    if (norm_w) {
-        staged_dot<R, M, true>(xs, w_rows, active, x, norm_w, eps, rows, in, acc);
+__device__ __forceinline__ void zero(float (*acc)[R]) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+    }
+}
+
+// The products of inputs too long to stage at once: the block stages x' tile by tile for every
+// round of GEMV_WARPS output features, and each warp streams the weight rows of its feature
+// (`rows_of(o, w_rows)`) through each tile, then hands the warp's sums to `finish(o, acc)`. Every
+// thread of the block calls it; the loop over features is the same for the whole block.
+template <int R, int M, bool NORM, class RowsOf, class Finish>
+__device__ __forceinline__ void tiled_products(uint4* xs, RowsOf rows_of, Finish finish,
+                                               int outputs, const float* __restrict__ x,
+                                               const float* norm_w, float eps, int rows, int in) {
+    using S = Stream<R, M>;
+    constexpr int U = S::U, GROUP = S::GROUP, TILE = S::TILE;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float scale[R];
+    bool waited = false;
+#pragma unroll 1
+    for (int base = blockIdx.x * GEMV_WARPS; base < outputs; base += gridDim.x * GEMV_WARPS) {
+        const int o = base + warp;
+        const bool active = o < outputs;
+        const bf16_t* w_rows[M];
+        rows_of(active ? o : 0, w_rows);
+        uint4 cur[M][U];
+        load_group<M, U>(cur, w_rows, active, in, lane * 8);
+        if (!waited) {
+            // The weights above are no kernel's output; x and y may be the previous kernel's.
+            allow_next_grid();
+            wait_for_previous_grid();
+            block_row_scales<R, NORM>(x, rows, in, eps, scale);
+            waited = true;
+        }
+        float acc[M][R];
+        zero<R, M>(acc);
+#pragma unroll 1
+        for (int k0 = 0; k0 < in; k0 += GROUP) {
+            const int lo = k0 - k0 % TILE;
+            if (k0 == lo) {
+                __syncthreads();  // every warp is done with the previous tile
+                stage_tile<R, NORM>(xs, TILE / 8, x, norm_w, scale, rows, in, lo, min(in, lo + TILE));
+                __syncthreads();
+            }
+            uint4 next[M][U];
+            load_group<M, U>(next, w_rows, active, in, k0 + GROUP + lane * 8);
+            if (active) dot_group<R, M, U>(cur, xs, TILE / 8, rows, in, k0 + lane * 8, lo, acc);
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+#pragma unroll
+                for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
+            }
+        }
+        warp_sums<R, M>(acc);
+        if (active) finish(o, acc);
+    }
+}
+
+// The products of inputs short enough to stage at once (in ≤ TILE): the block stages x' once, then
+// each warp streams the weight rows of its features o = blockIdx.x · GEMV_WARPS + warp, then every
+// gridDim.x · GEMV_WARPS, as one stream of pieces: the next feature's first pieces are requested
+// while the last of the previous are multiplied. Every thread of the block calls it.
+template <int R, int M, bool NORM, class RowsOf, class Finish>
+__device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Finish finish,
+                                                  int outputs, const float* __restrict__ x,
+                                                  const float* norm_w, float eps, int rows,
+                                                  int in) {
+    using S = Stream<R, M>;
+    constexpr int U = S::U, GROUP = S::GROUP;
+    const int lane = threadIdx.x & 31;
+    const int stride = gridDim.x * GEMV_WARPS;
+    const int steps = (in + GROUP - 1) / GROUP;
+    int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    bool active = o < outputs;
+    const bf16_t* w_rows[M];
+    rows_of(active ? o : 0, w_rows);
+    uint4 cur[M][U];
+    load_group<M, U>(cur, w_rows, active, in, lane * 8);
+    // The weights above are no kernel's output; x and y may be the previous kernel's.
+    allow_next_grid();
+    wait_for_previous_grid();
+    float scale[R];
+    block_row_scales<R, NORM>(x, rows, in, eps, scale);
+    stage_tile<R, NORM>(xs, in / 8, x, norm_w, scale, rows, in, 0, in);
+    __syncthreads();
+    if (!active) return;
+    float acc[M][R];
+    zero<R, M>(acc);
+    int step = 0;
+#pragma unroll 1
+    while (true) {
+        const bool last_step = step + 1 == steps;
+        const int next_o = last_step ? o + stride : o;
+        const int next_step = last_step ? 0 : step + 1;
+        const bool next_active = next_o < outputs;
+        const bf16_t* next_rows[M];
+        rows_of(next_active ? next_o : 0, next_rows);
+        uint4 next[M][U];
+        load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
+        dot_group<R, M, U>(cur, xs, in / 8, rows, in, step * GROUP + lane * 8, 0, acc);
+        if (last_step) {
+            warp_sums<R, M>(acc);
+            finish(o, acc);
+            zero<R, M>(acc);
+            if (!next_active) break;
+        }
+        o = next_o;
+        step = next_step;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            w_rows[m] = next_rows[m];
+#pragma unroll
+            for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
+        }
+    }
+}
+
+// Σ_k W_m[o, k] · bf16(x'[r, k]) for every output feature o < outputs and each of its M weight rows
+// (`rows_of(o, w_rows)`), handed as acc[m][r] to `finish(o, acc)` by one warp (every lane calls it).
+// x' is x, or x RMS-normalised with norm_w (non-null) and eps. The launch may have fewer blocks than
+// outputs / GEMV_WARPS: the warps loop over the features. The launch gives the block rows · in · 2 bytes
+// of dynamic shared memory where in ≤ STAGE_ELEMS / R, else STAGE_ELEMS · 2.
+template <int R, int M, class RowsOf, class Finish>
+__device__ __forceinline__ void products(RowsOf rows_of, Finish finish, int outputs,
+                                         const float* __restrict__ x, const float* norm_w,
+                                         float eps, int rows, int in) {
+    extern __shared__ uint4 xs[];  // rows · in bf16 values where they fit, else STAGE_ELEMS
+    const bool resident = in <= Stream<R, M>::TILE;
+    if (norm_w && resident) {
+        resident_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
+    } else if (resident) {
+        resident_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
+    } else if (norm_w) {
+        tiled_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else {
-        staged_dot<R, M, false>(xs, w_rows, active, x, norm_w, eps, rows, in, acc);
+        tiled_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     }
 }
 
@@ -207,13 +306,9 @@ __device__ __forceinline__ void staged_dot_maybe_normed(uint4* xs, const bf16_t*
 template <int R>
 __device__ void gemv(const bf16_t* __restrict__ W, const float* __restrict__ x, const float* bias,
                      float* y, int rows, int in, int out, int accumulate) {
-    __shared__ uint4 xs[STAGE_ELEMS / 8];
-    const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    const bool active = o < out;
-    float acc[1][R];
-    const bf16_t* w_rows[1] = {W + (size_t)(active ? o : 0) * in};
-    staged_dot<R, 1, false>(xs, w_rows, active, x, nullptr, 0.0f, rows, in, acc);
-    if (active && (threadIdx.x & 31) == 0) {
+    auto rows_of = [=](int o, const bf16_t** w) { w[0] = W + (size_t)o * in; };
+    auto finish = [=](int o, float (*acc)[R]) {
+        if ((threadIdx.x & 31) != 0) return;
         const float b = bias ? bias[o] : 0.0f;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -222,7 +317,8 @@ __device__ void gemv(const bf16_t* __restrict__ W, const float* __restrict__ x, 
                 *p = (accumulate ? *p : 0.0f) + (acc[0][r] + b);
             }
         }
-    }
+    };
+    products<R, 1>(rows_of, finish, out, x, nullptr, 0.0f, rows, in);
 }
 
 // Three products of one input (q, k, v), RMS-normalised first when norm_w is given: features 0..out0
@@ -232,32 +328,28 @@ __device__ void gemv3(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, cons
                       const float* b1, const float* b2, float* y0, float* y1, float* y2,
                       const float* __restrict__ x, const float* norm_w, float eps, int rows, int in,
                       int out0, int out12) {
-    __shared__ uint4 xs[STAGE_ELEMS / 8];
-    int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    const bf16_t* W = W0;
-    const float* b = b0;
-    float* y = y0;
-    int out = out0;
-    if (o >= out0) {
-        o -= out0;
-        const bool second = o >= out12;
-        o -= second ? out12 : 0;
-        W = second ? W2 : W1;
-        b = second ? b2 : b1;
-        y = second ? y2 : y1;
-        out = out12;
-    }
-    const bool active = o < out;
-    float acc[1][R];
-    const bf16_t* w_rows[1] = {W + (size_t)(active ? o : 0) * in};
-    staged_dot_maybe_normed<R, 1>(xs, w_rows, active, x, norm_w, eps, rows, in, acc);
-    if (active && (threadIdx.x & 31) == 0) {
-        const float bias = b ? b[o] : 0.0f;
+    // Which of the three products feature o belongs to (x: 0, 1, 2) and its row there (y).
+    auto locate = [=](int o) {
+        const int which = o < out0 ? 0 : (o < out0 + out12 ? 1 : 2);
+        return make_int2(which, which == 0 ? o : o - out0 - (which - 1) * out12);
+    };
+    auto rows_of = [=](int o, const bf16_t** w) {
+        const int2 at = locate(o);
+        w[0] = (at.x == 0 ? W0 : at.x == 1 ? W1 : W2) + (size_t)at.y * in;
+    };
+    auto finish = [=](int o, float (*acc)[R]) {
+        if ((threadIdx.x & 31) != 0) return;
+        const int2 at = locate(o);
+        const float* b = at.x == 0 ? b0 : at.x == 1 ? b1 : b2;
+        float* y = at.x == 0 ? y0 : at.x == 1 ? y1 : y2;
+        const int out = at.x == 0 ? out0 : out12;
+        const float bias = b ? b[at.y] : 0.0f;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            if (r < rows) y[(size_t)r * out + o] = acc[0][r] + bias;
+            if (r < rows) y[(size_t)r * out + at.y] = acc[0][r] + bias;
         }
-    }
+    };
+    products<R, 1>(rows_of, finish, out0 + 2 * out12, x, norm_w, eps, rows, in);
 }
 
 // y[r, o] = silu(g) · u with g = Σ_k Wg[o, k] · bf16(x'[r, k]) and u likewise with Wu, x' being x
@@ -266,19 +358,18 @@ template <int R>
 __device__ void gemv_silu_mul(const bf16_t* __restrict__ Wg, const bf16_t* __restrict__ Wu,
                               const float* __restrict__ x, const float* norm_w, float eps, float* y,
                               int rows, int in, int out) {
-    __shared__ uint4 xs[STAGE_ELEMS / 8];
-    const int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    const bool active = o < out;
-    const size_t row = (size_t)(active ? o : 0) * in;
-    float gu[2][R];
-    const bf16_t* w_rows[2] = {Wg + row, Wu + row};
-    staged_dot_maybe_normed<R, 2>(xs, w_rows, active, x, norm_w, eps, rows, in, gu);
-    if (active && (threadIdx.x & 31) == 0) {
+    auto rows_of = [=](int o, const bf16_t** w) {
+        w[0] = Wg + (size_t)o * in;
+        w[1] = Wu + (size_t)o * in;
+    };
+    auto finish = [=](int o, float (*gu)[R]) {
+        if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r < rows) y[(size_t)r * out + o] = gu[0][r] / (1.0f + expf(-gu[0][r])) * gu[1][r];
         }
-    }
+    };
+    products<R, 2>(rows_of, finish, out, x, norm_w, eps, rows, in);
 }
 
 // Entry points for up to 1, 2 and 4 rows (`rows` at most the suffix). With more rows the activation

@@ -25,6 +25,8 @@ pub struct Device {
     /// Whether pinned host memory is mapped into the device's address space at its host addresses
     /// (unified addressing), so kernels can read it.
     pub maps_host_memory: bool,
+    /// Streaming multiprocessors.
+    pub sm_count: usize,
 }
 
 /// Whether the CUDA driver library can be loaded at all.
@@ -81,6 +83,8 @@ impl Device {
             let name = ctx.name().map_err(cuda_err)?;
             let unified = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING;
             let maps_host_memory = ctx.attribute(unified).map_err(cuda_err)? == 1;
+            let sms = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+            let sm_count = ctx.attribute(sms).map_err(cuda_err)?.max(1) as usize;
             Ok(Device {
                 ctx,
                 stream,
@@ -88,6 +92,7 @@ impl Device {
                 cc,
                 name,
                 maps_host_memory,
+                sm_count,
             })
         })
     }

@@ -195,13 +195,16 @@ const ONE_SPLIT_MAX: usize = DECODE_STEP;
 
 impl CudaBackend {
     /// Makes split-KV decode launches aim for about `blocks` blocks, splits going down to one step of
-    /// a block's warps; `None` restores the split policy. For benchmarks that sweep it.
+    /// a block's warps; `None` restores the split policy. For benchmarks that sweep it. Recorded
+    /// graphs are dropped.
     pub fn set_decode_block_target(&self, blocks: Option<usize>) {
         self.decode_blocks
             .store(blocks.unwrap_or(0), Ordering::Relaxed);
+        self.bump_graph_epoch();
     }
 
-    pub(super) fn decode_block_target(&self) -> Option<usize> {
+    /// The blocks split-KV decode launches aim for, when a benchmark set them.
+    pub fn decode_block_target(&self) -> Option<usize> {
         match self.decode_blocks.load(Ordering::Relaxed) {
             0 => None,
             n => Some(n),

@@ -15,8 +15,12 @@ use crate::error::Result;
 
 /// Most activation rows the kernels take.
 pub const MAX_ROWS: usize = 4;
-/// Output features per block (the kernels' `GEMV_WARPS`).
+/// Output features a block takes at once (the kernels' `GEMV_WARPS`).
 const OUTPUTS_PER_BLOCK: usize = 8;
+/// bf16 activations a block stages at once, all rows together (the kernels' `STAGE_ELEMS`).
+const STAGE_ELEMS: usize = 16384;
+/// Blocks an SM holds at once (the kernels' launch bounds).
+const BLOCKS_PER_SM: usize = 2;
 
 /// The bf16 elements of `w` when a product of `rows` rows with it goes to the skinny kernels.
 pub(super) fn bf16_weight(w: &CudaWeight, rows: usize) -> Option<&CudaSlice<u16>> {
@@ -33,11 +37,24 @@ fn entry(name: &str, rows: usize) -> String {
     format!("{name}_r{}", rows.next_power_of_two())
 }
 
-fn launch_config(outputs: usize) -> LaunchConfig {
+/// The grid for `outputs` features over inputs of `inp` values in `rows` rows. Where the inputs fit
+/// in one stage, a block stages them whole and its warps stream feature after feature, so the grid
+/// only needs to fill the device once; otherwise a block stages a tile at a time and every warp takes
+/// one feature.
+fn launch_config(be: &CudaBackend, outputs: usize, rows: usize, inp: usize) -> LaunchConfig {
+    let one_feature_a_warp = outputs.div_ceil(OUTPUTS_PER_BLOCK);
+    let resident = inp * rows.next_power_of_two() <= STAGE_ELEMS;
+    let (blocks, staged) = match resident {
+        true => (
+            one_feature_a_warp.min(BLOCKS_PER_SM * be.dev.sm_count),
+            rows * inp,
+        ),
+        false => (one_feature_a_warp, STAGE_ELEMS),
+    };
     LaunchConfig {
-        grid_dim: (outputs.div_ceil(OUTPUTS_PER_BLOCK) as u32, 1, 1),
+        grid_dim: (blocks as u32, 1, 1),
         block_dim: ((OUTPUTS_PER_BLOCK * 32) as u32, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: (staged * 2) as u32,
     }
 }
 
@@ -78,7 +95,7 @@ pub(super) fn gemv(
     // SAFETY: arguments match the kernel's signature; sizes checked above; `in` is a multiple of 8
     // (bf16_weight), so every 16-byte load is aligned and in bounds; every thread of the kernel
     // waits for the previous grid before it reads x or y.
-    unsafe { a.launch(f, stream, launch_config(out), be.pdl_on()) }
+    unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }
 }
 
 /// A norm fused into a skinny product: its weight vector and epsilon.
@@ -138,7 +155,14 @@ pub(super) fn gemv3(
     // SAFETY: arguments match the kernel's signature; sizes checked above; the three weights share
     // `in`, a multiple of 8, and k and v share their output width (checked by the caller); every
     // thread waits for the previous grid before it reads x.
-    unsafe { a.launch(f, stream, launch_config(out0 + 2 * out12), be.pdl_on()) }
+    unsafe {
+        a.launch(
+            f,
+            stream,
+            launch_config(be, out0 + 2 * out12, rows, inp),
+            be.pdl_on(),
+        )
+    }
 }
 
 /// `y[rows, width] = silu(x' · Gᵀ) ⊙ (x' · Uᵀ)` in one launch, `x'` as for [`gemv3`].
@@ -166,5 +190,5 @@ pub(super) fn silu_mul(
     }
     // SAFETY: arguments match the kernel's signature; sizes checked above; gate and up share their
     // shape (checked by the caller); every thread waits for the previous grid before it reads x.
-    unsafe { a.launch(f, stream, launch_config(out), be.pdl_on()) }
+    unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }
 }

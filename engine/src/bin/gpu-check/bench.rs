@@ -203,6 +203,7 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
         }
         for case in [(1, 8192), (1, 32768)] {
             without_pdl(&model, || decode::report_after(&model, rng, case, true))?;
+            with_one_step_splits(&model, || decode::report_after(&model, rng, case, true))?;
         }
     }
     Ok(())
@@ -214,6 +215,18 @@ fn without_pdl(model: &Llama<CudaBackend>, f: impl FnOnce() -> Result<()>) -> Re
     model.backend.set_pdl(false);
     let done = f();
     model.backend.set_pdl(was);
+    done
+}
+
+/// `f` with decode split into one step of keys per block (the batch-1 policy before the blocks-an-SM
+/// target), for a row beside the default's.
+fn with_one_step_splits(model: &Llama<CudaBackend>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let was = model.backend.decode_block_target();
+    model
+        .backend
+        .set_decode_block_target(Some(decode::ONE_STEP_SPLITS));
+    let done = f();
+    model.backend.set_decode_block_target(was);
     done
 }
 
@@ -349,6 +362,40 @@ fn end_to_end(rng: &mut Rng) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One prefill of 8,191 tokens and one decode step at batch 1 (graphs on) of a random model of the
+/// named shape, each between cuProfilerStart and Stop (`DOCQA_PROFILE_MODEL=llama-3.2-1b`), for
+/// `ncu --profile-from-start off` to time each of their kernels.
+pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
+    let shape = [SMOLLM2, LLAMA32_1B]
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| {
+            docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
+        })?;
+    let temp = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
+    write_llama(temp.path(), shape, rng)?;
+    let model = Llama::load(CudaBackend::new(0)?, temp.path())?;
+    let n = 8192 - 1;
+    let p = decode::prompt(n, model.config.vocab_size, rng);
+    for profiled in [false, true] {
+        let mut seq = SingleSequence::new(&model, n + 1, n, KvDtype::Bf16)?;
+        if profiled {
+            // SAFETY: takes no arguments; only marks where a profiler attached to this process starts.
+            unsafe { cudarc::driver::sys::cuProfilerStart() };
+        }
+        argmax(seq.feed(&p, LogitsMode::LastPerSequence)?);
+        if profiled {
+            // SAFETY: as above.
+            unsafe { cudarc::driver::sys::cuProfilerStop() };
+        }
+    }
+    println!("profiled one prefill of {n} tokens at the {name} shape");
+    // SAFETY: the variable is read by this thread only, in decode::time_decode below.
+    unsafe { std::env::set_var("DOCQA_PROFILE_DECODE", "1") };
+    model.backend.set_graphs(true);
+    decode::report(&model, rng, 1, true)
 }
 
 /// Best of three prefills of 2,048 and 8,191 tokens, batch 1.

@@ -16,6 +16,8 @@ use crate::inputs::Rng;
 /// Tokens per KV block.
 pub const BLOCK: usize = 16;
 const PROMPT: usize = 512;
+/// A split target past any launch's blocks: splits of one step of keys.
+pub const ONE_STEP_SPLITS: usize = 1 << 30;
 const STEPS: usize = 128;
 const WARM_UP: usize = 2;
 
@@ -73,10 +75,17 @@ pub fn report_after(
 ) -> Result<()> {
     let (secs, replays) = time_decode(model, rng, seqs, context)?;
     let step_ms = secs * 1e3 / STEPS as f64;
+    let be = &model.backend;
+    let on_off = |on: bool| if on { "on" } else { "off" };
+    let splits = match be.decode_block_target() {
+        None => "policy".to_string(),
+        Some(b) if b >= ONE_STEP_SPLITS => "one step".to_string(),
+        Some(b) => format!("{b} blocks"),
+    };
     println!(
-        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3} pdl {:<3}  {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
-        if graphs { "on" } else { "off" },
-        if model.backend.pdl_on() { "on" } else { "off" },
+        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3} pdl {:<3} splits {splits:<11} {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
+        on_off(graphs),
+        on_off(be.pdl_on()),
         (seqs * STEPS) as f64 / secs,
     );
     Ok(())

@@ -18,7 +18,8 @@ use crate::report::Report;
 const EPS: f32 = 1e-5;
 
 /// Runs the fused-product and arg-max checks at SmolLM2-135M's shapes (hidden 576, FFN 1536, q 576,
-/// k/v 192) and at Llama-3.2-1B's widest (hidden 2048, FFN 8192).
+/// k/v 192), at Llama-3.2-1B's widest (hidden 2048, FFN 8192), and at inputs that do and do not fit
+/// in the skinny kernels' stage.
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for rows in [1, 3, 24] {
         residual(p, rng, r, rows, (576, 1536))?;
@@ -28,13 +29,17 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         }
     }
     residual(p, rng, r, 3, (2048, 8192))?;
+    // Inputs that fit in one stage, with more features than the launch has warps (about two blocks
+    // an SM), so each warp streams several, across q/k/v's boundaries too.
     gated(p, rng, r, (4, true), (8192, 2048))?;
-    // Inputs past one staged tile of the skinny kernels (8,192 values over the rows), some with a
-    // last tile shorter than a lane's step.
-    residual(p, rng, r, 1, (1024, 14336))?;
-    gated(p, rng, r, (1, true), (512, 8200))?;
-    qkv(p, rng, r, (3, true), (512, 128, 4096))?;
-    qkv(p, rng, r, (2, false), (256, 64, 4104))?;
+    qkv(p, rng, r, (1, true), (2048, 512, 2048))?;
+    residual(p, rng, r, 1, (4096, 14336))?;
+    // Inputs past one stage of the skinny kernels (16,384 values over the rows), staged a tile at a
+    // time, some with a last tile shorter than a lane's step.
+    residual(p, rng, r, 1, (1024, 16392))?;
+    gated(p, rng, r, (2, true), (512, 8200))?;
+    qkv(p, rng, r, (3, true), (512, 128, 4104))?;
+    qkv(p, rng, r, (2, false), (256, 64, 8200))?;
     for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
         rope_kv_write(p, rng, r, dtype)?;
     }
