@@ -22,6 +22,27 @@ extern "C" __global__ void rms_norm_f32(
     }
 }
 
+// out = bf16(x / sqrt(mean(x²) + eps) * w): the normalised rows rounded for a tensor-core product,
+// the same values cast_f32_bf16 makes of rms_norm_f32's.
+extern "C" __global__ void rms_norm_bf16(
+    const float* x,  // [rows, width]
+    const float* w,  // [width]
+    bf16_t* out,     // [rows, width]
+    int width,
+    float eps) {
+    __shared__ float scratch[32];
+    const float* xr = x + (long long)blockIdx.x * width;
+    bf16_t* o = out + (long long)blockIdx.x * width;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        ss += xr[c] * xr[c];
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        o[c] = f32_to_bf16(xr[c] * inv * w[c]);
+    }
+}
+
 // out = (x - mean) / sqrt(var + eps) * w + b, two passes over the row.
 extern "C" __global__ void layer_norm_f32(
     const float* x,  // [rows, width]

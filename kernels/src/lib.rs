@@ -43,6 +43,7 @@ pub const SOURCES: &[KernelSource] = &[
         source: include_str!("../cuda/elementwise.cu"),
         functions: &[
             "silu_mul_f32",
+            "silu_mul_bf16",
             "gelu_f32",
             "add_f32",
             "bias_add_f32",
@@ -55,7 +56,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "norm",
         source: include_str!("../cuda/norm.cu"),
-        functions: &["rms_norm_f32", "layer_norm_f32"],
+        functions: &["rms_norm_f32", "rms_norm_bf16", "layer_norm_f32"],
     },
     KernelSource {
         name: "rope",

@@ -157,6 +157,21 @@ pub struct WindowedAttn<'a, B: Backend> {
     pub q_sinks: &'a B::Buf,
 }
 
+/// The gate, up and down weights of a SwiGLU MLP.
+pub type SwigluWeights<'a, B> = (
+    &'a <B as Backend>::Weight,
+    &'a <B as Backend>::Weight,
+    &'a <B as Backend>::Weight,
+);
+
+/// The buffers of a SwiGLU MLP's steps: gate, up, their silu·mul, and a hidden-wide scratch.
+pub type SwigluBuffers<'a, B> = (
+    &'a mut <B as Backend>::Buf,
+    &'a mut <B as Backend>::Buf,
+    &'a mut <B as Backend>::Buf,
+    &'a mut <B as Backend>::Buf,
+);
+
 /// An RMSNorm to apply to a product's input first: its weight and epsilon, and the buffer the
 /// normalised rows go to where the backend does not fuse the norm into the product.
 pub struct RmsNormInto<'a, B: Backend> {
@@ -340,6 +355,22 @@ pub trait Backend: Send + Sync + Sized {
     ) -> Result<()> {
         let (ws, dims) = ((gate_w, up_w), (rows, width));
         unfused::gated_matmul(self, (x, norm), ws, dims, (gate, up), out)
+    }
+
+    /// A whole SwiGLU MLP added onto the residual stream `x [rows, hidden]`:
+    /// `x += (silu(x' · Gᵀ) ⊙ (x' · Uᵀ)) · Dᵀ`, with `x'` being `x` or, with a norm (its weight and
+    /// epsilon), `x` RMS-normalised. `gate`, `up`, `act` (`[rows, width]`) and `scratch`
+    /// (`[rows, hidden]`: the normalised input, then the down product) hold the steps where the
+    /// backend does not fuse them.
+    fn swiglu_mlp(
+        &self,
+        x: &mut Self::Buf,
+        norm: Option<(&Self::Weight, f32)>,
+        weights: SwigluWeights<'_, Self>,
+        dims: (usize, usize, usize),
+        bufs: SwigluBuffers<'_, Self>,
+    ) -> Result<()> {
+        unfused::swiglu_mlp(self, (x, norm), weights, dims, bufs)
     }
 
     /// Three projections of one input (attention's q, k and v): `outs[i] = x' · W[i]ᵀ (+ bias[i])`,

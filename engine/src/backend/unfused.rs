@@ -1,7 +1,7 @@
 //! The fused products' op-by-op sequences, in terms of the basic ops: what the [`Backend`] trait's
 //! defaults run, and what a backend that fuses some shapes runs for the others.
 
-use super::{Backend, RmsNormInto};
+use super::{Backend, RmsNormInto, SwigluBuffers, SwigluWeights};
 use crate::error::Result;
 
 /// `x`, or `x` RMS-normalised into the norm's buffer.
@@ -45,6 +45,24 @@ pub fn gated_matmul<B: Backend>(
     b.matmul(x, gate_w, None, rows, gate)?;
     b.matmul(x, up_w, None, rows, up)?;
     b.silu_mul(gate, up, rows * width, out)
+}
+
+/// [`Backend::swiglu_mlp`] as the gated products (their norm written to `scratch`), then the down
+/// product added onto `x` (through `scratch`).
+pub fn swiglu_mlp<B: Backend>(
+    b: &B,
+    (x, norm): (&mut B::Buf, Option<(&B::Weight, f32)>),
+    (gate_w, up_w, down_w): SwigluWeights<'_, B>,
+    (rows, width, hidden): (usize, usize, usize),
+    (gate, up, act, scratch): SwigluBuffers<'_, B>,
+) -> Result<()> {
+    let norm = norm.map(|(weight, eps)| RmsNormInto {
+        weight,
+        eps,
+        out: &mut *scratch,
+    });
+    b.gated_matmul(x, norm, (gate_w, up_w), (rows, width), (gate, up), act)?;
+    b.matmul_add(act, down_w, (rows, hidden), scratch, x)
 }
 
 /// [`Backend::matmul3`] as the norm and three products.

@@ -362,20 +362,13 @@ impl<B: Backend> Llama<B> {
 
     fn mlp_block(&self, l: &Layer<B>, n: usize, ws: &mut LlamaWorkspace<B>) -> Result<()> {
         let (b, cfg) = (&self.backend, &self.config);
-        let norm = RmsNormInto {
-            weight: &l.post_norm,
-            eps: cfg.rms_norm_eps,
-            out: &mut ws.h,
-        };
-        b.gated_matmul(
-            &ws.x,
-            Some(norm),
-            (&l.gate, &l.up),
-            (n, cfg.intermediate_size),
-            (&mut ws.gate, &mut ws.up),
-            &mut ws.act,
-        )?;
-        b.matmul_add(&ws.act, &l.down, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)
+        b.swiglu_mlp(
+            &mut ws.x,
+            Some((&l.post_norm, cfg.rms_norm_eps)),
+            (&l.gate, &l.up, &l.down),
+            (n, cfg.intermediate_size, cfg.hidden_size),
+            (&mut ws.gate, &mut ws.up, &mut ws.act, &mut ws.h),
+        )
     }
 
     /// Final norm and LM head on the `rows` uploaded logit rows only (when every token gets logits,

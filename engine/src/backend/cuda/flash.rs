@@ -158,7 +158,7 @@ pub(super) fn bidirectional(
         let mut b = stream.launch_builder(be.kernels.get("cast_f32_bf16")?);
         b.arg(src).arg(dst).arg(&len);
         // SAFETY: arguments match the kernel's signature; both buffers hold n elements.
-        unsafe { b.launch(super::grid(n)) }.map_err(cuda_err)?;
+        unsafe { b.launch(super::grid(n.div_ceil(4))) }.map_err(cuda_err)?;
     }
     let func = be
         .kernels

@@ -3,43 +3,257 @@
 //!
 //! Row-major `out` is column-major `outᵀ [n, rows]`, so the call is `outᵀ = W · xᵀ` with `W` read
 //! transposed: `gemm(T, N, m = n, n = rows, k)`, every leading dimension the row width. bf16 weights:
-//! the activations are rounded to bf16 into a scratch buffer, then `cublasGemmEx` multiplies bf16 × bf16
-//! with f32 accumulation into f32 output. f32 weights: `cublasSgemm` (full f32, no TF32).
+//! the activations are rounded to bf16 into a scratch buffer (RMS-normalised on the way where a norm
+//! comes first, and once for all the products of one input), then `cublasGemmEx` multiplies
+//! bf16 × bf16 with f32 accumulation into f32 output, or onto it for a residual add. f32 weights:
+//! `cublasSgemm` (full f32, no TF32).
 
 use cudarc::cublas::result::{gemm_ex, sgemm};
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
 };
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
+use std::sync::MutexGuard;
 
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+
+use super::gemv::FusedNorm;
 use super::ops::vector;
 use super::{CudaBackend, CudaWeight, CudaWeightData, check_len, cuda_err, grid};
 use crate::error::Result;
 
-/// Rounds `x[..n]` to bf16 into the backend's scratch buffer (grown if needed) and runs `f` on it.
-fn with_bf16_copy<T>(
-    be: &CudaBackend,
-    x: &CudaSlice<f32>,
-    n: usize,
-    f: impl FnOnce(&CudaSlice<u16>) -> Result<T>,
-) -> Result<T> {
+/// Threads of a `rms_norm_bf16` block (one block a row).
+const NORM_THREADS: u32 = 256;
+
+/// The backend's bf16 scratch buffer, locked while a caller's products read it.
+struct Staged<'a>(MutexGuard<'a, Option<CudaSlice<u16>>>);
+
+impl Staged<'_> {
+    fn buf(&mut self) -> &mut CudaSlice<u16> {
+        let Some(buf) = self.0.as_mut() else {
+            unreachable!("staged buffers are allocated")
+        };
+        buf
+    }
+}
+
+/// Rounds `x[rows, k]` to bf16 into the backend's scratch buffer (grown to at least `capacity`
+/// elements), RMS-normalised first with `norm`.
+fn staged_bf16<'a>(
+    be: &'a CudaBackend,
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+    (rows, k): (usize, usize),
+    capacity: usize,
+) -> Result<Staged<'a>> {
+    let n = rows * k;
+    check_len("bf16 activations", x.len(), n)?;
     let mut scratch = be.scratch.lock().unwrap_or_else(|e| e.into_inner());
-    if scratch.as_ref().is_none_or(|s| s.len() < n) {
-        *scratch = Some(be.zeros(n)?);
+    let need = n.max(capacity);
+    if scratch.as_ref().is_none_or(|s| s.len() < need) {
+        *scratch = Some(be.zeros(need)?);
         be.bump_graph_epoch();
     }
-    let Some(buf) = scratch.as_mut() else {
-        unreachable!("filled above")
+    let mut staged = Staged(scratch);
+    let buf = staged.buf();
+    let stream = &be.dev.stream;
+    match norm {
+        Some((w, eps)) => {
+            check_len("rms_norm_bf16 weight", w.len(), k)?;
+            let width = k as i32;
+            let mut b = stream.launch_builder(be.kernels.get("rms_norm_bf16")?);
+            b.arg(x).arg(w).arg(&mut *buf).arg(&width).arg(&eps);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (NORM_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: arguments match the kernel's signature; x and the scratch hold rows · k
+            // elements, the weight k.
+            unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+        }
+        None => {
+            let len = n as i64;
+            let mut b = stream.launch_builder(be.kernels.get("cast_f32_bf16")?);
+            b.arg(x).arg(&mut *buf).arg(&len);
+            // SAFETY: arguments match the kernel's signature; both buffers hold n elements.
+            unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
+        }
+    }
+    Ok(staged)
+}
+
+/// `out[rows, n] = xb · Wᵀ + beta · out` for bf16 activations `xb [rows, k]` and bf16 weights
+/// `W [n, k]`, accumulated in f32.
+fn gemm_bf16(
+    be: &CudaBackend,
+    (xb, wd): (&CudaSlice<u16>, &CudaSlice<u16>),
+    (rows, n, k): (usize, usize, usize),
+    beta: f32,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_len("gemm out", out.len(), rows * n)?;
+    let (m_, n_, k_) = (n as i32, rows as i32, k as i32);
+    let alpha = 1.0f32;
+    let stream = &be.dev.stream;
+    let (a, _ga) = wd.device_ptr(stream);
+    let (b, _gb) = xb.device_ptr(stream);
+    let (c, _gc) = out.device_ptr_mut(stream);
+    // SAFETY: A is [n, k] bf16, B is [rows, k] bf16, C is [rows, n] f32, all on this stream.
+    unsafe {
+        gemm_ex(
+            *be.dev.blas.handle(),
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            m_,
+            n_,
+            k_,
+            (&alpha) as *const f32 as *const _,
+            a as *const _,
+            cudaDataType_t::CUDA_R_16BF,
+            k_,
+            b as *const _,
+            cudaDataType_t::CUDA_R_16BF,
+            k_,
+            (&beta) as *const f32 as *const _,
+            c as *mut _,
+            cudaDataType_t::CUDA_R_32F,
+            m_,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(cuda_err)
+}
+
+/// `out[rows, n] += bias` row by row.
+fn add_bias(
+    be: &CudaBackend,
+    bias: &CudaWeight,
+    (rows, n): (usize, usize),
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_len("matmul bias", bias.cols, n)?;
+    let (r, c) = (rows as i64, n as i32);
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("bias_add_f32")?);
+    b.arg(&mut *out).arg(vector(bias)?).arg(&r).arg(&c);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(rows * n)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// The bf16 elements of every weight, when all are bf16.
+fn all_bf16<'a, const N: usize>(ws: [&'a CudaWeight; N]) -> Option<[&'a CudaSlice<u16>; N]> {
+    let bf16 = ws.map(|w| match &w.data {
+        CudaWeightData::Bf16(d) => Some(d),
+        CudaWeightData::F32(_) => None,
+    });
+    bf16.iter()
+        .all(Option::is_some)
+        .then(|| bf16.map(|d| d.expect("checked above")))
+}
+
+/// `outs[i] = x' · W[i]ᵀ (+ bias[i])` for products of one input over bf16 weights of one width `k`,
+/// `x'` being `x` or `x` RMS-normalised: the input is rounded (and normalised) once for all of them.
+/// `None` when a weight is not bf16 or the widths differ (the caller goes op by op).
+pub(super) fn products_of_one_input<const N: usize>(
+    be: &CudaBackend,
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+    (ws, biases): ([&CudaWeight; N], [Option<&CudaWeight>; N]),
+    rows: usize,
+    outs: [&mut CudaSlice<f32>; N],
+) -> Option<Result<()>> {
+    let k = ws[0].cols;
+    let data = all_bf16(ws)?;
+    if ws.iter().any(|w| w.cols != k) {
+        return None;
+    }
+    if rows == 0 {
+        return Some(Ok(()));
+    }
+    let products = || {
+        let mut staged = staged_bf16(be, (x, norm), (rows, k), 0)?;
+        let xb = staged.buf();
+        for (((w, wd), bias), out) in ws.iter().zip(data).zip(biases).zip(outs) {
+            gemm_bf16(be, (xb, wd), (rows, w.rows, k), 0.0, out)?;
+            if let Some(bias) = bias {
+                add_bias(be, bias, (rows, w.rows), out)?;
+            }
+        }
+        Ok(())
     };
+    Some(products())
+}
+
+/// `out[rows, n] += x · Wᵀ` over bf16 weights, the product added by cuBLAS onto `out`; `None` for
+/// f32 weights.
+pub(super) fn matmul_accumulate(
+    be: &CudaBackend,
+    x: &CudaSlice<f32>,
+    w: &CudaWeight,
+    rows: usize,
+    out: &mut CudaSlice<f32>,
+) -> Option<Result<()>> {
+    let [wd] = all_bf16([w])?;
+    let (n, k) = (w.rows, w.cols);
+    if rows == 0 {
+        return Some(Ok(()));
+    }
+    let mut product = || {
+        let mut staged = staged_bf16(be, (x, None), (rows, k), 0)?;
+        gemm_bf16(be, (staged.buf(), wd), (rows, n, k), 1.0, out)
+    };
+    Some(product())
+}
+
+/// [`crate::backend::Backend::swiglu_mlp`] over bf16 weights at more rows than the skinny kernels
+/// take: the input normalised and rounded to bf16 once, the gate and up products in f32, their
+/// silu·mul rounded to bf16 in place of the input, and the down product added onto `x` by cuBLAS.
+/// `None` where that does not apply (the caller goes op by op).
+pub(super) fn swiglu_mlp(
+    be: &CudaBackend,
+    (x, norm): (&mut CudaSlice<f32>, FusedNorm<'_>),
+    (gate_w, up_w, down_w): (&CudaWeight, &CudaWeight, &CudaWeight),
+    (rows, width, hidden): (usize, usize, usize),
+    (gate, up): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+) -> Option<Result<()>> {
+    let [g, u, d] = all_bf16([gate_w, up_w, down_w])?;
+    let shapes_fit = [gate_w, up_w].iter().all(|w| (w.rows, w.cols) == (width, hidden))
+        && (down_w.rows, down_w.cols) == (hidden, width);
+    if !shapes_fit || rows <= super::gemv::MAX_ROWS {
+        return None;
+    }
+    let mut mlp = || {
+        let mut staged = staged_bf16(be, (&*x, norm), (rows, hidden), rows * width)?;
+        let xb = staged.buf();
+        gemm_bf16(be, (xb, g), (rows, width, hidden), 0.0, gate)?;
+        gemm_bf16(be, (xb, u), (rows, width, hidden), 0.0, up)?;
+        silu_mul_into_bf16(be, (gate, up), rows * width, xb)?;
+        gemm_bf16(be, (xb, d), (rows, hidden, width), 1.0, x)
+    };
+    Some(mlp())
+}
+
+/// `out[..n] = bf16(silu(gate) · up)`.
+fn silu_mul_into_bf16(
+    be: &CudaBackend,
+    (gate, up): (&CudaSlice<f32>, &CudaSlice<f32>),
+    n: usize,
+    out: &mut CudaSlice<u16>,
+) -> Result<()> {
+    check_len("silu_mul_bf16 gate", gate.len(), n)?;
+    check_len("silu_mul_bf16 up", up.len(), n)?;
+    check_len("silu_mul_bf16 out", out.len(), n)?;
     let len = n as i64;
     let mut b = be
         .dev
         .stream
-        .launch_builder(be.kernels.get("cast_f32_bf16")?);
-    b.arg(x).arg(&mut *buf).arg(&len);
-    // SAFETY: arguments match the kernel's signature; both buffers hold n elements.
-    unsafe { b.launch(grid(n)) }.map_err(cuda_err)?;
-    f(buf)
+        .launch_builder(be.kernels.get("silu_mul_bf16")?);
+    b.arg(gate).arg(up).arg(out).arg(&len);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
+    Ok(())
 }
 
 pub(super) fn matmul(
@@ -59,78 +273,50 @@ pub(super) fn matmul(
     if rows == 0 {
         return Ok(());
     }
+    if let Some(done) = products_of_one_input(be, (x, None), ([w], [bias]), rows, [&mut *out]) {
+        return done;
+    }
+    let CudaWeightData::F32(wd) = &w.data else {
+        unreachable!("bf16 weights go through products_of_one_input")
+    };
+    sgemm_f32(be, (x, wd), (rows, n, k), out)?;
+    if let Some(bias) = bias {
+        add_bias(be, bias, (rows, n), out)?;
+    }
+    Ok(())
+}
+
+/// `out[rows, n] = x · Wᵀ` in full f32 (no TF32).
+fn sgemm_f32(
+    be: &CudaBackend,
+    (x, wd): (&CudaSlice<f32>, &CudaSlice<f32>),
+    (rows, n, k): (usize, usize, usize),
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
     let (m_, n_, k_) = (n as i32, rows as i32, k as i32);
     let (alpha, beta) = (1.0f32, 0.0f32);
     let stream = &be.dev.stream;
-    let handle = *be.dev.blas.handle();
-    let (op_t, op_n) = (
-        cublasOperation_t::CUBLAS_OP_T,
-        cublasOperation_t::CUBLAS_OP_N,
-    );
-    match &w.data {
-        CudaWeightData::Bf16(wd) => with_bf16_copy(be, x, rows * k, |xb| {
-            let (a, _ga) = wd.device_ptr(stream);
-            let (b, _gb) = xb.device_ptr(stream);
-            let (c, _gc) = out.device_ptr_mut(stream);
-            // SAFETY: A is [n, k] bf16, B is [rows, k] bf16, C is [rows, n] f32, all on this stream.
-            unsafe {
-                gemm_ex(
-                    handle,
-                    op_t,
-                    op_n,
-                    m_,
-                    n_,
-                    k_,
-                    (&alpha) as *const f32 as *const _,
-                    a as *const _,
-                    cudaDataType_t::CUDA_R_16BF,
-                    k_,
-                    b as *const _,
-                    cudaDataType_t::CUDA_R_16BF,
-                    k_,
-                    (&beta) as *const f32 as *const _,
-                    c as *mut _,
-                    cudaDataType_t::CUDA_R_32F,
-                    m_,
-                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(cuda_err)
-        })?,
-        CudaWeightData::F32(wd) => {
-            let (a, _ga) = wd.device_ptr(stream);
-            let (b, _gb) = x.device_ptr(stream);
-            let (c, _gc) = out.device_ptr_mut(stream);
-            // SAFETY: A is [n, k] f32, B is [rows, k] f32, C is [rows, n] f32, all on this stream.
-            unsafe {
-                sgemm(
-                    handle,
-                    op_t,
-                    op_n,
-                    m_,
-                    n_,
-                    k_,
-                    &alpha,
-                    a as *const f32,
-                    k_,
-                    b as *const f32,
-                    k_,
-                    &beta,
-                    c as *mut f32,
-                    m_,
-                )
-            }
-            .map_err(cuda_err)?
-        }
+    let (a, _ga) = wd.device_ptr(stream);
+    let (b, _gb) = x.device_ptr(stream);
+    let (c, _gc) = out.device_ptr_mut(stream);
+    // SAFETY: A is [n, k] f32, B is [rows, k] f32, C is [rows, n] f32, all on this stream.
+    unsafe {
+        sgemm(
+            *be.dev.blas.handle(),
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            m_,
+            n_,
+            k_,
+            &alpha,
+            a as *const f32,
+            k_,
+            b as *const f32,
+            k_,
+            &beta,
+            c as *mut f32,
+            m_,
+        )
     }
-    if let Some(bias) = bias {
-        check_len("matmul bias", bias.cols, n)?;
-        let (r, c) = (rows as i64, n as i32);
-        let mut b = stream.launch_builder(be.kernels.get("bias_add_f32")?);
-        b.arg(&mut *out).arg(vector(bias)?).arg(&r).arg(&c);
-        // SAFETY: arguments match the kernel's signature; sizes checked above.
-        unsafe { b.launch(grid(rows * n)) }.map_err(cuda_err)?;
-    }
-    Ok(())
+    .map_err(cuda_err)
 }

@@ -30,7 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use crate::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, unfused};
+use crate::backend::{
+    AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, SwigluBuffers, SwigluWeights,
+    unfused,
+};
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
@@ -466,6 +469,10 @@ impl Backend for CudaBackend {
         if gemv::bf16_weight(w, rows).is_some() {
             return gemv::gemv(self, (x, w, None), rows, true, out);
         }
+        check_len("matmul_add out", out.len(), rows * width)?;
+        if let Some(done) = matmul::matmul_accumulate(self, x, w, rows, out) {
+            return done;
+        }
         unfused::matmul_add(self, (x, w), (rows, width), scratch, out)
     }
 
@@ -482,12 +489,41 @@ impl Backend for CudaBackend {
         let skinny = [gate_w, up_w]
             .iter()
             .all(|w| gemv::bf16_weight(w, rows).is_some());
+        let fused_norm = gemv::fused_norm(norm.as_ref())?;
         if same && skinny {
-            let norm = gemv::fused_norm(norm.as_ref())?;
-            return gemv::silu_mul(self, (x, norm), (gate_w, up_w), rows, out);
+            return gemv::silu_mul(self, (x, fused_norm), (gate_w, up_w), rows, out);
         }
-        let (ws, dims) = ((gate_w, up_w), (rows, width));
-        unfused::gated_matmul(self, (x, norm), ws, dims, (gate, up), out)
+        let products = ([gate_w, up_w], [None, None]);
+        let outs = [&mut *gate, &mut *up];
+        match matmul::products_of_one_input(self, (x, fused_norm), products, rows, outs) {
+            Some(done) => {
+                done?;
+                ops::silu_mul(self, gate, up, rows * width, out)
+            }
+            None => {
+                let (ws, dims) = ((gate_w, up_w), (rows, width));
+                unfused::gated_matmul(self, (x, norm), ws, dims, (gate, up), out)
+            }
+        }
+    }
+
+    fn swiglu_mlp(
+        &self,
+        x: &mut CudaSlice<f32>,
+        norm: Option<(&CudaWeight, f32)>,
+        weights: SwigluWeights<'_, Self>,
+        dims: (usize, usize, usize),
+        (gate, up, act, scratch): SwigluBuffers<'_, Self>,
+    ) -> Result<()> {
+        let fused_norm = match norm {
+            Some((w, eps)) => Some((ops::vector(w)?, eps)),
+            None => None,
+        };
+        let pair = (&mut *gate, &mut *up);
+        if let Some(done) = matmul::swiglu_mlp(self, (x, fused_norm), weights, dims, pair) {
+            return done;
+        }
+        unfused::swiglu_mlp(self, (x, norm), weights, dims, (gate, up, act, scratch))
     }
 
     fn matmul3(
@@ -501,11 +537,16 @@ impl Backend for CudaBackend {
         let fused = w.iter().all(|w| gemv::bf16_weight(w, rows).is_some())
             && w[0].cols == w[1].cols
             && (w[1].rows, w[1].cols) == (w[2].rows, w[2].cols);
+        let fused_norm = gemv::fused_norm(norm.as_ref())?;
         if fused {
-            let norm = gemv::fused_norm(norm.as_ref())?;
-            return gemv::gemv3(self, (x, norm), (w, bias), rows, outs);
+            return gemv::gemv3(self, (x, fused_norm), (w, bias), rows, outs);
         }
-        unfused::matmul3(self, (x, norm), (w, bias), rows, outs)
+        let [o0, o1, o2] = outs;
+        let reborrowed = [&mut *o0, &mut *o1, &mut *o2];
+        match matmul::products_of_one_input(self, (x, fused_norm), (w, bias), rows, reborrowed) {
+            Some(done) => done,
+            None => unfused::matmul3(self, (x, norm), (w, bias), rows, [o0, o1, o2]),
+        }
     }
 
     fn argmax_rows(

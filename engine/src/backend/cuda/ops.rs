@@ -178,7 +178,7 @@ pub(super) fn silu_mul(
         .launch_builder(be.kernels.get("silu_mul_f32")?);
     b.arg(gate).arg(up).arg(out).arg(&len);
     // SAFETY: arguments match the kernel's signature; sizes checked above.
-    unsafe { b.launch(grid(n)) }.map_err(cuda_err)?;
+    unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
     Ok(())
 }
 

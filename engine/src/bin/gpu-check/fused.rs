@@ -1,8 +1,8 @@
 //! Parity of the fused decode products against the CPU backend's unfused sequence (the trait's
-//! default: RMSNorm, separate products, then the add or silu·mul): the residual add, SwiGLU's gate and
-//! up, the q/k/v triple, with and without the norm, each at 1 and 3 rows (the skinny kernels) and 24
-//! rows (cuBLAS, then the separate op), and at inputs wider than the kernels stage at once; RoPE with
-//! the KV write; and the arg-max of logit rows.
+//! default: RMSNorm, separate products, then the add or silu·mul): the residual add, SwiGLU's gate
+//! and up, the whole SwiGLU MLP, the q/k/v triple, with and without the norm, each at 1 and 3 rows
+//! (the skinny kernels) and 24 rows (cuBLAS), and at inputs wider than the kernels stage at once;
+//! RoPE with the KV write; and the arg-max of logit rows.
 
 use docqa_engine::Result;
 use docqa_engine::backend::{Backend, KvDtype, KvShape, RmsNormInto};
@@ -24,11 +24,13 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for rows in [1, 3, 24] {
         residual(p, rng, r, rows, (576, 1536))?;
         for normed in [false, true] {
+            swiglu(p, rng, r, (rows, normed), (1536, 576))?;
             gated(p, rng, r, (rows, normed), (1536, 576))?;
             qkv(p, rng, r, (rows, normed), (576, 192, 576))?;
         }
     }
     residual(p, rng, r, 3, (2048, 8192))?;
+    swiglu(p, rng, r, (300, true), (8192, 2048))?;
     // Inputs that fit in one stage, with more features than the launch has warps (about two blocks
     // an SM), so each warp streams several, across q/k/v's boundaries too.
     gated(p, rng, r, (4, true), (8192, 2048))?;
@@ -209,6 +211,47 @@ fn gated(
         if normed { ", RMSNorm" } else { "" }
     );
     r.check(&name, &shape, &p.read(&go, rows * n)?, &co, TOL_BF16);
+    Ok(())
+}
+
+/// A whole SwiGLU MLP onto a random residual: `x += (silu(x' · Gᵀ) ⊙ (x' · Uᵀ)) · Dᵀ`, `x'`
+/// RMS-normalised when `normed`.
+fn swiglu(
+    p: &Pair,
+    rng: &mut Rng,
+    r: &mut Report,
+    (rows, normed): (usize, bool),
+    (width, hidden): (usize, usize),
+) -> Result<()> {
+    let (mut cx, mut gx) = p.buf(&rng.vec(rows * hidden, 2.0))?;
+    let (cg, gg) = weight(p, rng, [width, hidden])?;
+    let (cu, gu) = weight(p, rng, [width, hidden])?;
+    let (cd, gd) = weight(p, rng, [hidden, width])?;
+    let ((cn, gn), (mut cs, mut gs)) = norm_pair(p, rng, rows, hidden)?;
+    let (mut c1, mut g1) = p.poisoned(rows * width)?;
+    let (mut c2, mut g2) = p.poisoned(rows * width)?;
+    let (mut c3, mut g3) = p.poisoned(rows * width)?;
+    let dims = (rows, width, hidden);
+    p.cpu.swiglu_mlp(
+        &mut cx,
+        normed.then_some((&cn, EPS)),
+        (&cg, &cu, &cd),
+        dims,
+        (&mut c1, &mut c2, &mut c3, &mut cs),
+    )?;
+    p.gpu.swiglu_mlp(
+        &mut gx,
+        normed.then_some((&gn, EPS)),
+        (&gg, &gu, &gd),
+        dims,
+        (&mut g1, &mut g2, &mut g3, &mut gs),
+    )?;
+    let shape = format!("[{rows}, {hidden}] x 2 x [{width}, {hidden}]T x [{hidden}, {width}]T");
+    let name = format!(
+        "swiglu_mlp (residual{})",
+        if normed { ", RMSNorm" } else { "" }
+    );
+    r.check(&name, &shape, &p.read(&gx, rows * hidden)?, &cx, TOL_BF16);
     Ok(())
 }
 
