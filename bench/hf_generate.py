@@ -2,8 +2,8 @@
 
 `DOCQA_BENCH_MODEL_DIR=DIR gpu-check --bench` writes the random SmolLM2-135M- and Llama-3.2-1B-shaped
 checkpoints it times into DIR/<name>; this script loads each into `LlamaForCausalLM` (bf16, on the GPU,
-SDPA attention) and times what gpu-check times: prefill of 2,048 and 8,191 tokens at batch 1 (best of
-three forward passes), and greedy `generate` of 128 new tokens after 512-token prompts at batch 1, 8 and
+SDPA attention) and times what gpu-check times: prefill of 2,048, 8,191 and (where the model's
+positions reach) 32,767 tokens at batch 1 (best of three forward passes), and greedy `generate` of 128 new tokens after 512-token prompts at batch 1, 8 and
 32 (wall clock after a 4-token warm-up call; `min_new_tokens` keeps every sequence going for all 128 steps).
 
 Run on the GPU machine: python3 bench/hf_generate.py DIR
@@ -28,7 +28,7 @@ def load(directory):
     missing, unexpected = model.load_state_dict(load_file(directory / "model.safetensors"), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     model.tie_weights()
-    return model.eval(), config.vocab_size
+    return model.eval(), config.vocab_size, config.max_position_embeddings
 
 
 def timed(fn):
@@ -39,8 +39,8 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def prefill(model, vocab):
-    for n in (2048, 8191):
+def prefill(model, vocab, max_positions):
+    for n in (n for n in (2048, 8191, 32767) if n < max_positions):
         ids = torch.randint(3, vocab, (1, n), device="cuda")
         best = min(timed(lambda: model(ids, use_cache=True, logits_to_keep=1)) for _ in range(3))
         print(f"  prefill {n:>5} tokens  {best * 1e3:>8.1f} ms  {n / best:>9.0f} tok/s")
@@ -72,11 +72,11 @@ def decode(model, vocab):
 def main():
     root = Path(sys.argv[1])
     print(f"anchor: HF transformers generate, torch {torch.__version__}")
-    for name in ("SmolLM2-135M", "Llama-3.2-1B"):
-        model, vocab = load(root / name)
+    for name in ("smollm2-135m", "llama-3.2-1b"):
+        model, vocab, max_positions = load(root / name)
         print(f"anchor: {name}-shaped random model, bf16, SDPA attention")
         with torch.inference_mode():
-            prefill(model, vocab)
+            prefill(model, vocab, max_positions)
             decode(model, vocab)
         del model
         torch.cuda.empty_cache()

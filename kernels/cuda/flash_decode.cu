@@ -252,7 +252,8 @@ __device__ void decode(
     float scale, int sink_part, int split_base, int splits) {
     __shared__ float o_s[WARPS][MAX_GROUP][HD];
     __shared__ float ml_s[WARPS][MAX_GROUP][2];
-    allow_next_grid();  // the output product may start fetching its weights
+    allow_next_grid();  // the merge, or the output product, may start
+    wait_for_previous_grid();  // q and the new keys come from the kernel before
     const int sp = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int warp = threadIdx.x >> 5, group = num_heads / num_kv_heads;
     Window win{block_table + (long long)s * max_blocks_per_seq, block_size, 0, 0};
@@ -476,6 +477,7 @@ extern "C" __global__ void __launch_bounds__(REDUCE_THREADS) flash_decode_reduce
     __shared__ float4 partial[REDUCE_THREADS];
     __shared__ float weights[REDUCE_THREADS];
     allow_next_grid();  // the output product may start fetching its weights
+    wait_for_previous_grid();  // the splits come from the decode kernel
     const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
     const long long first = (long long)s * splits * num_heads + h;
     float mx = NEG_INF;

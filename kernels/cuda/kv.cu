@@ -113,6 +113,10 @@ __device__ void rope_scatter(
     int heads,
     int kv_heads,
     int head_dim) {
+    // Launched with programmatic dependent launch after the q/k/v products: the attention kernel
+    // may start now, and this one reads the products only once they are done.
+    allow_next_grid();
+    wait_for_previous_grid();
     const int half = head_dim / 2, all = heads + kv_heads;
     const long long n = (long long)rows * all * half;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
+use super::pdl::PdlArgs;
 use super::{CudaBackend, CudaKv, cuda_err, pools};
 use crate::backend::{AttnShape, KvDtype, PagedAttnMeta};
 use crate::error::Result;
@@ -318,21 +319,19 @@ pub(super) fn decode(
         block_dim: (REDUCE_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let ints = [total, shape.num_heads, shape.head_dim].map(|v| v as i32);
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("flash_decode_reduce")?);
-    b.arg(&*part_o)
-        .arg(&*part_ml)
-        .arg(meta.query_start_loc)
-        .arg(out);
-    for i in &ints {
-        b.arg(i);
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(&*part_o, stream)
+        .buf(&*part_ml, stream)
+        .buf(meta.query_start_loc, stream)
+        .buf(out, stream);
+    for i in [total, shape.num_heads, shape.head_dim] {
+        a.int(i as i32);
     }
-    // SAFETY: arguments match the kernel's signature; sizes as above.
-    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-    Ok(())
+    let f = be.kernels.get("flash_decode_reduce")?;
+    // SAFETY: arguments match the kernel's signature; sizes as above; every thread waits for the
+    // decode kernel before it reads the splits.
+    unsafe { a.launch(f, stream, cfg, be.pdl_on()) }
 }
 
 /// Threads of a reduce block (`REDUCE_THREADS` in `kernels/cuda/flash_decode.cu`): the splits are read
@@ -419,33 +418,32 @@ fn launch_decode(
         launch.split_len,
     ]
     .map(|v| v as i32);
-    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
-    b.arg(q);
-    pools::push(&mut b, &be.dev.stream, kc, vc)?;
-    b.arg(meta.query_start_loc)
-        .arg(meta.seq_lens)
-        .arg(meta.block_table);
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(q, stream);
+    pools::push_pdl(&mut a, stream, kc, vc)?;
+    a.buf(meta.query_start_loc, stream)
+        .buf(meta.seq_lens, stream)
+        .buf(meta.block_table, stream);
     if let Some(w) = &meta.windows {
-        b.arg(w.windows);
+        a.buf(w.windows, stream);
     }
-    b.arg(part_o).arg(part_ml);
-    for i in &ints {
-        b.arg(i);
+    a.buf(part_o, stream).buf(part_ml, stream);
+    for i in ints {
+        a.int(i);
     }
-    b.arg(&shape.scale);
-    let part = launch
-        .part
-        .map(|p| [i32::from(p.sinks), p.split_base as i32, p.splits as i32]);
-    if let Some(part) = &part {
-        for i in part {
-            b.arg(i);
-        }
+    a.float(shape.scale);
+    if let Some(p) = launch.part {
+        a.int(i32::from(p.sinks))
+            .int(p.split_base as i32)
+            .int(p.splits as i32);
     }
+    let f = be.kernels.get(&name)?;
     // SAFETY: arguments match the kernel's signature; the partial buffers hold
     // num_seqs · splits · num_heads rows (with one split, `part_o` is the output, which holds
-    // num_seqs · num_heads rows); the caller checked the other sizes.
-    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-    Ok(())
+    // num_seqs · num_heads rows); the caller checked the other sizes; every thread waits for the
+    // kernel before it reads anything.
+    unsafe { a.launch(f, stream, cfg, be.pdl_on()) }
 }
 
 #[cfg(test)]

@@ -144,7 +144,7 @@ fn add_bias(
 }
 
 /// The bf16 elements of every weight, when all are bf16.
-fn all_bf16<'a, const N: usize>(ws: [&'a CudaWeight; N]) -> Option<[&'a CudaSlice<u16>; N]> {
+fn all_bf16<const N: usize>(ws: [&CudaWeight; N]) -> Option<[&CudaSlice<u16>; N]> {
     let bf16 = ws.map(|w| match &w.data {
         CudaWeightData::Bf16(d) => Some(d),
         CudaWeightData::F32(_) => None,
@@ -219,7 +219,9 @@ pub(super) fn swiglu_mlp(
     (gate, up): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
 ) -> Option<Result<()>> {
     let [g, u, d] = all_bf16([gate_w, up_w, down_w])?;
-    let shapes_fit = [gate_w, up_w].iter().all(|w| (w.rows, w.cols) == (width, hidden))
+    let shapes_fit = [gate_w, up_w]
+        .iter()
+        .all(|w| (w.rows, w.cols) == (width, hidden))
         && (down_w.rows, down_w.cols) == (hidden, width);
     if !shapes_fit || rows <= super::gemv::MAX_ROWS {
         return None;

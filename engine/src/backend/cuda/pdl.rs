@@ -17,7 +17,8 @@ use super::{CudaBackend, cuda_err};
 use crate::error::Result;
 
 impl CudaBackend {
-    /// Switches programmatic dependent launch of the skinny products on or off (on by default on
+    /// Switches programmatic dependent launch of a decode layer's kernels (the skinny products, the
+    /// RoPE + KV write, the decode attention and its merge) on or off (on by default on
     /// compute capability 9.0 and later; `DOCQA_CUDA_PDL=0` starts with it off). Graphs recorded
     /// before are recorded again.
     pub fn set_pdl(&self, on: bool) {
@@ -28,7 +29,7 @@ impl CudaBackend {
         self.bump_graph_epoch();
     }
 
-    /// Whether the skinny products are launched with programmatic dependent launch.
+    /// Whether a decode layer's kernels are launched with programmatic dependent launch.
     pub fn pdl_on(&self) -> bool {
         self.pdl.load(std::sync::atomic::Ordering::Relaxed)
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, LaunchArgs, PushKernelArg};
 
+use super::pdl::PdlArgs;
 use super::{CudaKv, CudaKvStore, cuda_err};
 use crate::error::{EngineError, Result};
 
@@ -51,6 +52,34 @@ pub(super) fn push<'a>(
         }
         (CudaKvStore::Int8 { q: k, scales: ks }, CudaKvStore::Int8 { q: v, scales: vs }) => {
             b.arg(k).arg(v).arg(ks).arg(vs);
+        }
+        _ => unreachable!("dtypes checked above"),
+    }
+    Ok(())
+}
+
+/// [`push`] for a launch with programmatic dependent launch ([`PdlArgs`]).
+pub(super) fn push_pdl(
+    a: &mut PdlArgs,
+    stream: &CudaStream,
+    kc: &CudaKv,
+    vc: &CudaKv,
+) -> Result<()> {
+    shared_dtype(kc, vc)?;
+    kc.await_transfer(stream)?;
+    vc.await_transfer(stream)?;
+    match (&kc.store, &vc.store) {
+        (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
+            a.buf(k, stream).buf(v, stream);
+        }
+        (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
+            a.buf(k, stream).buf(v, stream);
+        }
+        (CudaKvStore::Int8 { q: k, scales: ks }, CudaKvStore::Int8 { q: v, scales: vs }) => {
+            a.buf(k, stream)
+                .buf(v, stream)
+                .buf(ks, stream)
+                .buf(vs, stream);
         }
         _ => unreachable!("dtypes checked above"),
     }

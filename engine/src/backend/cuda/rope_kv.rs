@@ -1,9 +1,10 @@
 //! The fused RoPE + KV write of a layer (`rope_kv_write_*` in `kv.cu`): q and k rotated in place, k
 //! and v scattered to their pool slots, in one launch instead of three.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
-use super::{CudaBackend, CudaKv, check_len, cuda_err, grid, pools};
+use super::pdl::PdlArgs;
+use super::{CudaBackend, CudaKv, check_len, grid, pools};
 use crate::error::{EngineError, Result};
 
 pub(super) fn rope_kv_write(
@@ -26,14 +27,21 @@ pub(super) fn rope_kv_write(
     check_len("rope_kv_write slot_mapping", slots.len(), rows)?;
     let ints = [rows, heads, kv_heads, head_dim].map(|x| x as i32);
     let name = format!("rope_kv_write_{}", pools::shared_dtype(kc, vc)?);
-    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
-    b.arg(&mut *q).arg(&mut *k).arg(v).arg(table).arg(slots);
-    pools::push(&mut b, &be.dev.stream, kc, vc)?;
-    for i in &ints {
-        b.arg(i);
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(q, stream)
+        .buf(k, stream)
+        .buf(v, stream)
+        .buf(table, stream)
+        .buf(slots, stream);
+    pools::push_pdl(&mut a, stream, kc, vc)?;
+    for i in ints {
+        a.int(i);
     }
+    let f = be.kernels.get(&name)?;
+    let cfg = grid(rows * (heads + kv_heads) * head_dim / 2);
     // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
-    // (from the block allocator), as for kv_write.
-    unsafe { b.launch(grid(rows * (heads + kv_heads) * head_dim / 2)) }.map_err(cuda_err)?;
-    Ok(())
+    // (from the block allocator), as for kv_write. Every thread waits for the previous kernel
+    // before it reads anything.
+    unsafe { a.launch(f, stream, cfg, be.pdl_on()) }
 }

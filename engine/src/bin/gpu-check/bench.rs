@@ -398,10 +398,12 @@ pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
     decode::report(&model, rng, 1, true)
 }
 
-/// Best of three prefills of 2,048 and 8,191 tokens, batch 1.
+/// Best of three prefills of 2,048 and 8,191 tokens, batch 1, and of 32,767 where the model's
+/// context reaches that far.
 fn prefill(model: &Llama<CudaBackend>, rng: &mut Rng) -> Result<()> {
     let vocab = model.config.vocab_size;
-    for n in [2048, 8192 - 1] {
+    let lengths = [2048, 8192 - 1, 32768 - 1];
+    for n in lengths.into_iter().filter(|&n| n < model.max_context()) {
         let p = decode::prompt(n, vocab, rng);
         let mut best = f64::INFINITY;
         for _ in 0..3 {
