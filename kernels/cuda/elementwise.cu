@@ -6,47 +6,48 @@
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); \
          i += (long long)gridDim.x * blockDim.x)
 
-// out = silu(gate) * up
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Four values at element 4i: 16 bytes of f32, or 8 of bf16.
+__device__ __forceinline__ void store4(float* p, long long i, float a, float b, float c, float d) {
+    reinterpret_cast<float4*>(p)[i] = make_float4(a, b, c, d);
+}
+__device__ __forceinline__ void store4(bf16_t* p, long long i, float a, float b, float c, float d) {
+    reinterpret_cast<uint2*>(p)[i] = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
+}
+
+// out = silu(gate) * up, four elements a thread and step (16-byte loads), then the last n % 4.
+template <typename T>
+__device__ __forceinline__ void silu_mul_into(const float* gate, const float* up, T* out,
+                                              long long n) {
+    const long long quads = n / 4;
+    GRID_STRIDE(i, quads) {
+        const float4 g = reinterpret_cast<const float4*>(gate)[i];
+        const float4 u = reinterpret_cast<const float4*>(up)[i];
+        store4(out, i, silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z),
+               silu_mul(g.w, u.w));
+    }
+    GRID_STRIDE(j, n - 4 * quads) {
+        const long long i = 4 * quads + j;
+        store_from_f32(out + i, silu_mul(gate[i], up[i]));
+    }
+}
+
 extern "C" __global__ void silu_mul_f32(
     const float* gate,  // [n]
     const float* up,    // [n]
     float* out,         // [n]
     long long n) {
-    // Four elements a thread and step (16-byte loads and stores), then the last n % 4 one by one.
-    const long long quads = n / 4;
-    GRID_STRIDE(i, quads) {
-        const float4 g = reinterpret_cast<const float4*>(gate)[i];
-        const float4 u = reinterpret_cast<const float4*>(up)[i];
-        reinterpret_cast<float4*>(out)[i] =
-            make_float4(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y,
-                        g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w);
-    }
-    GRID_STRIDE(j, n - 4 * quads) {
-        const long long i = 4 * quads + j;
-        const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    silu_mul_into(gate, up, out, n);
 }
 
-// out = bf16(silu(gate) * up): the input of the down product.
+// The same rounded to bf16: the input of the down product.
 extern "C" __global__ void silu_mul_bf16(
     const float* gate,  // [n]
     const float* up,    // [n]
     bf16_t* out,        // [n]
     long long n) {
-    const long long quads = n / 4;
-    GRID_STRIDE(i, quads) {
-        const float4 g = reinterpret_cast<const float4*>(gate)[i];
-        const float4 u = reinterpret_cast<const float4*>(up)[i];
-        reinterpret_cast<uint2*>(out)[i] =
-            make_uint2(pack_bf16x2(g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y),
-                       pack_bf16x2(g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w));
-    }
-    GRID_STRIDE(j, n - 4 * quads) {
-        const long long i = 4 * quads + j;
-        const float g = gate[i];
-        out[i] = f32_to_bf16(g / (1.0f + expf(-g)) * up[i]);
-    }
+    silu_mul_into(gate, up, out, n);
 }
 
 // Exact (erf) GELU in place.

@@ -26,12 +26,15 @@
 #define MT 2                          // mma row tiles (16 rows) per warp
 #define THREADS (PREFILL_WARPS * 32)
 #define BM (PREFILL_WARPS * 16 * MT)  // query rows per block
-// Keys per tile of bf16 pools (64; 32 at head_dim 128 is a kernel-lab variant); the host sizes their
-// shared memory for 64.
+// Keys per tile of bf16 pools (64; 32 is a kernel-lab variant); the host sizes their shared memory
+// for 64.
 #ifndef BN_HD128
 #define BN_HD128 64
 #endif
-#define BN_OF(HD) ((HD) == 128 ? BN_HD128 : 64)
+#ifndef BN_HD64
+#define BN_HD64 64
+#endif
+#define BN_OF(HD) ((HD) == 128 ? BN_HD128 : BN_HD64)
 #define PAD 8                    // bf16 padding per shared row: conflict-free ldmatrix
 // KV block sizes the kernel takes are multiples of this (the host checks).
 #define PREFILL_BLOCK_MULTIPLE 8

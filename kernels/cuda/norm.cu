@@ -1,46 +1,41 @@
 // Row normalisations: RMSNorm and LayerNorm. One block per row; f32 sums over the block.
 #include "common.cuh"
 
-// out = x / sqrt(mean(x²) + eps) * w
+// out = x / sqrt(mean(x²) + eps) * w, stored as f32, or rounded to bf16 for a tensor-core product
+// (the same values cast_f32_bf16 makes of the f32 ones).
+template <typename T>
+__device__ __forceinline__ void rms_norm(const float* x, const float* w, T* out, int width,
+                                         float eps) {
+    __shared__ float scratch[32];
+    const float* xr = x + (long long)blockIdx.x * width;
+    T* o = out + (long long)blockIdx.x * width;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        ss += xr[c] * xr[c];
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        store_from_f32(o + c, xr[c] * inv * w[c]);
+    }
+}
+
 extern "C" __global__ void rms_norm_f32(
     const float* x,  // [rows, width]
     const float* w,  // [width]
     float* out,      // [rows, width]
     int width,
     float eps) {
-    __shared__ float scratch[32];
     allow_next_grid();  // the LM head's product may start fetching its weights
-    const float* xr = x + (long long)blockIdx.x * width;
-    float* o = out + (long long)blockIdx.x * width;
-    float ss = 0.0f;
-    for (int c = threadIdx.x; c < width; c += blockDim.x) {
-        ss += xr[c] * xr[c];
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
-    for (int c = threadIdx.x; c < width; c += blockDim.x) {
-        o[c] = xr[c] * inv * w[c];
-    }
+    rms_norm(x, w, out, width, eps);
 }
 
-// out = bf16(x / sqrt(mean(x²) + eps) * w): the normalised rows rounded for a tensor-core product,
-// the same values cast_f32_bf16 makes of rms_norm_f32's.
 extern "C" __global__ void rms_norm_bf16(
     const float* x,  // [rows, width]
     const float* w,  // [width]
     bf16_t* out,     // [rows, width]
     int width,
     float eps) {
-    __shared__ float scratch[32];
-    const float* xr = x + (long long)blockIdx.x * width;
-    bf16_t* o = out + (long long)blockIdx.x * width;
-    float ss = 0.0f;
-    for (int c = threadIdx.x; c < width; c += blockDim.x) {
-        ss += xr[c] * xr[c];
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
-    for (int c = threadIdx.x; c < width; c += blockDim.x) {
-        o[c] = f32_to_bf16(xr[c] * inv * w[c]);
-    }
+    rms_norm(x, w, out, width, eps);
 }
 
 // out = (x - mean) / sqrt(var + eps) * w + b, two passes over the row.

@@ -129,8 +129,9 @@ fn paged_ms_sweep(
     Ok(times)
 }
 
-/// Prints the kernel timings, then (with `end_to_end_too`) the end-to-end ones.
-pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()> {
+/// Causal prefill attention of one sequence at head_dim 64 and 128, 1K to 64K tokens
+/// (`DOCQA_BENCH_PREFILL=1` runs these alone, for kernel-lab variants of the prefill cubin).
+pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     println!(
         "bench: paged_attention prefill, one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
     );
@@ -145,6 +146,12 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
             );
         }
     }
+    Ok(())
+}
+
+/// Prints the kernel timings, then (with `end_to_end_too`) the end-to-end ones.
+pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()> {
+    prefill_timings(gpu, rng)?;
     println!(
         "bench: paged_attention decode, 8 sequences, 1 new token each, bf16 KV, head_dim 128, 32/8 heads"
     );

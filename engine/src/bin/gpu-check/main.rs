@@ -7,12 +7,13 @@
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
 //! the model families against transformers' logits (`tests/golden/families`).
 //! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else;
-//! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`) instead,
-//! `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
-//! `DOCQA_PROFILE_MODEL=llama-3.2-1b` runs one prefill and one decode step of a random model of that
-//! shape under cuProfilerStart/Stop (for ncu). Exit status 0 when every check passes,
-//! 1 when one fails, 2 when there is no CUDA device. `DOCQA_TEST_SEED` replays a run;
-//! `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the executable), else the
+//! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
+//! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
+//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone, and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
+//! runs one prefill and one decode step of a random model of that shape under
+//! cuProfilerStart/Stop (for ncu). Exit status 0 when every check passes, 1 when one fails, 2 when
+//! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
+//! cubins (default: `cubins/` beside the executable), else the
 //! kernels are compiled with NVRTC.
 
 mod attention;
@@ -79,6 +80,10 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     }
     if std::env::var_os("DOCQA_PROFILE_PREFILL").is_some() {
         bench::profile_prefill(&pair.gpu, &mut rng)?;
+        return Ok(true);
+    }
+    if std::env::var_os("DOCQA_BENCH_PREFILL").is_some() {
+        bench::prefill_timings(&pair.gpu, &mut rng)?;
         return Ok(true);
     }
     if let Ok(name) = std::env::var("DOCQA_PROFILE_MODEL") {
