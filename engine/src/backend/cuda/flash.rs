@@ -154,13 +154,8 @@ pub(super) fn bidirectional(
         k16.as_mut().map_err(cuda_err)?,
         v16.as_mut().map_err(cuda_err)?,
     );
-    for (src, dst) in [(k, &mut *k16), (v, &mut *v16)] {
-        let len = n as i64;
-        let mut b = stream.launch_builder(be.kernels.get("cast_f32_bf16")?);
-        b.arg(src).arg(dst).arg(&len);
-        // SAFETY: arguments match the kernel's signature; both buffers hold n elements.
-        unsafe { b.launch(super::grid(n.div_ceil(4))) }.map_err(cuda_err)?;
-    }
+    super::ops::cast_to_bf16(be, k, n, k16)?;
+    super::ops::cast_to_bf16(be, v, n, v16)?;
     let func = be
         .kernels
         .get(&format!("flash_prefill_bidir_bf16_hd{}", shape.head_dim))?;
@@ -421,7 +416,7 @@ fn launch_decode(
     let stream = &be.dev.stream;
     let mut a = PdlArgs::new();
     a.buf(q, stream);
-    pools::push_pdl(&mut a, stream, kc, vc)?;
+    pools::push(&mut a, stream, kc, vc)?;
     a.buf(meta.query_start_loc, stream)
         .buf(meta.seq_lens, stream)
         .buf(meta.block_table, stream);

@@ -8,21 +8,18 @@
 //! bf16 × bf16 with f32 accumulation into f32 output, or onto it for a residual add. f32 weights:
 //! `cublasSgemm` (full f32, no TF32).
 
+use std::sync::MutexGuard;
+
 use cudarc::cublas::result::{gemm_ex, sgemm};
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
 };
-use std::sync::MutexGuard;
-
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 
 use super::gemv::FusedNorm;
-use super::ops::vector;
+use super::ops::{self, vector};
 use super::{CudaBackend, CudaWeight, CudaWeightData, check_len, cuda_err, grid};
 use crate::error::Result;
-
-/// Threads of a `rms_norm_bf16` block (one block a row).
-const NORM_THREADS: u32 = 256;
 
 /// The backend's bf16 scratch buffer, locked while a caller's products read it.
 struct Staged<'a>(MutexGuard<'a, Option<CudaSlice<u16>>>);
@@ -54,29 +51,9 @@ fn staged_bf16<'a>(
     }
     let mut staged = Staged(scratch);
     let buf = staged.buf();
-    let stream = &be.dev.stream;
     match norm {
-        Some((w, eps)) => {
-            check_len("rms_norm_bf16 weight", w.len(), k)?;
-            let width = k as i32;
-            let mut b = stream.launch_builder(be.kernels.get("rms_norm_bf16")?);
-            b.arg(x).arg(w).arg(&mut *buf).arg(&width).arg(&eps);
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, 1, 1),
-                block_dim: (NORM_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: arguments match the kernel's signature; x and the scratch hold rows · k
-            // elements, the weight k.
-            unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-        }
-        None => {
-            let len = n as i64;
-            let mut b = stream.launch_builder(be.kernels.get("cast_f32_bf16")?);
-            b.arg(x).arg(&mut *buf).arg(&len);
-            // SAFETY: arguments match the kernel's signature; both buffers hold n elements.
-            unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
-        }
+        Some(norm) => ops::rms_norm_rows(be, x, norm, (rows, k), buf)?,
+        None => ops::cast_to_bf16(be, x, n, buf)?,
     }
     Ok(staged)
 }
@@ -231,31 +208,10 @@ pub(super) fn swiglu_mlp(
         let xb = staged.buf();
         gemm_bf16(be, (xb, g), (rows, width, hidden), 0.0, gate)?;
         gemm_bf16(be, (xb, u), (rows, width, hidden), 0.0, up)?;
-        silu_mul_into_bf16(be, (gate, up), rows * width, xb)?;
+        ops::silu_mul(be, gate, up, rows * width, xb)?;
         gemm_bf16(be, (xb, d), (rows, hidden, width), 1.0, x)
     };
     Some(mlp())
-}
-
-/// `out[..n] = bf16(silu(gate) · up)`.
-fn silu_mul_into_bf16(
-    be: &CudaBackend,
-    (gate, up): (&CudaSlice<f32>, &CudaSlice<f32>),
-    n: usize,
-    out: &mut CudaSlice<u16>,
-) -> Result<()> {
-    check_len("silu_mul_bf16 gate", gate.len(), n)?;
-    check_len("silu_mul_bf16 up", up.len(), n)?;
-    check_len("silu_mul_bf16 out", out.len(), n)?;
-    let len = n as i64;
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("silu_mul_bf16")?);
-    b.arg(gate).arg(up).arg(out).arg(&len);
-    // SAFETY: arguments match the kernel's signature; sizes checked above.
-    unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
-    Ok(())
 }
 
 pub(super) fn matmul(

@@ -59,6 +59,20 @@ pub(super) fn write<T: DeviceRepr>(
         .map_err(cuda_err)
 }
 
+/// An element type the norm and element-wise kernels write, by its name in their kernel names.
+pub(super) trait KernelOut: DeviceRepr {
+    const NAME: &'static str;
+}
+
+impl KernelOut for f32 {
+    const NAME: &'static str = "f32";
+}
+
+/// bf16, as its bit patterns.
+impl KernelOut for u16 {
+    const NAME: &'static str = "bf16";
+}
+
 pub(super) fn rms_norm(
     be: &CudaBackend,
     x: &CudaSlice<f32>,
@@ -67,20 +81,49 @@ pub(super) fn rms_norm(
     rows: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let width = w.cols;
+    rms_norm_rows(be, x, (vector(w)?, eps), (rows, w.cols), out)
+}
+
+/// `out[rows, width] = x / sqrt(mean(x²) + eps) · w`, stored as `T` (f32, or bf16 for a product).
+pub(super) fn rms_norm_rows<T: KernelOut>(
+    be: &CudaBackend,
+    x: &CudaSlice<f32>,
+    (w, eps): (&CudaSlice<f32>, f32),
+    (rows, width): (usize, usize),
+    out: &mut CudaSlice<T>,
+) -> Result<()> {
     check_len("rms_norm x", x.len(), rows * width)?;
+    check_len("rms_norm weight", w.len(), width)?;
     check_len("rms_norm out", out.len(), rows * width)?;
     if rows == 0 {
         return Ok(());
     }
     let width = width as i32;
+    let name = format!("rms_norm_{}", T::NAME);
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    b.arg(x).arg(w).arg(out).arg(&width).arg(&eps);
+    // SAFETY: arguments match the kernel's signature; sizes checked above.
+    unsafe { b.launch(row_grid(rows)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// `out[..n] = bf16(x[..n])`, rounded to nearest even.
+pub(super) fn cast_to_bf16(
+    be: &CudaBackend,
+    x: &CudaSlice<f32>,
+    n: usize,
+    out: &mut CudaSlice<u16>,
+) -> Result<()> {
+    check_len("cast x", x.len(), n)?;
+    check_len("cast out", out.len(), n)?;
+    let len = n as i64;
     let mut b = be
         .dev
         .stream
-        .launch_builder(be.kernels.get("rms_norm_f32")?);
-    b.arg(x).arg(vector(w)?).arg(out).arg(&width).arg(&eps);
+        .launch_builder(be.kernels.get("cast_f32_bf16")?);
+    b.arg(x).arg(out).arg(&len);
     // SAFETY: arguments match the kernel's signature; sizes checked above.
-    unsafe { b.launch(row_grid(rows)) }.map_err(cuda_err)?;
+    unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
     Ok(())
 }
 
@@ -161,21 +204,20 @@ pub(super) fn rope(
     Ok(())
 }
 
-pub(super) fn silu_mul(
+/// `out[..n] = silu(gate) · up`, stored as `T` (f32, or bf16 for the down product).
+pub(super) fn silu_mul<T: KernelOut>(
     be: &CudaBackend,
     gate: &CudaSlice<f32>,
     up: &CudaSlice<f32>,
     n: usize,
-    out: &mut CudaSlice<f32>,
+    out: &mut CudaSlice<T>,
 ) -> Result<()> {
     check_len("silu_mul gate", gate.len(), n)?;
     check_len("silu_mul up", up.len(), n)?;
     check_len("silu_mul out", out.len(), n)?;
     let len = n as i64;
-    let mut b = be
-        .dev
-        .stream
-        .launch_builder(be.kernels.get("silu_mul_f32")?);
+    let name = format!("silu_mul_{}", T::NAME);
+    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
     b.arg(gate).arg(up).arg(out).arg(&len);
     // SAFETY: arguments match the kernel's signature; sizes checked above.
     unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, LaunchArgs, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, PushKernelArg};
 
 use super::pdl::PdlArgs;
 use super::{CudaKv, CudaKvStore, cuda_err};
@@ -33,9 +33,9 @@ pub(super) fn shared_dtype(kc: &CudaKv, vc: &CudaKv) -> Result<&'static str> {
 }
 
 /// Pushes the pools' arguments: `k, v`, then for int8 pools `k_scales, v_scales`, after making
-/// `stream` (the one `b` launches on) wait for blocks still being brought back into them.
-pub(super) fn push<'a>(
-    b: &mut LaunchArgs<'a>,
+/// `stream` (the one `a` launches on) wait for blocks still being brought back into them.
+pub(super) fn push<'a, A: KernelArgs<'a>>(
+    a: &mut A,
     stream: &CudaStream,
     kc: &'a CudaKv,
     vc: &'a CudaKv,
@@ -45,45 +45,40 @@ pub(super) fn push<'a>(
     vc.await_transfer(stream)?;
     match (&kc.store, &vc.store) {
         (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
-            b.arg(k).arg(v);
+            a.buffer(k, stream);
+            a.buffer(v, stream);
         }
         (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
-            b.arg(k).arg(v);
+            a.buffer(k, stream);
+            a.buffer(v, stream);
         }
         (CudaKvStore::Int8 { q: k, scales: ks }, CudaKvStore::Int8 { q: v, scales: vs }) => {
-            b.arg(k).arg(v).arg(ks).arg(vs);
+            a.buffer(k, stream);
+            a.buffer(v, stream);
+            a.buffer(ks, stream);
+            a.buffer(vs, stream);
         }
         _ => unreachable!("dtypes checked above"),
     }
     Ok(())
 }
 
-/// [`push`] for a launch with programmatic dependent launch ([`PdlArgs`]).
-pub(super) fn push_pdl(
-    a: &mut PdlArgs,
-    stream: &CudaStream,
-    kc: &CudaKv,
-    vc: &CudaKv,
-) -> Result<()> {
-    shared_dtype(kc, vc)?;
-    kc.await_transfer(stream)?;
-    vc.await_transfer(stream)?;
-    match (&kc.store, &vc.store) {
-        (CudaKvStore::F32(k), CudaKvStore::F32(v)) => {
-            a.buf(k, stream).buf(v, stream);
-        }
-        (CudaKvStore::Bf16(k), CudaKvStore::Bf16(v)) => {
-            a.buf(k, stream).buf(v, stream);
-        }
-        (CudaKvStore::Int8 { q: k, scales: ks }, CudaKvStore::Int8 { q: v, scales: vs }) => {
-            a.buf(k, stream)
-                .buf(v, stream)
-                .buf(ks, stream)
-                .buf(vs, stream);
-        }
-        _ => unreachable!("dtypes checked above"),
+/// A launch's argument list, as cudarc's builder or as a programmatic launch's slots ([`PdlArgs`]).
+pub(super) trait KernelArgs<'a> {
+    /// Appends a device buffer (used on `stream`).
+    fn buffer<T>(&mut self, b: &'a CudaSlice<T>, stream: &CudaStream);
+}
+
+impl<'a> KernelArgs<'a> for LaunchArgs<'a> {
+    fn buffer<T>(&mut self, b: &'a CudaSlice<T>, _stream: &CudaStream) {
+        self.arg(b);
     }
-    Ok(())
+}
+
+impl<'a> KernelArgs<'a> for PdlArgs {
+    fn buffer<T>(&mut self, b: &'a CudaSlice<T>, stream: &CudaStream) {
+        self.buf(b, stream);
+    }
 }
 
 /// A pool's elements as f32 (bf16 widened, int8 times its scale).

@@ -34,7 +34,7 @@ pub(super) fn rope_kv_write(
         .buf(v, stream)
         .buf(table, stream)
         .buf(slots, stream);
-    pools::push_pdl(&mut a, stream, kc, vc)?;
+    pools::push(&mut a, stream, kc, vc)?;
     for i in ints {
         a.int(i);
     }
