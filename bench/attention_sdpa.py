@@ -7,8 +7,11 @@ copy bandwidth (a 4 GiB device-to-device copy, read + write bytes over time, bes
 ceiling decode is measured against. Times are CUDA events, median of several runs after a warm-up;
 inputs are random.
 
-Run on the GPU machine: python3 bench/attention_sdpa.py
+Run on the GPU machine: python3 bench/attention_sdpa.py [prefill] [decode] [decode_one] [copy]
+(every anchor when none is named).
 """
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -78,8 +81,8 @@ def copy_bandwidth():
 
 
 if __name__ == "__main__":
+    # Anchors to time: every one by default, or those named (prefill, decode, decode_one, copy).
+    anchors = {"prefill": prefill, "decode": decode, "decode_one": decode_one, "copy": copy_bandwidth}
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    prefill()
-    decode()
-    decode_one()
-    copy_bandwidth()
+    for name in sys.argv[1:] or list(anchors):
+        anchors[name]()

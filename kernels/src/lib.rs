@@ -108,6 +108,14 @@ pub const SOURCES: &[KernelSource] = &[
         ],
     },
     KernelSource {
+        name: "flash_prefill_sm90",
+        source: include_str!("../cuda/flash_prefill_sm90.cu"),
+        functions: &[
+            "flash_prefill_sm90_bf16_hd64",
+            "flash_prefill_sm90_bf16_hd128",
+        ],
+    },
+    KernelSource {
         name: "flash_decode",
         source: include_str!("../cuda/flash_decode.cu"),
         functions: &[

@@ -1,6 +1,8 @@
 //! Launches of the tensor-core attention kernels over bf16 and int8 paged KV pools
-//! (`flash_prefill.cu`, `flash_decode.cu`): FlashAttention-2-style prefill, and split-KV decode with
-//! its reduce. int8 keys and values are dequantised to bf16 as the kernels load them.
+//! (`flash_prefill.cu`, `flash_prefill_sm90.cu`, `flash_decode.cu`): FlashAttention-2-style prefill
+//! on mma.sync, prefill on warpgroup MMAs for bf16 pools on Hopper (compute capability 9.0), and
+//! split-KV decode with its reduce. int8 keys and values are dequantised to bf16 as the kernels load
+//! them.
 //!
 //! They apply to head_dim 64 and 128; decode also needs at most 16 query heads per KV head and one
 //! query row per sequence. Q and the output stay f32 (`[rows, heads · head_dim]`); the kernels round
@@ -44,8 +46,9 @@ pub(super) fn supports(shape: AttnShape) -> bool {
     matches!(shape.head_dim, 64 | 128)
 }
 
-/// KV block sizes the prefill kernel takes are multiples of this (its `PREFILL_BLOCK_MULTIPLE`:
-/// each thread copies that many consecutive keys from one block); others go to the plain kernel.
+/// KV block sizes the prefill kernels take are multiples of this (their `PREFILL_BLOCK_MULTIPLE` and
+/// `SM90_BLOCK_MULTIPLE`: each thread copies that many consecutive keys from one block); others go to
+/// the plain kernel.
 const PREFILL_BLOCK_MULTIPLE: usize = 8;
 
 /// Whether the prefill kernel takes pools of this block size.
@@ -57,6 +60,15 @@ pub(super) fn prefill_takes_block_size(block_size: usize) -> bool {
 /// scheduled sequence has at least one row, so `num_tokens == num_seqs` means exactly one each).
 pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape) -> bool {
     meta.num_tokens == meta.num_seqs && shape.num_heads / shape.num_kv_heads <= MAX_GROUP
+}
+
+/// Keys per tile of the Hopper prefill kernel (`flash_prefill_sm90.cu`'s `SM90_BN`, at most this).
+const SM90_TILE_KEYS: usize = 128;
+
+/// Shared memory of a Hopper prefill block of `rows` query rows: Q, then two stages of K and V tiles,
+/// all bf16 and unpadded (swizzled), and 1 KiB to align them to the swizzle pattern.
+fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
+    (rows + 4 * SM90_TILE_KEYS) * head_dim * 2 + 1024
 }
 
 /// Shared memory of a prefill block of `rows` query rows: Q rows, then two stages of bf16 K and V
@@ -84,18 +96,24 @@ pub(super) fn prefill(
     out: &mut CudaSlice<f32>, // [num_tokens, num_heads, head_dim]
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
-    let kind = match meta.windows {
-        Some(_) => "_windowed",
-        None => "",
+    let hopper = dtype == "bf16" && meta.windows.is_none() && be.hopper_prefill();
+    let kind = match (meta.windows.is_some(), hopper) {
+        (true, _) => "_windowed",
+        (false, true) => "_sm90",
+        (false, false) => "",
     };
     let func = be
         .kernels
         .get(&format!("flash_prefill{kind}_{dtype}_hd{}", shape.head_dim))?;
-    // The kernel's launch bound is its block size (PREFILL_WARPS · 32), 32 query rows per warp.
+    // The kernel's launch bound is its block size: 32 query rows per warp (PREFILL_WARPS · 32), or
+    // 64 per warpgroup of 128 threads (the Hopper kernel).
     let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
-    let rows = threads;
+    let rows = if hopper { threads / 2 } else { threads };
     // Above the 48 KiB default.
-    let smem = prefill_smem_bytes(rows, shape.head_dim, dtype == "int8");
+    let smem = match hopper {
+        true => sm90_smem_bytes(rows, shape.head_dim),
+        false => prefill_smem_bytes(rows, shape.head_dim, dtype == "int8"),
+    };
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
     let blocks = meta.num_tokens / rows + meta.num_seqs;
@@ -197,6 +215,18 @@ impl CudaBackend {
         self.decode_blocks
             .store(blocks.unwrap_or(0), Ordering::Relaxed);
         self.bump_graph_epoch();
+    }
+
+    /// Makes prefill over bf16 pools run the warpgroup-MMA kernel (`on`, where the device is compute
+    /// capability 9.0) or the mma.sync one, for checks and benchmarks that compare them.
+    pub fn set_hopper_prefill(&self, on: bool) {
+        self.hopper_prefill
+            .store(on && self.dev.cc == (9, 0), Ordering::Relaxed);
+    }
+
+    /// Whether prefill over bf16 pools runs the warpgroup-MMA kernel.
+    pub fn hopper_prefill(&self) -> bool {
+        self.hopper_prefill.load(Ordering::Relaxed)
     }
 
     /// The blocks split-KV decode launches aim for, when a benchmark set them.

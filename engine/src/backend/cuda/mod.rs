@@ -108,6 +108,8 @@ pub struct CudaBackend {
     /// Whether the skinny products start while the kernel before them finishes (programmatic
     /// dependent launch, compute capability 9.0 and later).
     pdl: AtomicBool,
+    /// Whether prefill over bf16 pools runs the warpgroup-MMA kernel (compute capability 9.0).
+    hopper_prefill: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -139,6 +141,8 @@ impl CudaBackend {
         let kernels = Kernels::load(&dev.ctx, dev.cc)?;
         let graphs = std::env::var("DOCQA_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let pdl = dev.cc.0 >= 9 && std::env::var("DOCQA_CUDA_PDL").map_or(true, |v| v != "0");
+        let hopper_prefill =
+            dev.cc == (9, 0) && std::env::var("DOCQA_HOPPER_PREFILL").map_or(true, |v| v != "0");
         Ok(CudaBackend {
             dev,
             kernels,
@@ -150,6 +154,7 @@ impl CudaBackend {
             graphs: AtomicBool::new(graphs),
             decode_blocks: AtomicUsize::new(0),
             pdl: AtomicBool::new(pdl),
+            hopper_prefill: AtomicBool::new(hopper_prefill),
             epoch: AtomicU64::new(0),
         })
     }

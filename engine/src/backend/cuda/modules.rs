@@ -47,7 +47,11 @@ fn compile(m: &KernelSource, cc: (i32, i32)) -> Result<Ptx> {
             "no prebuilt cubins for this GPU and NVRTC (libnvrtc) is not installed".into(),
         ));
     }
-    let arch: &'static str = Box::leak(format!("compute_{}{}", cc.0, cc.1).into_boxed_str());
+    // Compute capability 9.0 compiles for the architecture-specific target, as the cubins are built:
+    // the Hopper kernels' warpgroup MMAs exist only there.
+    let suffix = if cc == (9, 0) { "a" } else { "" };
+    let arch: &'static str =
+        Box::leak(format!("compute_{}{}{suffix}", cc.0, cc.1).into_boxed_str());
     let opts = CompileOptions {
         arch: Some(arch),
         name: Some(format!("{}.cu", m.name)),

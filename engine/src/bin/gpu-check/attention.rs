@@ -160,12 +160,21 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
     ),
 ];
 
-/// Runs every attention check.
+/// Runs every attention check. bf16 prefill runs on the warpgroup-MMA kernel where the device has
+/// it, and again on the mma.sync one (labelled `mma.sync`).
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
             paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, None)?;
         }
+    }
+    if p.gpu.hopper_prefill() {
+        p.gpu.set_hopper_prefill(false);
+        for (name, case) in CASES.iter().filter(|(n, _)| !n.starts_with("decode")) {
+            let label = format!("{name}, mma.sync kernel");
+            paged(p, rng, r, (&label, case, BLOCK_SIZE), KvDtype::Bf16, None)?;
+        }
+        p.gpu.set_hopper_prefill(true);
     }
     for (name, case, window) in WINDOWED_CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
@@ -317,6 +326,12 @@ fn paged(
     };
     p.gpu
         .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;
+    let wgmma = kernel == "flash"
+        && !decode
+        && dtype == KvDtype::Bf16
+        && window.is_none()
+        && p.gpu.hopper_prefill();
+    let kernel = if wgmma { "wgmma" } else { kernel };
     let op = format!("paged_attention {name} ({dtype:?} KV, {kernel})");
     let seqs: Vec<String> = case.seqs.iter().map(|(q, c)| format!("{q}/{c}")).collect();
     let streaming = window.map_or(String::new(), |(s, w)| format!(" sinks {s} window {w}"));

@@ -132,20 +132,28 @@ fn paged_ms_sweep(
 /// Causal prefill attention of one sequence at head_dim 64 and 128, 1K to 64K tokens
 /// (`DOCQA_BENCH_PREFILL=1` runs these alone, for kernel-lab variants of the prefill cubin).
 pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    println!(
-        "bench: paged_attention prefill, one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
-    );
-    for hd in [64, 128] {
-        for n in [1024, 2048, 4096, 8192, 16384, 32768, 65536] {
-            let reps = if n > 4096 { 5 } else { 9 };
-            let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), (KvDtype::Bf16, reps))?;
-            let flops = 4.0 * 32.0 * hd as f64 * (n as f64) * (n as f64 + 1.0) / 2.0;
-            println!(
-                "  head_dim {hd:>3}  N {n:>6}  {ms:>9.3} ms  {:>7.2} TFLOP/s",
-                flops / ms * 1e-9
-            );
+    let hopper = gpu.hopper_prefill();
+    for kernel in ["wgmma", "mma.sync"] {
+        if kernel == "wgmma" && !hopper {
+            continue;
+        }
+        gpu.set_hopper_prefill(kernel == "wgmma");
+        println!(
+            "bench: paged_attention prefill ({kernel}), one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
+        );
+        for hd in [64, 128] {
+            for n in [1024, 2048, 4096, 8192, 16384, 32768, 65536] {
+                let reps = if n > 4096 { 5 } else { 9 };
+                let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), (KvDtype::Bf16, reps))?;
+                let flops = 4.0 * 32.0 * hd as f64 * (n as f64) * (n as f64 + 1.0) / 2.0;
+                println!(
+                    "  head_dim {hd:>3}  N {n:>6}  {ms:>9.3} ms  {:>7.2} TFLOP/s",
+                    flops / ms * 1e-9
+                );
+            }
         }
     }
+    gpu.set_hopper_prefill(hopper);
     Ok(())
 }
 

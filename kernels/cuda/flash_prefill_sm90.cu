@@ -1,0 +1,410 @@
+// Prefill attention for Hopper (sm_90a) over a bf16 paged KV pool: causal, GQA, varlen batches,
+// chunks after a cached prefix, as flash_prefill.cu's bf16 kernels compute it, with the products on
+// warpgroup MMA (wgmma) instead of mma.sync.
+//
+// One block of WARPGROUPS warpgroups per (tile of 64 · WARPGROUPS query rows of one sequence, query
+// head); each warpgroup owns 64 rows. Q is rounded to bf16 once into shared memory; keys stream
+// through shared memory in tiles of BN, gathered through the block table with cp.async into two
+// stages (the next tile loads while this one is computed). Shared tiles are stored in the layout
+// wgmma reads without bank conflicts: rows of 64 elements (128 bytes), 16-byte pieces swizzled by
+// the row (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. S = Q·Kᵀ
+// reads Q and K from shared memory (both K-major); the online softmax runs on S in registers (a
+// warpgroup's accumulator holds, per warp, the m16n8 fragments of its 16 rows, as mma.sync's does);
+// O += P·V takes P from registers, rounded to bf16, and V from shared memory (N-major, the
+// transposed read wgmma does for 16-bit types). The output is written as f32.
+//
+// Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
+// to nothing and the host never launches them.
+#include "common.cuh"
+
+// Warpgroups per block (64 query rows each) and keys per tile; other values are for kernel-lab
+// comparisons (the host reads the block size back as the launch bound).
+#ifndef SM90_WARPGROUPS
+#define SM90_WARPGROUPS 2
+#endif
+#ifndef SM90_BN
+#define SM90_BN 128
+#endif
+#define THREADS (SM90_WARPGROUPS * 128)
+#define BM (SM90_WARPGROUPS * 64)
+#define BN SM90_BN
+// Bytes of one swizzled row (64 bf16) and of one 8-row swizzle pattern.
+#define ROW_BYTES 128
+#define PATTERN_BYTES 1024
+// KV block sizes the kernel takes are multiples of this (the host checks): each thread copies that
+// many consecutive keys of one KV block.
+#define SM90_BLOCK_MULTIPLE 8
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// A wgmma shared-memory matrix descriptor: start address, leading and stride byte offsets (encoded
+// in 16-byte units), 128-byte swizzle.
+__device__ __forceinline__ unsigned long long smem_desc(unsigned addr, unsigned lead, unsigned stride) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) |
+           ((unsigned long long)((lead & 0x3ffffu) >> 4) << 16) |
+           ((unsigned long long)((stride & 0x3ffffu) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (stores, cp.async) visible to wgmma's
+// reads (the async proxy) once the block synchronises.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Pins an accumulator fragment in place around the asynchronous MMAs: the compiler neither moves
+// reads of it above the wait nor writes below the issue.
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+    }
+}
+
+// D (+)= A·B, m64nNk16, accumulate 0 overwriting D: A and B K-major tiles in shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], unsigned long long a,
+                                         unsigned long long b, int accumulate);
+// D (+)= A·B, m64nNk16: A in registers (each warp's m16n8k16 A fragment of its 16 rows), B an
+// N-major tile in shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const unsigned (&a)[4],
+                                         unsigned long long b, int accumulate);
+
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], unsigned long long a,
+                                            unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(a), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const unsigned (&a)[4],
+                                            unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], unsigned long long a,
+                                            unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+          "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+          "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(a), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const unsigned (&a)[4],
+                                            unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+          "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+          "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+
+// Byte offset of 16-byte piece `c` (of HD / 8) of row `r` in a swizzled tile of `rows` rows.
+__device__ __forceinline__ unsigned swizzled(int rows, int r, int c) {
+    return (c >> 3) * rows * ROW_BYTES + r * ROW_BYTES + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// The block's query rows, rounded to bf16, into the swizzled Q tile; rows past `rows` are zero.
+template <int HD>
+__device__ __forceinline__ void store_q(
+    unsigned char* q_s,  // [BM · HD · 2 bytes], shared, swizzled
+    const float* q,      // [num_tokens, num_heads, HD]: at the block's first row and head
+    int q_stride, int rows) {
+    for (int i = threadIdx.x; i < BM * HD / 8; i += THREADS) {
+        const int r = i / (HD / 8), c = i % (HD / 8);
+        uint4 packed = make_uint4(0u, 0u, 0u, 0u);
+        if (r < rows) {
+            const float4* src = reinterpret_cast<const float4*>(q + (long long)r * q_stride + c * 8);
+            const float4 a = src[0], b = src[1];
+            packed = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
+                                pack_bf16x2(b.z, b.w));
+        }
+        *reinterpret_cast<uint4*>(q_s + swizzled(BM, r, c)) = packed;
+    }
+}
+
+// Issues the async copies of keys [j0, j0 + BN) of one KV head into the swizzled K and V tiles;
+// rows at or past `end` are zero-filled. Each thread copies one 16-byte piece of BN·HD/8/THREADS
+// consecutive rows, which share one KV block (one block-table lookup per tile).
+template <int HD>
+__device__ __forceinline__ void load_tiles(
+    unsigned k_dst, unsigned v_dst,  // shared addresses of the K and V tiles
+    const bf16_t* k_pool,            // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
+    const bf16_t* v_pool,            // likewise
+    KeyBlocks kb, int row_stride, int j0, int end) {
+    constexpr int CHUNKS = HD / 8;
+    constexpr int ROWS = BN * CHUNKS / THREADS;
+    static_assert(BN * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
+                      SM90_BLOCK_MULTIPLE % ROWS == 0,
+                  "threads must tile the rows, each thread's rows within one KV block");
+    const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS * ROWS;
+    const int first = j0 + r0;
+    long long off = c * 8;
+    int stop = first;
+    if (first < end) {
+        off += kb.slot(first) * row_stride;
+        stop = end;
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        const int bytes = first + i < stop ? 16 : 0;
+        const unsigned at = swizzled(BN, r0 + i, c);
+        cp_async_16(k_dst + at, k_pool + off, bytes);
+        cp_async_16(v_dst + at, v_pool + off, bytes);
+        off += first + i + 1 < stop ? row_stride : 0;
+    }
+}
+
+// Masks keys past each row's last visible key; `last0` is the visible limit of the warp's first row.
+template <int NT>
+__device__ __forceinline__ void mask_scores(float (&sc)[NT][4], int j0, int last0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
+            sc[nt][i] = j > last ? NEG_INF : sc[nt][i];
+        }
+    }
+}
+
+// The block's work: which sequence, which of its query tiles; false when the block has none.
+__device__ __forceinline__ bool find_tile(const unsigned* query_start_loc, int num_seqs, int b,
+                                          int* seq, int* tile) {
+    for (int s = 0; s < num_seqs; ++s) {
+        const int n = ((int)(query_start_loc[s + 1] - query_start_loc[s]) + BM - 1) / BM;
+        if (b < n) {
+            *seq = s;
+            *tile = b;
+            return true;
+        }
+        b -= n;
+    }
+    return false;
+}
+
+template <int HD>
+__device__ void prefill_sm90(
+    const float* q,                   // [num_tokens, num_heads, HD]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, HD]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+    constexpr int TILE_BYTES = BN * HD * 2;
+    // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
+    // Q [BM · HD], then two stages of K and V tiles [BN · HD], all bf16 and swizzled.
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const unsigned q_base = smem_addr(smem);
+    const unsigned k_base = q_base + BM * HD * 2;  // stage s: + 2 · s · TILE_BYTES
+    int s, tile;
+    // Reversed order: the longest (last) query tiles start first.
+    if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
+        return;
+    }
+    const int h = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31;
+    const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
+    const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
+    const int m0 = tile * BM, wrow = m0 + wg * 64 + warp * 16;
+    const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
+    const int kv_head = h / (num_heads / num_kv_heads);
+    const int row_stride = num_kv_heads * HD;
+    const int q_stride = num_heads * HD;
+    const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+    const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0, -1};
+    const bf16_t* k_head = k_cache + kv_head * HD;
+    const bf16_t* v_head = v_cache + kv_head * HD;
+
+    store_q<HD>(smem, q + (long long)(q0 + m0) * q_stride + h * HD, q_stride, q_len - m0);
+    const int tiles = (end + BN - 1) / BN;
+    load_tiles<HD>(k_base, k_base + TILE_BYTES, k_head, v_head, kb, row_stride, 0, end);
+    cp_async_commit();
+
+    float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    }
+    const float scale_log2 = scale * 1.4426950408889634f;
+    // This warpgroup's 64 Q rows: 8-row patterns 1024 bytes apart, a head_dim 128 tile's second
+    // 64 columns BM rows further.
+    const unsigned q_wg = q_base + wg * 64 * ROW_BYTES;
+    for (int jt = 0; jt < tiles; ++jt) {
+        const int j0 = jt * BN, cur = jt & 1;
+        cp_async_wait_all();
+        fence_async_shared();
+        __syncthreads();  // tile jt (and Q) in; every warpgroup done with tile jt - 1
+        if (jt + 1 < tiles) {
+            const unsigned next = k_base + 2 * (cur ^ 1) * TILE_BYTES;
+            load_tiles<HD>(next, next + TILE_BYTES, k_head, v_head, kb, row_stride, j0 + BN, end);
+        }
+        cp_async_commit();
+        const unsigned k_tile = k_base + 2 * cur * TILE_BYTES, v_tile = k_tile + TILE_BYTES;
+        float sc[BN / 8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ++ks) {
+            // 16 columns (32 bytes) a step along the swizzled rows; the second half of a head_dim
+            // 128 tile lies `rows` rows further.
+            const unsigned col = (ks >> 2) * ROW_BYTES, within = (ks & 3) * 32;
+            wgmma_ss<BN>(sc, smem_desc(q_wg + col * BM + within, 16, PATTERN_BYTES),
+                         smem_desc(k_tile + col * BN + within, 16, PATTERN_BYTES), ks > 0);
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        pin<BN / 8>(sc);
+        if (j0 + BN > end || j0 + BN > prefix + m0) {
+            mask_scores<BN / 8>(sc, j0, prefix + wrow);
+        }
+        online_softmax<BN / 8, HD / 8>(sc, m, l, o, scale_log2);
+        unsigned p[BN / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks) {
+            p[ks][0] = pack_bf16x2(sc[2 * ks][0], sc[2 * ks][1]);
+            p[ks][1] = pack_bf16x2(sc[2 * ks][2], sc[2 * ks][3]);
+            p[ks][2] = pack_bf16x2(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
+            p[ks][3] = pack_bf16x2(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
+        }
+        pin<HD / 8>(o);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks) {
+            // 16 keys a step: two 8-row patterns. N-major V: its 64-column halves BN rows apart
+            // (the leading byte offset).
+            wgmma_rs<HD>(o, p[ks], smem_desc(v_tile + ks * 2 * PATTERN_BYTES, BN * ROW_BYTES,
+                                              PATTERN_BYTES), 1);
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        pin<HD / 8>(o);
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = wrow + g + r * 8;
+        if (row < q_len) {
+            float* dst = out + (long long)(q0 + row) * q_stride + h * HD + 2 * t;
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; ++dt) {
+                *reinterpret_cast<float2*>(dst + dt * 8) =
+                    make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+            }
+        }
+    }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
+// dynamic shared memory at least (BM + 4 · BN) · HD · 2 + 1024 bytes; surplus blocks return at
+// once. KV block sizes are multiples of SM90_BLOCK_MULTIPLE.
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
+    const float* q,                   // [num_tokens, num_heads, 64]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 64]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    prefill_sm90<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
+                      num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd128(
+    const float* q,                   // [num_tokens, num_heads, 128]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    const unsigned* seq_lens,         // [num_seqs]
+    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    float* out,                       // [num_tokens, num_heads, 128]
+    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
+    float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    prefill_sm90<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
+                      num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+#endif
+}
