@@ -206,42 +206,66 @@ __device__ __forceinline__ long long paged_slot(
 
 // One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
 // tile of NT·8 raw scores, masked with -inf: updates the running maxima `m` (raw score units) and
-// partial sums `l` (this lane's columns only), rescales the output accumulators when some row's
-// maximum moved (softmax in the log2 domain: exp(x·scale) = 2^(x·scale_log2)), and leaves the tile's
-// probabilities in `sc`.
-template <int NT, int OT>
-__device__ __forceinline__ void online_softmax(
-    float (*sc)[4],    // [NT][4]: score fragments of the tile
-    float* m,          // [2]: running maxima of the lane's two rows
-    float* l,          // [2]: running sums (this lane's share)
-    float (*o)[4],     // [OT][4]: output accumulators
+// partial sums `l` (this lane's columns only), leaves the tile's probabilities in `sc` and the factor
+// each row's output accumulators must be scaled by in `alpha` (1 where the row's maximum stayed;
+// softmax in the log2 domain: exp(x·scale) = 2^(x·scale_log2)).
+template <int NT>
+__device__ __forceinline__ void softmax_tile(
+    float (*sc)[4],  // [NT][4]: score fragments of the tile
+    float* m,        // [2]: running maxima of the lane's two rows
+    float* l,        // [2]: running sums (this lane's share)
+    float* alpha,    // [2]: out, the rows' rescale factors
     float scale_log2) {
-    float alpha[2];
+    // Maxima and sums over independent partial chains (four, or two for short tiles), so a long
+    // tile's dependent adds do not serialise.
+    constexpr int CHAINS = NT >= 4 ? 4 : NT;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        float mx = m[r];
+        float part[CHAINS];
+#pragma unroll
+        for (int c = 0; c < CHAINS; ++c) {
+            part[c] = m[r];
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            mx = fmaxf(mx, fmaxf(sc[nt][2 * r], sc[nt][2 * r + 1]));
+            part[nt % CHAINS] = fmaxf(part[nt % CHAINS], fmaxf(sc[nt][2 * r], sc[nt][2 * r + 1]));
+        }
+        float mx = part[0];
+#pragma unroll
+        for (int c = 1; c < CHAINS; ++c) {
+            mx = fmaxf(mx, part[c]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float ref = mx == NEG_INF ? 0.0f : mx * scale_log2;
         alpha[r] = mx == m[r] ? 1.0f : fast_exp2(fmaf(m[r], scale_log2, -ref));
-        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CHAINS; ++c) {
+            part[c] = 0.0f;
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float p = fast_exp2(fmaf(sc[nt][2 * r + e], scale_log2, -ref));
                 sc[nt][2 * r + e] = p;
-                sum += p;
+                part[nt % CHAINS] += p;
             }
+        }
+        float sum = part[0];
+#pragma unroll
+        for (int c = 1; c < CHAINS; ++c) {
+            sum += part[c];
         }
         l[r] = l[r] * alpha[r] + sum;
         m[r] = mx;
     }
-    // Once the maxima settle most tiles leave every row's maximum in place: skip the rescale then.
+}
+
+// Scales the output accumulators of the lane's two rows by `alpha`; once the maxima settle most
+// tiles leave every row's maximum in place, and the warp skips the multiplies.
+template <int OT>
+__device__ __forceinline__ void rescale_rows(float (*o)[4] /* [OT][4] */, const float* alpha) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int ot = 0; ot < OT; ++ot) {
@@ -251,4 +275,13 @@ __device__ __forceinline__ void online_softmax(
             o[ot][3] *= alpha[1];
         }
     }
+}
+
+// softmax_tile, then the output accumulators `o` ([OT][4]) rescaled to the new maxima.
+template <int NT, int OT>
+__device__ __forceinline__ void online_softmax(float (*sc)[4], float* m, float* l, float (*o)[4],
+                                               float scale_log2) {
+    float alpha[2];
+    softmax_tile<NT>(sc, m, l, alpha, scale_log2);
+    rescale_rows<OT>(o, alpha);
 }

@@ -17,17 +17,31 @@
 // to nothing and the host never launches them.
 #include "common.cuh"
 
-// Warpgroups per block (64 query rows each) and keys per tile; other values are for kernel-lab
-// comparisons (the host reads the block size back as the launch bound).
+// Consumer warpgroups per block (64 query rows each), keys per tile and blocks an SM is built for, by
+// head_dim; other values are for kernel-lab comparisons (the host reads the block size back as the
+// launch bound, and sizes shared memory for the default tiles).
 #ifndef SM90_WARPGROUPS
 #define SM90_WARPGROUPS 2
 #endif
-#ifndef SM90_BN
-#define SM90_BN 128
+#ifndef SM90_BN_HD64
+#define SM90_BN_HD64 64
 #endif
-#define THREADS (SM90_WARPGROUPS * 128)
+#ifndef SM90_BN_HD128
+#define SM90_BN_HD128 128
+#endif
+#ifndef SM90_BLOCKS_HD64
+#define SM90_BLOCKS_HD64 1
+#endif
+// Kernel lab: the warpgroups take turns issuing their MMAs (named barriers), so one's softmax runs
+// while the other's products do.
+#ifndef SM90_PINGPONG
+#define SM90_PINGPONG 0
+#endif
+// Consumer warpgroups (MMAs and softmax, 64 query rows each), then one producer warpgroup (loads).
+#define CONSUMERS (SM90_WARPGROUPS * 128)
+#define PRODUCERS 128
+#define THREADS (CONSUMERS + PRODUCERS)
 #define BM (SM90_WARPGROUPS * 64)
-#define BN SM90_BN
 // Bytes of one swizzled row (64 bf16) and of one 8-row swizzle pattern.
 #define ROW_BYTES 128
 #define PATTERN_BYTES 1024
@@ -49,14 +63,47 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+// Waits until at most N of this warpgroup's committed MMA groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 // Makes this thread's generic-proxy writes to shared memory (stores, cp.async) visible to wgmma's
 // reads (the async proxy) once the block synchronises.
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Shared-memory barriers (mbarrier) between the producer and the consumers.
+__device__ __forceinline__ void mbar_init(unsigned bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Arrives on `bar` once every cp.async this thread issued so far has landed (the barrier's count
+// includes this arrival).
+__device__ __forceinline__ void mbar_arrive_on_copies(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// Hands registers between warpgroups: the producer gives up what the consumers take.
+template <int N>
+__device__ __forceinline__ void regs_shrink() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void regs_grow() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
 // Pins an accumulator fragment in place around the asynchronous MMAs: the compiler neither moves
 // reads of it above the wait nor writes below the issue.
 template <int N>
@@ -173,13 +220,14 @@ __device__ __forceinline__ unsigned swizzled(int rows, int r, int c) {
     return (c >> 3) * rows * ROW_BYTES + r * ROW_BYTES + (((c & 7) ^ (r & 7)) << 4);
 }
 
-// The block's query rows, rounded to bf16, into the swizzled Q tile; rows past `rows` are zero.
+// A consumer warpgroup's 64 query rows (`tid` its thread), rounded to bf16, into its part of the
+// swizzled Q tile of BM rows, from row `first_row` on; rows past `rows` are zero.
 template <int HD>
 __device__ __forceinline__ void store_q(
     unsigned char* q_s,  // [BM · HD · 2 bytes], shared, swizzled
-    const float* q,      // [num_tokens, num_heads, HD]: at the block's first row and head
-    int q_stride, int rows) {
-    for (int i = threadIdx.x; i < BM * HD / 8; i += THREADS) {
+    const float* q,      // [num_tokens, num_heads, HD]: at the warpgroup's first row and head
+    int q_stride, int rows, int first_row, int tid) {
+    for (int i = tid; i < 64 * HD / 8; i += 128) {
         const int r = i / (HD / 8), c = i % (HD / 8);
         uint4 packed = make_uint4(0u, 0u, 0u, 0u);
         if (r < rows) {
@@ -188,39 +236,46 @@ __device__ __forceinline__ void store_q(
             packed = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
                                 pack_bf16x2(b.z, b.w));
         }
-        *reinterpret_cast<uint4*>(q_s + swizzled(BM, r, c)) = packed;
+        *reinterpret_cast<uint4*>(q_s + swizzled(BM, first_row + r, c)) = packed;
     }
 }
 
-// Issues the async copies of keys [j0, j0 + BN) of one KV head into the swizzled K and V tiles;
-// rows at or past `end` are zero-filled. Each thread copies one 16-byte piece of BN·HD/8/THREADS
-// consecutive rows, which share one KV block (one block-table lookup per tile).
-template <int HD>
+// Issues the async copies of keys [j0, j0 + BN) of one KV head into the swizzled K and V tiles (rows
+// at or past `end` zero-filled), by the producer warpgroup (`tid` its thread): each work item is one
+// 16-byte piece of 8 consecutive keys, which share one KV block (one block-table lookup), and the
+// producer's threads take consecutive pieces of the same keys.
+template <int HD, int BN>
 __device__ __forceinline__ void load_tiles(
     unsigned k_dst, unsigned v_dst,  // shared addresses of the K and V tiles
     const bf16_t* k_pool,            // [num_blocks, block_size, num_kv_heads, HD]: at the KV head
     const bf16_t* v_pool,            // likewise
-    KeyBlocks kb, int row_stride, int j0, int end) {
-    constexpr int CHUNKS = HD / 8;
-    constexpr int ROWS = BN * CHUNKS / THREADS;
-    static_assert(BN * CHUNKS % THREADS == 0 && THREADS % CHUNKS == 0 &&
-                      SM90_BLOCK_MULTIPLE % ROWS == 0,
-                  "threads must tile the rows, each thread's rows within one KV block");
-    const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS * ROWS;
-    const int first = j0 + r0;
-    long long off = c * 8;
-    int stop = first;
-    if (first < end) {
-        off += kb.slot(first) * row_stride;
-        stop = end;
-    }
+    KeyBlocks kb, int row_stride, int j0, int end, int tid) {
+    constexpr int CHUNKS = HD / 8, GROUP = SM90_BLOCK_MULTIPLE;
+    constexpr int ITEMS = BN / GROUP * CHUNKS;
+    static_assert(ITEMS % PRODUCERS == 0 || ITEMS < PRODUCERS,
+                  "producer threads must share the pieces evenly");
+#pragma unroll 1
+    for (int it = 0; it < (ITEMS + PRODUCERS - 1) / PRODUCERS; ++it) {
+        const int item = tid + it * PRODUCERS;
+        if (item >= ITEMS) {
+            break;
+        }
+        const int c = item % CHUNKS, r0 = item / CHUNKS * GROUP;
+        const int first = j0 + r0;
+        long long off = c * 8;
+        int stop = first;
+        if (first < end) {
+            off += kb.slot(first) * row_stride;
+            stop = end;
+        }
 #pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-        const int bytes = first + i < stop ? 16 : 0;
-        const unsigned at = swizzled(BN, r0 + i, c);
-        cp_async_16(k_dst + at, k_pool + off, bytes);
-        cp_async_16(v_dst + at, v_pool + off, bytes);
-        off += first + i + 1 < stop ? row_stride : 0;
+        for (int i = 0; i < GROUP; ++i) {
+            const int bytes = first + i < stop ? 16 : 0;
+            const unsigned at = swizzled(BN, r0 + i, c);
+            cp_async_16(k_dst + at, k_pool + off, bytes);
+            cp_async_16(v_dst + at, v_pool + off, bytes);
+            off += first + i + 1 < stop ? row_stride : 0;
+        }
     }
 }
 
@@ -253,6 +308,74 @@ __device__ __forceinline__ bool find_tile(const unsigned* query_start_loc, int n
     return false;
 }
 
+// Issues S = Q·Kᵀ for the warpgroup's 64 rows and a tile's BN keys (one commit group).
+template <int HD, int BN>
+__device__ __forceinline__ void issue_scores(float (&sc)[BN / 8][4], unsigned q_wg, unsigned k_tile) {
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+        // 16 columns (32 bytes) a step along the swizzled rows; the second half of a head_dim 128
+        // tile lies its rows' count of rows further.
+        const unsigned half = (ks >> 2) * ROW_BYTES, within = (ks & 3) * 32;
+        wgmma_ss<BN>(sc, smem_desc(q_wg + half * BM + within, 16, PATTERN_BYTES),
+                     smem_desc(k_tile + half * BN + within, 16, PATTERN_BYTES), ks > 0);
+    }
+    wgmma_commit();
+}
+
+// Issues O += P·V for the warpgroup's rows and a tile's keys (one commit group): 16 keys (two 8-row
+// patterns) a step; V is read N-major, its 64-column halves BN rows apart (the leading offset).
+template <int HD, int BN>
+__device__ __forceinline__ void issue_values(float (&o)[HD / 8][4], const unsigned (&p)[BN / 16][4],
+                                             unsigned v_tile) {
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+        wgmma_rs<HD>(o, p[ks], smem_desc(v_tile + ks * 2 * PATTERN_BYTES, BN * ROW_BYTES,
+                                          PATTERN_BYTES), 1);
+    }
+    wgmma_commit();
+}
+
+// The tile's probabilities rounded to bf16 pairs, as A fragments of P·V (16 keys each).
+template <int BN>
+__device__ __forceinline__ void pack_probs(unsigned (&p)[BN / 16][4], const float (&sc)[BN / 8][4]) {
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+        p[ks][0] = pack_bf16x2(sc[2 * ks][0], sc[2 * ks][1]);
+        p[ks][1] = pack_bf16x2(sc[2 * ks][2], sc[2 * ks][3]);
+        p[ks][2] = pack_bf16x2(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
+        p[ks][3] = pack_bf16x2(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
+    }
+}
+
+// Stages of K and V tiles in the shared-memory ring: the producer fills a stage as soon as both
+// consumer warpgroups are done with the tile it held.
+#define STAGES 3
+// Registers per thread of the producer and of the consumers once they trade (setmaxnreg): at most
+// 64K per SM over the blocks it holds.
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS(HD) ((HD) == 64 && SM90_BLOCKS_HD64 > 1 ? 104 : 232)
+
+// The producer warpgroup: every key tile of the block, through the ring.
+template <int HD, int BN>
+__device__ __forceinline__ void produce(
+    unsigned k_base,              // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
+    unsigned full, unsigned empty,  // shared: the stages' barriers (8 bytes apart)
+    const bf16_t* k_head, const bf16_t* v_head,  // the pools at the KV head
+    const KeyBlocks& kb, int row_stride, int end, int tiles, int tid) {
+    constexpr int TILE_BYTES = BN * HD * 2;
+    for (int t = 0; t < tiles; ++t) {
+        const int st = t % STAGES;
+        if (t >= STAGES) {
+            mbar_wait(empty + 8 * st, (t / STAGES - 1) & 1);  // tile t - STAGES released
+        }
+        const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
+        load_tiles<HD, BN>(k_tile, k_tile + TILE_BYTES, k_head, v_head, kb, row_stride, t * BN, end,
+                           tid);
+        mbar_arrive_on_copies(full + 8 * st);
+    }
+    cp_async_wait_all();
+}
+
 template <int HD>
 __device__ void prefill_sm90(
     const float* q,                   // [num_tokens, num_heads, HD]
@@ -264,95 +387,112 @@ __device__ void prefill_sm90(
     float* out,                       // [num_tokens, num_heads, HD]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
+    constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
     constexpr int TILE_BYTES = BN * HD * 2;
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
-    // Q [BM · HD], then two stages of K and V tiles [BN · HD], all bf16 and swizzled.
+    // Q [BM · HD], then STAGES stages of K and V tiles [BN · HD], all bf16 and swizzled; then the
+    // stages' full and empty barriers.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const unsigned q_base = smem_addr(smem);
-    const unsigned k_base = q_base + BM * HD * 2;  // stage s: + 2 · s · TILE_BYTES
+    const unsigned k_base = q_base + BM * HD * 2;
+    const unsigned full = k_base + 2 * STAGES * TILE_BYTES, empty = full + 8 * STAGES;
+    const auto k_tile = [&](int t) { return k_base + 2 * (t % STAGES) * TILE_BYTES; };
     int s, tile;
     // Reversed order: the longest (last) query tiles start first.
     if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
         return;
     }
-    const int h = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
-    const int lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full + 8 * st, PRODUCERS);
+            mbar_init(empty + 8 * st, CONSUMERS);
+        }
+    }
+    __syncthreads();
+    const int h = blockIdx.y, wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
     const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
     const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
-    const int m0 = tile * BM, wrow = m0 + wg * 64 + warp * 16;
+    const int m0 = tile * BM;
     const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
-    const int kv_head = h / (num_heads / num_kv_heads);
-    const int row_stride = num_kv_heads * HD;
-    const int q_stride = num_heads * HD;
-    const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
-    const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0, -1};
-    const bf16_t* k_head = k_cache + kv_head * HD;
-    const bf16_t* v_head = v_cache + kv_head * HD;
-
-    store_q<HD>(smem, q + (long long)(q0 + m0) * q_stride + h * HD, q_stride, q_len - m0);
     const int tiles = (end + BN - 1) / BN;
-    load_tiles<HD>(k_base, k_base + TILE_BYTES, k_head, v_head, kb, row_stride, 0, end);
-    cp_async_commit();
-
-    float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    const int kv_head = h / (num_heads / num_kv_heads);
+    const int q_stride = num_heads * HD;
+    if (wg == CONSUMERS / 128) {
+        regs_shrink<PRODUCER_REGS>();
+        const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+        const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0,
+                           -1};
+        produce<HD, BN>(k_base, full, empty, k_cache + kv_head * HD, v_cache + kv_head * HD, kb,
+                        num_kv_heads * HD, end, tiles, tid);
+        return;
     }
+    regs_grow<CONSUMER_REGS(HD)>();
+    const int warp = tid >> 5, lane = threadIdx.x & 31;
+    const int wrow = m0 + wg * 64 + warp * 16;
+    // Tiles crossing the diagonal or the context's end are masked.
+    const auto masked = [&](int t) { return (t + 1) * BN > end || (t + 1) * BN > prefix + m0; };
+    // The warpgroup's Q rows, seen by its MMAs.
+    store_q<HD>(smem, q + (long long)(q0 + m0 + wg * 64) * q_stride + h * HD, q_stride,
+                q_len - m0 - wg * 64, wg * 64, tid);
+    fence_async_shared();
+    asm volatile("bar.sync %0, 128;" ::"r"(3 + wg) : "memory");
+
     const float scale_log2 = scale * 1.4426950408889634f;
     // This warpgroup's 64 Q rows: 8-row patterns 1024 bytes apart, a head_dim 128 tile's second
     // 64 columns BM rows further.
     const unsigned q_wg = q_base + wg * 64 * ROW_BYTES;
-    for (int jt = 0; jt < tiles; ++jt) {
-        const int j0 = jt * BN, cur = jt & 1;
-        cp_async_wait_all();
-        fence_async_shared();
-        __syncthreads();  // tile jt (and Q) in; every warpgroup done with tile jt - 1
-        if (jt + 1 < tiles) {
-            const unsigned next = k_base + 2 * (cur ^ 1) * TILE_BYTES;
-            load_tiles<HD>(next, next + TILE_BYTES, k_head, v_head, kb, row_stride, j0 + BN, end);
-        }
-        cp_async_commit();
-        const unsigned k_tile = k_base + 2 * cur * TILE_BYTES, v_tile = k_tile + TILE_BYTES;
-        float sc[BN / 8][4];
-        wgmma_fence();
+    float o[HD / 8][4], sc[BN / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
 #pragma unroll
-        for (int ks = 0; ks < HD / 16; ++ks) {
-            // 16 columns (32 bytes) a step along the swizzled rows; the second half of a head_dim
-            // 128 tile lies `rows` rows further.
-            const unsigned col = (ks >> 2) * ROW_BYTES, within = (ks & 3) * 32;
-            wgmma_ss<BN>(sc, smem_desc(q_wg + col * BM + within, 16, PATTERN_BYTES),
-                         smem_desc(k_tile + col * BN + within, 16, PATTERN_BYTES), ks > 0);
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        pin<BN / 8>(sc);
-        if (j0 + BN > end || j0 + BN > prefix + m0) {
-            mask_scores<BN / 8>(sc, j0, prefix + wrow);
-        }
-        online_softmax<BN / 8, HD / 8>(sc, m, l, o, scale_log2);
-        unsigned p[BN / 16][4];
-#pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks) {
-            p[ks][0] = pack_bf16x2(sc[2 * ks][0], sc[2 * ks][1]);
-            p[ks][1] = pack_bf16x2(sc[2 * ks][2], sc[2 * ks][3]);
-            p[ks][2] = pack_bf16x2(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
-            p[ks][3] = pack_bf16x2(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
-        }
-        pin<HD / 8>(o);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < BN / 16; ++ks) {
-            // 16 keys a step: two 8-row patterns. N-major V: its 64-column halves BN rows apart
-            // (the leading byte offset).
-            wgmma_rs<HD>(o, p[ks], smem_desc(v_tile + ks * 2 * PATTERN_BYTES, BN * ROW_BYTES,
-                                              PATTERN_BYTES), 1);
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        pin<HD / 8>(o);
+    for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     }
+    unsigned p[BN / 16][4];
+    mbar_wait(full, 0);
+    fence_async_shared();
+    wgmma_fence();
+    issue_scores<HD, BN>(sc, q_wg, k_tile(0));
+    wgmma_wait<0>();
+    pin<BN / 8>(sc);
+    if (masked(0)) {
+        mask_scores<BN / 8>(sc, 0, prefix + wrow);
+    }
+    softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
+    pack_probs<BN>(p, sc);
+    if (SM90_PINGPONG && wg == 1) {
+        asm volatile("bar.arrive 1, %0;" ::"n"(CONSUMERS) : "memory");  // warpgroup 0 issues first
+    }
+    // Each step: P·V of tile jt runs while tile jt + 1's scores are turned into probabilities.
+    for (int jt = 0; jt + 1 < tiles; ++jt) {
+        mbar_wait(full + 8 * ((jt + 1) % STAGES), ((jt + 1) / STAGES) & 1);
+        fence_async_shared();
+        pin<HD / 8>(o);
+        if (SM90_PINGPONG) {
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(CONSUMERS) : "memory");
+        }
+        wgmma_fence();
+        issue_scores<HD, BN>(sc, q_wg, k_tile(jt + 1));
+        issue_values<HD, BN>(o, p, k_tile(jt) + TILE_BYTES);
+        if (SM90_PINGPONG) {
+            asm volatile("bar.arrive %0, %1;" ::"r"(2 - wg), "n"(CONSUMERS) : "memory");
+        }
+        wgmma_wait<1>();  // the scores are in; P·V may still run
+        pin<BN / 8>(sc);
+        if (masked(jt + 1)) {
+            mask_scores<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
+        }
+        softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
+        wgmma_wait<0>();
+        pin<HD / 8>(o);
+        mbar_arrive(empty + 8 * (jt % STAGES));  // tile jt's K and V read
+        rescale_rows<HD / 8>(o, alpha);
+        pack_probs<BN>(p, sc);
+    }
+    pin<HD / 8>(o);
+    wgmma_fence();
+    issue_values<HD, BN>(o, p, k_tile(tiles - 1) + TILE_BYTES);
+    wgmma_wait<0>();
+    pin<HD / 8>(o);
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -375,9 +515,9 @@ __device__ void prefill_sm90(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
-// dynamic shared memory at least (BM + 4 · BN) · HD · 2 + 1024 bytes; surplus blocks return at
-// once. KV block sizes are multiples of SM90_BLOCK_MULTIPLE.
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
+// dynamic shared memory at least (BM + 2 · STAGES · BN) · HD · 2 + 1024 + 64 bytes; surplus blocks
+// return at once. KV block sizes are multiples of SM90_BLOCK_MULTIPLE.
+extern "C" __global__ void __launch_bounds__(THREADS, SM90_BLOCKS_HD64) flash_prefill_sm90_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]

@@ -62,14 +62,25 @@ pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape)
     meta.num_tokens == meta.num_seqs && shape.num_heads / shape.num_kv_heads <= MAX_GROUP
 }
 
-/// Keys per tile of the Hopper prefill kernel (`flash_prefill_sm90.cu`'s `SM90_BN`, at most this).
-const SM90_TILE_KEYS: usize = 128;
+/// Stages of K and V tiles in the Hopper prefill kernel's shared-memory ring (its `STAGES`).
+const SM90_STAGES: usize = 3;
 
-/// Shared memory of a Hopper prefill block of `rows` query rows: Q, then two stages of K and V tiles,
-/// all bf16 and unpadded (swizzled), and 1 KiB to align them to the swizzle pattern.
-fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
-    (rows + 4 * SM90_TILE_KEYS) * head_dim * 2 + 1024
+/// Keys per tile of the Hopper prefill kernel (`flash_prefill_sm90.cu`'s `SM90_BN_HD64` and
+/// `SM90_BN_HD128`).
+fn sm90_tile_keys(head_dim: usize) -> usize {
+    if head_dim == 64 { 64 } else { 128 }
 }
+
+/// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the stages of K and V tiles,
+/// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the stages'
+/// barriers.
+fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
+    (rows + 2 * SM90_STAGES * sm90_tile_keys(head_dim)) * head_dim * 2 + 1024 + 64
+}
+
+/// Threads of the Hopper prefill kernel's producer warpgroup (the rest are consumers, 64 query rows
+/// per warpgroup of 128).
+const SM90_PRODUCERS: usize = 128;
 
 /// Shared memory of a prefill block of `rows` query rows: Q rows, then two stages of bf16 K and V
 /// tiles (bf16 pools), or one stage and two staging slots of raw tiles and their scales (int8 pools,
@@ -106,9 +117,12 @@ pub(super) fn prefill(
         .kernels
         .get(&format!("flash_prefill{kind}_{dtype}_hd{}", shape.head_dim))?;
     // The kernel's launch bound is its block size: 32 query rows per warp (PREFILL_WARPS · 32), or
-    // 64 per warpgroup of 128 threads (the Hopper kernel).
+    // 64 per consumer warpgroup of 128 threads (the Hopper kernel).
     let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
-    let rows = if hopper { threads / 2 } else { threads };
+    let rows = match hopper {
+        true => (threads - SM90_PRODUCERS) / 2,
+        false => threads,
+    };
     // Above the 48 KiB default.
     let smem = match hopper {
         true => sm90_smem_bytes(rows, shape.head_dim),

@@ -133,8 +133,10 @@ fn paged_ms_sweep(
 /// (`DOCQA_BENCH_PREFILL=1` runs these alone, for kernel-lab variants of the prefill cubin).
 pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     let hopper = gpu.hopper_prefill();
+    // `DOCQA_BENCH_PREFILL=wgmma` times the warpgroup-MMA kernel alone (kernel-lab variants).
+    let only_wgmma = std::env::var("DOCQA_BENCH_PREFILL").is_ok_and(|v| v == "wgmma");
     for kernel in ["wgmma", "mma.sync"] {
-        if kernel == "wgmma" && !hopper {
+        if (kernel == "wgmma" && !hopper) || (kernel == "mma.sync" && only_wgmma) {
             continue;
         }
         gpu.set_hopper_prefill(kernel == "wgmma");

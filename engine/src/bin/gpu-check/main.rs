@@ -9,7 +9,7 @@
 //! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
-//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone, and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
+//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
 //! runs one prefill and one decode step of a random model of that shape under
 //! cuProfilerStart/Stop (for ncu). Exit status 0 when every check passes, 1 when one fails, 2 when
 //! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
