@@ -17,20 +17,17 @@
 // to nothing and the host never launches them.
 #include "common.cuh"
 
-// Consumer warpgroups per block (64 query rows each), keys per tile and blocks an SM is built for, by
-// head_dim; other values are for kernel-lab comparisons (the host reads the block size back as the
-// launch bound, and sizes shared memory for the default tiles).
+// Consumer warpgroups per block (64 query rows each) and keys per tile, by head_dim; other values are
+// for kernel-lab comparisons (the host reads the block size back as the launch bound, and sizes
+// shared memory for tiles of up to 128 keys).
 #ifndef SM90_WARPGROUPS
 #define SM90_WARPGROUPS 2
 #endif
 #ifndef SM90_BN_HD64
-#define SM90_BN_HD64 64
+#define SM90_BN_HD64 128
 #endif
 #ifndef SM90_BN_HD128
 #define SM90_BN_HD128 128
-#endif
-#ifndef SM90_BLOCKS_HD64
-#define SM90_BLOCKS_HD64 1
 #endif
 // Kernel lab: the warpgroups take turns issuing their MMAs (named barriers), so one's softmax runs
 // while the other's products do.
@@ -353,7 +350,7 @@ __device__ __forceinline__ void pack_probs(unsigned (&p)[BN / 16][4], const floa
 // Registers per thread of the producer and of the consumers once they trade (setmaxnreg): at most
 // 64K per SM over the blocks it holds.
 #define PRODUCER_REGS 40
-#define CONSUMER_REGS(HD) ((HD) == 64 && SM90_BLOCKS_HD64 > 1 ? 104 : 232)
+#define CONSUMER_REGS 232
 
 // The producer warpgroup: every key tile of the block, through the ring.
 template <int HD, int BN>
@@ -427,7 +424,7 @@ __device__ void prefill_sm90(
                         num_kv_heads * HD, end, tiles, tid);
         return;
     }
-    regs_grow<CONSUMER_REGS(HD)>();
+    regs_grow<CONSUMER_REGS>();
     const int warp = tid >> 5, lane = threadIdx.x & 31;
     const int wrow = m0 + wg * 64 + warp * 16;
     // Tiles crossing the diagonal or the context's end are masked.
@@ -517,7 +514,7 @@ __device__ void prefill_sm90(
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
 // dynamic shared memory at least (BM + 2 · STAGES · BN) · HD · 2 + 1024 + 64 bytes; surplus blocks
 // return at once. KV block sizes are multiples of SM90_BLOCK_MULTIPLE.
-extern "C" __global__ void __launch_bounds__(THREADS, SM90_BLOCKS_HD64) flash_prefill_sm90_bf16_hd64(
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
     const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]

@@ -65,17 +65,15 @@ pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape)
 /// Stages of K and V tiles in the Hopper prefill kernel's shared-memory ring (its `STAGES`).
 const SM90_STAGES: usize = 3;
 
-/// Keys per tile of the Hopper prefill kernel (`flash_prefill_sm90.cu`'s `SM90_BN_HD64` and
-/// `SM90_BN_HD128`).
-fn sm90_tile_keys(head_dim: usize) -> usize {
-    if head_dim == 64 { 64 } else { 128 }
-}
+/// Most keys per tile of the Hopper prefill kernel (`flash_prefill_sm90.cu`'s `SM90_BN_HD64` and
+/// `SM90_BN_HD128`); shared memory is sized for it (one block an SM either way).
+const SM90_TILE_KEYS: usize = 128;
 
 /// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the stages of K and V tiles,
 /// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the stages'
 /// barriers.
 fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
-    (rows + 2 * SM90_STAGES * sm90_tile_keys(head_dim)) * head_dim * 2 + 1024 + 64
+    (rows + 2 * SM90_STAGES * SM90_TILE_KEYS) * head_dim * 2 + 1024 + 64
 }
 
 /// Threads of the Hopper prefill kernel's producer warpgroup (the rest are consumers, 64 query rows
