@@ -204,6 +204,40 @@ __device__ __forceinline__ long long paged_slot(
     return (long long)blocks[j / block_size] * block_size + j % block_size;
 }
 
+// The work of prefill block `b` of a varlen batch cut into tiles of BM query rows (the blocks of
+// sequence 0 first): which sequence, which of its query tiles; false when the block has none.
+template <int BM>
+__device__ __forceinline__ bool find_query_tile(
+    const unsigned* query_start_loc,  // [num_seqs + 1]
+    int num_seqs, int b, int* seq, int* tile) {
+    for (int s = 0; s < num_seqs; ++s) {
+        const int n = ((int)(query_start_loc[s + 1] - query_start_loc[s]) + BM - 1) / BM;
+        if (b < n) {
+            *seq = s;
+            *tile = b;
+            return true;
+        }
+        b -= n;
+    }
+    return false;
+}
+
+// Causal masking of a warp's score fragments (16 rows, this lane: rows lane/4 and lane/4 + 8, over a
+// tile of NT·8 keys from j0 on): -inf past each row's last visible key, `last0` being that of the
+// warp's first row.
+template <int NT>
+__device__ __forceinline__ void mask_causal(float (*sc)[4] /* [NT][4] */, int j0, int last0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
+            sc[nt][i] = j > last ? NEG_INF : sc[nt][i];
+        }
+    }
+}
+
 // One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
 // tile of NT·8 raw scores, masked with -inf: updates the running maxima `m` (raw score units) and
 // partial sums `l` (this lane's columns only), leaves the tile's probabilities in `sc` and the factor

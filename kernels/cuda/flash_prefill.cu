@@ -39,22 +39,6 @@
 // KV block sizes the kernel takes are multiples of this (the host checks).
 #define PREFILL_BLOCK_MULTIPLE 8
 
-// The block's work: which sequence, which of its query tiles; false when the block has none.
-__device__ __forceinline__ bool find_tile(
-    const unsigned* query_start_loc,  // [num_seqs + 1]
-    int num_seqs, int b, int* seq, int* tile) {
-    for (int s = 0; s < num_seqs; ++s) {
-        const int n = ((int)(query_start_loc[s + 1] - query_start_loc[s]) + BM - 1) / BM;
-        if (b < n) {
-            *seq = s;
-            *tile = b;
-            return true;
-        }
-        b -= n;
-    }
-    return false;
-}
-
 // Issues the async copies of keys [j0, j0 + BN) of one KV head into shared K and V tiles;
 // rows at or past `end` are zero-filled. Each thread copies one 16-byte column piece of
 // BN·HD/8/THREADS consecutive rows (4 at head_dim 64, 8 at 128), which share one KV block
@@ -258,22 +242,6 @@ __device__ __forceinline__ void accumulate(
     }
 }
 
-// Masks keys past each row's last visible key (tiles crossing the diagonal or the context's end).
-template <int HD, int BN>
-__device__ __forceinline__ void mask_scores(
-    float (*sc)[4],  // [BN / 8][4]
-    int j0, int last0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
-            sc[nt][i] = j > last ? NEG_INF : sc[nt][i];
-        }
-    }
-}
-
 // Under a sink window, masks what each row does not see in the current phase: in the sink phase
 // (Q rotated to in-cache positions) the keys at or past `sinks`, and every key of rows not yet past
 // their sinks and window; in the window phase keys past the row's position and, for rows past their
@@ -352,7 +320,7 @@ __device__ void prefill(
     float* v_sc = k_sc + 2 * BN;
     int s, tile;
     // Reversed order: the longest (last) query tiles start first.
-    if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
+    if (!find_query_tile<BM>(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
         return;
     }
     const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -447,7 +415,7 @@ __device__ void prefill(
                 } else if constexpr (WINDOWED) {
                     mask_window<BN>(sc[mt], j0, prefix + wrow + mt * 16, sink_phase, sinks, window);
                 } else if (mask) {
-                    mask_scores<HD, BN>(sc[mt], j0, prefix + wrow + mt * 16);
+                    mask_causal<BN / 8>(sc[mt], j0, prefix + wrow + mt * 16);
                 }
                 online_softmax<BN / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
             }

@@ -2,16 +2,19 @@
 // chunks after a cached prefix, as flash_prefill.cu's bf16 kernels compute it, with the products on
 // warpgroup MMA (wgmma) instead of mma.sync.
 //
-// One block of WARPGROUPS warpgroups per (tile of 64 · WARPGROUPS query rows of one sequence, query
-// head); each warpgroup owns 64 rows. Q is rounded to bf16 once into shared memory; keys stream
-// through shared memory in tiles of BN, gathered through the block table with cp.async into two
-// stages (the next tile loads while this one is computed). Shared tiles are stored in the layout
-// wgmma reads without bank conflicts: rows of 64 elements (128 bytes), 16-byte pieces swizzled by
-// the row (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. S = Q·Kᵀ
-// reads Q and K from shared memory (both K-major); the online softmax runs on S in registers (a
-// warpgroup's accumulator holds, per warp, the m16n8 fragments of its 16 rows, as mma.sync's does);
-// O += P·V takes P from registers, rounded to bf16, and V from shared memory (N-major, the
-// transposed read wgmma does for 16-bit types). The output is written as f32.
+// One block per (tile of 64 · SM90_WARPGROUPS query rows of one sequence, query head): that many
+// consumer warpgroups of 64 rows each, and one producer warpgroup. The producer gathers key tiles of
+// BN keys through the block table with cp.async into a ring of shared-memory stages (K and V tile per
+// stage), each signalled full on an mbarrier when its copies land and handed back on another once
+// both consumers are done with it; it gives its registers to the consumers (setmaxnreg). Shared tiles
+// are stored in the layout wgmma reads without bank conflicts: rows of 64 elements (128 bytes),
+// 16-byte pieces swizzled by the row (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such
+// 64-column halves. A consumer rounds its Q rows to bf16 once into shared memory, then per key tile
+// issues S = Q·Kᵀ for the next tile (Q and K from shared memory, both K-major) together with O += P·V
+// for this one (P from registers, rounded to bf16; V from shared memory, N-major: the transposed read
+// wgmma does for 16-bit types), and turns the next scores into probabilities while P·V runs (the
+// online softmax on the accumulators: per warp, the m16n8 fragments of its 16 rows, as mma.sync's).
+// The output is written as f32.
 //
 // Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
 // to nothing and the host never launches them.
@@ -28,6 +31,13 @@
 #endif
 #ifndef SM90_BN_HD128
 #define SM90_BN_HD128 128
+#endif
+// Stages of the K/V ring (the host sizes shared memory for 3 stages of 128 keys).
+#ifndef SM90_STAGES_HD64
+#define SM90_STAGES_HD64 3
+#endif
+#ifndef SM90_STAGES_HD128
+#define SM90_STAGES_HD128 3
 #endif
 // Kernel lab: the warpgroups take turns issuing their MMAs (named barriers), so one's softmax runs
 // while the other's products do.
@@ -140,24 +150,29 @@ __device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], unsigned long lon
         : "memory");
 }
 
+
 template <>
-__device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const unsigned (&a)[4],
+__device__ __forceinline__ void wgmma_ss<96>(float (&d)[12][4], unsigned long long a,
                                             unsigned long long b, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+        "%48, %49, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
           "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
           "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
           "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-          "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
+          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+          "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
+        : "l"(a), "l"(b), "r"(accumulate)
         : "memory");
 }
+
 
 template <>
 __device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], unsigned long long a,
@@ -182,6 +197,26 @@ __device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], unsigned long l
           "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
           "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "l"(a), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const unsigned (&a)[4],
+                                            unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
         : "memory");
 }
 
@@ -210,7 +245,6 @@ __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const unsigned 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
         : "memory");
 }
-
 
 // Byte offset of 16-byte piece `c` (of HD / 8) of row `r` in a swizzled tile of `rows` rows.
 __device__ __forceinline__ unsigned swizzled(int rows, int r, int c) {
@@ -249,8 +283,6 @@ __device__ __forceinline__ void load_tiles(
     KeyBlocks kb, int row_stride, int j0, int end, int tid) {
     constexpr int CHUNKS = HD / 8, GROUP = SM90_BLOCK_MULTIPLE;
     constexpr int ITEMS = BN / GROUP * CHUNKS;
-    static_assert(ITEMS % PRODUCERS == 0 || ITEMS < PRODUCERS,
-                  "producer threads must share the pieces evenly");
 #pragma unroll 1
     for (int it = 0; it < (ITEMS + PRODUCERS - 1) / PRODUCERS; ++it) {
         const int item = tid + it * PRODUCERS;
@@ -274,35 +306,6 @@ __device__ __forceinline__ void load_tiles(
             off += first + i + 1 < stop ? row_stride : 0;
         }
     }
-}
-
-// Masks keys past each row's last visible key; `last0` is the visible limit of the warp's first row.
-template <int NT>
-__device__ __forceinline__ void mask_scores(float (&sc)[NT][4], int j0, int last0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int j = j0 + nt * 8 + 2 * t + (i & 1), last = last0 + g + (i >> 1) * 8;
-            sc[nt][i] = j > last ? NEG_INF : sc[nt][i];
-        }
-    }
-}
-
-// The block's work: which sequence, which of its query tiles; false when the block has none.
-__device__ __forceinline__ bool find_tile(const unsigned* query_start_loc, int num_seqs, int b,
-                                          int* seq, int* tile) {
-    for (int s = 0; s < num_seqs; ++s) {
-        const int n = ((int)(query_start_loc[s + 1] - query_start_loc[s]) + BM - 1) / BM;
-        if (b < n) {
-            *seq = s;
-            *tile = b;
-            return true;
-        }
-        b -= n;
-    }
-    return false;
 }
 
 // Issues S = Q·Kᵀ for the warpgroup's 64 rows and a tile's BN keys (one commit group).
@@ -344,16 +347,14 @@ __device__ __forceinline__ void pack_probs(unsigned (&p)[BN / 16][4], const floa
     }
 }
 
-// Stages of K and V tiles in the shared-memory ring: the producer fills a stage as soon as both
-// consumer warpgroups are done with the tile it held.
-#define STAGES 3
 // Registers per thread of the producer and of the consumers once they trade (setmaxnreg): at most
 // 64K per SM over the blocks it holds.
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 232
 
-// The producer warpgroup: every key tile of the block, through the ring.
-template <int HD, int BN>
+// The producer warpgroup: every key tile of the block, through the ring of ST stages (the producer
+// fills a stage as soon as both consumer warpgroups are done with the tile it held).
+template <int HD, int BN, int ST>
 __device__ __forceinline__ void produce(
     unsigned k_base,              // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
     unsigned full, unsigned empty,  // shared: the stages' barriers (8 bytes apart)
@@ -361,9 +362,9 @@ __device__ __forceinline__ void produce(
     const KeyBlocks& kb, int row_stride, int end, int tiles, int tid) {
     constexpr int TILE_BYTES = BN * HD * 2;
     for (int t = 0; t < tiles; ++t) {
-        const int st = t % STAGES;
-        if (t >= STAGES) {
-            mbar_wait(empty + 8 * st, (t / STAGES - 1) & 1);  // tile t - STAGES released
+        const int st = t % ST;
+        if (t >= ST) {
+            mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
         }
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
         load_tiles<HD, BN>(k_tile, k_tile + TILE_BYTES, k_head, v_head, kb, row_stride, t * BN, end,
@@ -385,23 +386,24 @@ __device__ void prefill_sm90(
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
+    constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
     constexpr int TILE_BYTES = BN * HD * 2;
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
-    // Q [BM · HD], then STAGES stages of K and V tiles [BN · HD], all bf16 and swizzled; then the
+    // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 and swizzled; then the
     // stages' full and empty barriers.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const unsigned q_base = smem_addr(smem);
     const unsigned k_base = q_base + BM * HD * 2;
-    const unsigned full = k_base + 2 * STAGES * TILE_BYTES, empty = full + 8 * STAGES;
-    const auto k_tile = [&](int t) { return k_base + 2 * (t % STAGES) * TILE_BYTES; };
+    const unsigned full = k_base + 2 * ST * TILE_BYTES, empty = full + 8 * ST;
+    const auto k_tile = [&](int t) { return k_base + 2 * (t % ST) * TILE_BYTES; };
     int s, tile;
     // Reversed order: the longest (last) query tiles start first.
-    if (!find_tile(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
+    if (!find_query_tile<BM>(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
         return;
     }
     if (threadIdx.x == 0) {
-        for (int st = 0; st < STAGES; ++st) {
+        for (int st = 0; st < ST; ++st) {
             mbar_init(full + 8 * st, PRODUCERS);
             mbar_init(empty + 8 * st, CONSUMERS);
         }
@@ -420,7 +422,7 @@ __device__ void prefill_sm90(
         const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
         const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0,
                            -1};
-        produce<HD, BN>(k_base, full, empty, k_cache + kv_head * HD, v_cache + kv_head * HD, kb,
+        produce<HD, BN, ST>(k_base, full, empty, k_cache + kv_head * HD, v_cache + kv_head * HD, kb,
                         num_kv_heads * HD, end, tiles, tid);
         return;
     }
@@ -452,7 +454,7 @@ __device__ void prefill_sm90(
     wgmma_wait<0>();
     pin<BN / 8>(sc);
     if (masked(0)) {
-        mask_scores<BN / 8>(sc, 0, prefix + wrow);
+        mask_causal<BN / 8>(sc, 0, prefix + wrow);
     }
     softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
     pack_probs<BN>(p, sc);
@@ -461,7 +463,7 @@ __device__ void prefill_sm90(
     }
     // Each step: P·V of tile jt runs while tile jt + 1's scores are turned into probabilities.
     for (int jt = 0; jt + 1 < tiles; ++jt) {
-        mbar_wait(full + 8 * ((jt + 1) % STAGES), ((jt + 1) / STAGES) & 1);
+        mbar_wait(full + 8 * ((jt + 1) % ST), ((jt + 1) / ST) & 1);
         fence_async_shared();
         pin<HD / 8>(o);
         if (SM90_PINGPONG) {
@@ -476,12 +478,12 @@ __device__ void prefill_sm90(
         wgmma_wait<1>();  // the scores are in; P·V may still run
         pin<BN / 8>(sc);
         if (masked(jt + 1)) {
-            mask_scores<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
+            mask_causal<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
         }
         softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
         wgmma_wait<0>();
         pin<HD / 8>(o);
-        mbar_arrive(empty + 8 * (jt % STAGES));  // tile jt's K and V read
+        mbar_arrive(empty + 8 * (jt % ST));  // tile jt's K and V read
         rescale_rows<HD / 8>(o, alpha);
         pack_probs<BN>(p, sc);
     }
@@ -512,7 +514,7 @@ __device__ void prefill_sm90(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
-// dynamic shared memory at least (BM + 2 · STAGES · BN) · HD · 2 + 1024 + 64 bytes; surplus blocks
+// dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2 + 1024 + 128 bytes; surplus blocks
 // return at once. KV block sizes are multiples of SM90_BLOCK_MULTIPLE.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]

@@ -62,18 +62,15 @@ pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape)
     meta.num_tokens == meta.num_seqs && shape.num_heads / shape.num_kv_heads <= MAX_GROUP
 }
 
-/// Stages of K and V tiles in the Hopper prefill kernel's shared-memory ring (its `STAGES`).
-const SM90_STAGES: usize = 3;
+/// Keys in the Hopper prefill kernel's K/V ring (`flash_prefill_sm90.cu`): 3 stages of 128-key
+/// tiles (its `SM90_STAGES_*` · `SM90_BN_*`; kernel-lab rings beyond it need this raised).
+const SM90_RING_KEYS: usize = 3 * 128;
 
-/// Most keys per tile of the Hopper prefill kernel (`flash_prefill_sm90.cu`'s `SM90_BN_HD64` and
-/// `SM90_BN_HD128`); shared memory is sized for it (one block an SM either way).
-const SM90_TILE_KEYS: usize = 128;
-
-/// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the stages of K and V tiles,
-/// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the stages'
+/// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the ring of K and V tiles,
+/// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the ring's
 /// barriers.
 fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
-    (rows + 2 * SM90_STAGES * SM90_TILE_KEYS) * head_dim * 2 + 1024 + 64
+    (rows + 2 * SM90_RING_KEYS) * head_dim * 2 + 1024 + 128
 }
 
 /// Threads of the Hopper prefill kernel's producer warpgroup (the rest are consumers, 64 query rows
