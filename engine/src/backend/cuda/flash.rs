@@ -484,6 +484,21 @@ fn launch_decode(
 mod tests {
     use super::*;
 
+    /// The most dynamic shared memory a block may opt into on compute capability 9.0 (227 KiB).
+    const SM90_MAX_BLOCK_SMEM: usize = 227 * 1024;
+
+    #[test]
+    fn the_hopper_prefill_block_fits_the_shared_memory_a_block_may_take() {
+        let rows = 2 * 64; // the kernel's two consumer warpgroups
+        for head_dim in [64, 128] {
+            let bytes = sm90_smem_bytes(rows, head_dim);
+            assert!(
+                bytes <= SM90_MAX_BLOCK_SMEM,
+                "head_dim {head_dim}: {bytes} bytes"
+            );
+        }
+    }
+
     #[test]
     fn every_split_is_whole_steps_and_the_splits_cover_the_context() {
         for step in [DECODE_STEP, 2 * DECODE_STEP] {
