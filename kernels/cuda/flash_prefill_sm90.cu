@@ -75,8 +75,9 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-// Makes this thread's generic-proxy writes to shared memory (stores, cp.async) visible to wgmma's
-// reads (the async proxy) once the block synchronises.
+// Orders generic-proxy writes to shared memory (stores, cp.async) before wgmma's reads (the async
+// proxy): a writer fences before the barrier it synchronises on; a consumer whose tiles another
+// thread's cp.async filled fences after its mbarrier wait, before its MMAs.
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
