@@ -238,6 +238,34 @@ __device__ __forceinline__ void mask_causal(float (*sc)[4] /* [NT][4] */, int j0
     }
 }
 
+// Writes a warp's 16 output rows of one head (this lane: rows lane/4 and lane/4 + 8 from `row0` on,
+// counted from the sequence's first row `first`), each accumulator row divided by its softmax sum
+// (`l`, this lane's share, summed over the lane's quad here); rows at or past `rows` are not written.
+template <int OT>
+__device__ __forceinline__ void store_rows(
+    float (*o)[4],    // [OT][4]: output accumulators
+    const float* l,   // [2]: the rows' partial sums
+    float* out,       // [num_tokens, row_stride]: at the head's first column
+    int first, int row0, int rows, int row_stride) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = row0 + g + r * 8;
+        if (row < rows) {
+            float* dst = out + (long long)(first + row) * row_stride + 2 * t;
+#pragma unroll
+            for (int ot = 0; ot < OT; ++ot) {
+                *reinterpret_cast<float2*>(dst + ot * 8) =
+                    make_float2(o[ot][2 * r] * inv, o[ot][2 * r + 1] * inv);
+            }
+        }
+    }
+}
+
 // One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
 // tile of NT·8 raw scores, masked with -inf: updates the running maxima `m` (raw score units) and
 // partial sums `l` (this lane's columns only), leaves the tile's probabilities in `sc` and the factor

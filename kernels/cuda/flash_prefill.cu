@@ -323,7 +323,7 @@ __device__ void prefill(
     if (!find_query_tile<BM>(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
         return;
     }
-    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.y, warp = threadIdx.x >> 5;
     const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
     const int ctx = BIDIR ? q_len : (int)seq_lens[s], prefix = ctx - q_len;
     const int m0 = tile * BM, wrow = m0 + warp * 16 * MT;
@@ -425,25 +425,9 @@ __device__ void prefill(
             accumulate<HD, BN>(o, sc, v_s[ready]);
         }
     }
-    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float sum = l[mt][r];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-            const int row = wrow + mt * 16 + g + r * 8;
-            if (row < q_len) {
-                float* dst = out + (long long)(q0 + row) * q_stride + h * HD + 2 * t;
-#pragma unroll
-                for (int dt = 0; dt < HD / 8; ++dt) {
-                    *reinterpret_cast<float2*>(dst + dt * 8) =
-                        make_float2(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
-                }
-            }
-        }
+        store_rows<HD / 8>(o[mt], l[mt], out + h * HD, q0, wrow + mt * 16, q_len, q_stride);
     }
 }
 
