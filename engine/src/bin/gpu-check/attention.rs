@@ -161,7 +161,7 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
 ];
 
 /// Runs every attention check. bf16 prefill runs on the warpgroup-MMA kernel where the device has
-/// it, and again on the mma.sync one (labelled `mma.sync`).
+/// it, and again on the mma.sync one (rows labelled `…, mma.sync kernel`).
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
