@@ -41,13 +41,18 @@ pub struct GenerateArgs {
     /// Element type of the KV cache [default: as `docqa serve`: bf16].
     #[arg(long, env = "DOCQA_KV_DTYPE", value_enum)]
     kv_dtype: Option<crate::device::KvType>,
-    /// Prompt tokens computed per engine step [default: as `docqa serve`: 256 on the CPU, 512 on CUDA].
+    /// Prompt tokens computed per engine step [default: as `docqa serve`: 256 on the CPU, 2,048 on CUDA].
     #[arg(long)]
     prefill_chunk: Option<usize>,
     /// Ask the same prompt this many times, one after the other: from the second time on its KV
     /// comes from the prefix cache, as a second question on a document read before.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Before the timed requests, read a prompt of the same length once (the prompt's tokens in
+    /// reverse order, so the prefix cache serves none of it), as an engine that has served before:
+    /// the first pass on a device pays one-off costs (kernel loading, library heuristics, clocks).
+    #[arg(long)]
+    warm_up: bool,
     /// A system message to put before the prompt.
     #[arg(long)]
     system: Option<String>,
@@ -126,9 +131,23 @@ fn generate_on<B: Backend>(
         stop_strings: args.stop.clone(),
         ..SamplingParams::default()
     };
+    if args.warm_up {
+        let reversed = prompt.iter().rev().copied().collect();
+        let one_token = SamplingParams {
+            max_tokens: 1,
+            ..params.clone()
+        };
+        core.add_request(GenerateRequest::new(reversed, one_token))?;
+        let usage = run_to_end(&mut core, false)?;
+        eprintln!(
+            "[warm-up: {} prompt tokens, first token {:.3} s]",
+            usage.prompt_tokens,
+            usage.time_to_first_token.as_secs_f64()
+        );
+    }
     for _ in 0..args.repeat.max(1) {
         core.add_request(GenerateRequest::new(prompt.clone(), params.clone()))?;
-        let usage = stream_to_stdout(&mut core)?;
+        let usage = run_to_end(&mut core, true)?;
         report(&usage, loaded);
     }
     Ok(())
@@ -153,15 +172,18 @@ fn prompt_ids(tokenizer: &TextTokenizer, args: &GenerateArgs) -> anyhow::Result<
     Ok(tokenizer.encode(&text, false)?)
 }
 
-fn stream_to_stdout<B: Backend>(core: &mut EngineCore<B>) -> anyhow::Result<Usage> {
+/// Steps the engine until its one request ends, streaming the text to stdout where `echo` says so.
+fn run_to_end<B: Backend>(core: &mut EngineCore<B>, echo: bool) -> anyhow::Result<Usage> {
     let mut out = std::io::stdout().lock();
     while core.has_work() {
         for (_, event) in core.step()? {
             match event {
-                GenerationEvent::Token { text, .. } => write!(out, "{text}")?,
-                GenerationEvent::Progress { .. } => {}
+                GenerationEvent::Token { text, .. } if echo => write!(out, "{text}")?,
+                GenerationEvent::Token { .. } | GenerationEvent::Progress { .. } => {}
                 GenerationEvent::Finished { text, usage, .. } => {
-                    writeln!(out, "{text}")?;
+                    if echo {
+                        writeln!(out, "{text}")?;
+                    }
                     return Ok(usage);
                 }
                 GenerationEvent::Failed { message } => {

@@ -20,6 +20,7 @@ mod api_tenants;
 mod api_uploads;
 mod eval_cli;
 mod follow_ups;
+mod generate_cli;
 mod ingest_bounds;
 mod job_lease;
 mod kv_tiers;
