@@ -44,6 +44,15 @@
 #ifndef SM90_PINGPONG
 #define SM90_PINGPONG 0
 #endif
+// The order in which blocks take (query tile, head), longest tiles first either way. Launches of at
+// most this many query tiles a head (8,192 tokens and a few sequences) go tile by tile, all heads of
+// a tile together: every head's longest tiles then start in the first wave and the short ones fill
+// the last (1.15-1.4x at 1K-2K tokens, 1.03-1.07x at 8K). Longer launches go head by head, which
+// keeps one KV head's keys in L2 for the blocks running together (tile by tile was 6-7 % slower at
+// 64K tokens, head_dim 64). BENCHMARKS.md, "Kernel lab". 0: head by head everywhere.
+#ifndef SM90_HEADS_FIRST_TILES
+#define SM90_HEADS_FIRST_TILES 72
+#endif
 // Consumer warpgroups (MMAs and softmax, 64 query rows each), then one producer warpgroup (loads).
 #define CONSUMERS (SM90_WARPGROUPS * 128)
 #define PRODUCERS 128
@@ -398,8 +407,15 @@ __device__ void prefill_sm90(
     const unsigned full = k_base + 2 * ST * TILE_BYTES, empty = full + 8 * ST;
     const auto k_tile = [&](int t) { return k_base + 2 * (t % ST) * TILE_BYTES; };
     int s, tile;
+    // The block's query tile and head, in launch order.
+    int h = blockIdx.y, x = blockIdx.x;
+    if (gridDim.x <= SM90_HEADS_FIRST_TILES) {
+        const int launched = blockIdx.y * gridDim.x + blockIdx.x;
+        h = launched % num_heads;
+        x = launched / num_heads;
+    }
     // Reversed order: the longest (last) query tiles start first.
-    if (!find_query_tile<BM>(query_start_loc, num_seqs, gridDim.x - 1 - blockIdx.x, &s, &tile)) {
+    if (!find_query_tile<BM>(query_start_loc, num_seqs, gridDim.x - 1 - x, &s, &tile)) {
         return;
     }
     if (threadIdx.x == 0) {
@@ -409,7 +425,7 @@ __device__ void prefill_sm90(
         }
     }
     __syncthreads();
-    const int h = blockIdx.y, wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
     const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
     const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
     const int m0 = tile * BM;
