@@ -197,11 +197,8 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
         let mut shape = docqa_engine::synth::shape_named(name).ok_or_else(|| {
             docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
         })?;
-        // A cut-down model of the real width (`DOCQA_BENCH_LAYERS`), for profiling one layer's kernels.
-        let layers = std::env::var("DOCQA_BENCH_LAYERS")
-            .ok()
-            .and_then(|v| v.parse().ok());
-        shape.layers = layers.unwrap_or(shape.layers);
+        // A cut-down model of the real width, for profiling one layer's kernels.
+        shape.layers = bench_layers().unwrap_or(shape.layers);
         let dir = root.join(format!("{name}-{}-layers", shape.layers));
         if !dir.join("config.json").exists() {
             write_llama(&dir, shape, rng)?;
@@ -224,6 +221,11 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `DOCQA_BENCH_LAYERS=N`: benchmarks and profiles of real shapes cut to N layers of the real width.
+fn bench_layers() -> Option<usize> {
+    std::env::var("DOCQA_BENCH_LAYERS").ok()?.parse().ok()
 }
 
 /// `f` with programmatic dependent launch off, for a row beside the default's.
@@ -382,15 +384,20 @@ fn end_to_end(rng: &mut Rng) -> Result<()> {
 }
 
 /// One prefill of 8,191 tokens and one decode step at batch 1 (graphs on) of a random model of the
-/// named shape, each between cuProfilerStart and Stop (`DOCQA_PROFILE_MODEL=llama-3.2-1b`), for
+/// named shape (`DOCQA_PROFILE_MODEL=llama-3.2-1b`, or any `docqa models synth` shape; at most
+/// `DOCQA_BENCH_LAYERS` layers of it where that is set), each between cuProfilerStart and Stop, for
 /// `ncu --profile-from-start off` to time each of their kernels.
 pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
-    let shape = [SMOLLM2, LLAMA32_1B]
+    let mut shape = [SMOLLM2, LLAMA32_1B]
         .into_iter()
         .find(|s| s.name == name)
+        .or_else(|| docqa_engine::synth::shape_named(name))
         .ok_or_else(|| {
             docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
         })?;
+    if let Some(layers) = bench_layers() {
+        shape.layers = shape.layers.min(layers);
+    }
     let temp = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
     write_llama(temp.path(), shape, rng)?;
     let model = Llama::load(CudaBackend::new(0)?, temp.path())?;
