@@ -79,6 +79,18 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
     return r;
 }
 
+// Four values at element 4i: 16 bytes of f32, or 8 of bf16.
+__device__ __forceinline__ void store4(float* p, long long i, float a, float b, float c, float d) {
+    reinterpret_cast<float4*>(p)[i] = make_float4(a, b, c, d);
+}
+__device__ __forceinline__ void store4(bf16_t* p, long long i, float a, float b, float c, float d) {
+    reinterpret_cast<uint2*>(p)[i] = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
+}
+template <typename T>
+__device__ __forceinline__ void store4(T* p, long long i, float4 v) {
+    store4(p, i, v.x, v.y, v.z, v.w);
+}
+
 // 2^x, the hardware approximation (relative error about 2^-22).
 __device__ __forceinline__ float fast_exp2(float x) {
     float r;

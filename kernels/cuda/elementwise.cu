@@ -8,14 +8,6 @@
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-// Four values at element 4i: 16 bytes of f32, or 8 of bf16.
-__device__ __forceinline__ void store4(float* p, long long i, float a, float b, float c, float d) {
-    reinterpret_cast<float4*>(p)[i] = make_float4(a, b, c, d);
-}
-__device__ __forceinline__ void store4(bf16_t* p, long long i, float a, float b, float c, float d) {
-    reinterpret_cast<uint2*>(p)[i] = make_uint2(pack_bf16x2(a, b), pack_bf16x2(c, d));
-}
-
 // out = silu(gate) * up, four elements a thread and step (16-byte loads), then the last n % 4.
 template <typename T>
 __device__ __forceinline__ void silu_mul_into(const float* gate, const float* up, T* out,

@@ -97,6 +97,43 @@ extern "C" __global__ void kv_write_int8(
     quantize_head(v + src, v_cache + dst * head_dim, v_scales + dst, head_dim);
 }
 
+// rope_scatter's work four pairs a thread (16-byte loads; `head_dim` a multiple of 8).
+template <typename T>
+__device__ __forceinline__ void rope_scatter_by_4(float* q, float* k, const float* v,
+                                                  const float* table, const unsigned* slots, T* kc,
+                                                  T* vc, int rows, int heads, int kv_heads,
+                                                  int head_dim) {
+    const int half = head_dim / 2, all = heads + kv_heads, quads = half / 4;
+    const long long n = (long long)rows * all * quads;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / ((long long)all * quads);
+        const int h = (int)(i / quads % all), j = (int)(i % quads) * 4;
+        const float4 c = *reinterpret_cast<const float4*>(table + r * head_dim + j);
+        const float4 s = *reinterpret_cast<const float4*>(table + r * head_dim + half + j);
+        const bool is_q = h < heads;
+        float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + h - heads) * head_dim;
+        const float4 x1 = *reinterpret_cast<const float4*>(x + j);
+        const float4 x2 = *reinterpret_cast<const float4*>(x + half + j);
+        const float4 y1 = make_float4(x1.x * c.x - x2.x * s.x, x1.y * c.y - x2.y * s.y,
+                                      x1.z * c.z - x2.z * s.z, x1.w * c.w - x2.w * s.w);
+        const float4 y2 = make_float4(x2.x * c.x + x1.x * s.x, x2.y * c.y + x1.y * s.y,
+                                      x2.z * c.z + x1.z * s.z, x2.w * c.w + x1.w * s.w);
+        *reinterpret_cast<float4*>(x + j) = y1;
+        *reinterpret_cast<float4*>(x + half + j) = y2;
+        if (!is_q) {
+            const long long width = (long long)kv_heads * head_dim;
+            const long long col = (long long)(h - heads) * head_dim;
+            const long long dst = (long long)slots[r] * width + col;
+            const float* vr = v + r * width + col;
+            store4(kc + dst + j, 0, y1);
+            store4(kc + dst + half + j, 0, y2);
+            store4(vc + dst + j, 0, *reinterpret_cast<const float4*>(vr + j));
+            store4(vc + dst + half + j, 0, *reinterpret_cast<const float4*>(vr + half + j));
+        }
+    }
+}
+
 // RoPE on q and k (HF half-split, the row's cos/sin from `table`), then k and v written to the pool
 // slots, in one launch: what rope_f32 on q, rope_f32 on k and kv_write do one after the other (k is
 // rotated in place too, so every buffer ends as after those three).
@@ -118,6 +155,10 @@ __device__ void rope_scatter(
     allow_next_grid();
     wait_for_previous_grid();
     const int half = head_dim / 2, all = heads + kv_heads;
+    if ((half & 3) == 0) {
+        rope_scatter_by_4(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
+        return;
+    }
     const long long n = (long long)rows * all * half;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {

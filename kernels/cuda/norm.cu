@@ -2,13 +2,29 @@
 #include "common.cuh"
 
 // out = x / sqrt(mean(x²) + eps) * w, stored as f32, or rounded to bf16 for a tensor-core product
-// (the same values cast_f32_bf16 makes of the f32 ones).
+// (the same values cast_f32_bf16 makes of the f32 ones). Rows whose width is a multiple of 4 (every
+// row then starts 16 bytes aligned) go 16 bytes a load.
 template <typename T>
 __device__ __forceinline__ void rms_norm(const float* x, const float* w, T* out, int width,
                                          float eps) {
     __shared__ float scratch[32];
     const float* xr = x + (long long)blockIdx.x * width;
     T* o = out + (long long)blockIdx.x * width;
+    if ((width & 3) == 0) {
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+        float ss = 0.0f;
+        for (int c = threadIdx.x; c < width / 4; c += blockDim.x) {
+            const float4 v = x4[c];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        const float inv = rsqrtf(block_sum(ss, scratch) / width + eps);
+        for (int c = threadIdx.x; c < width / 4; c += blockDim.x) {
+            const float4 v = x4[c], g = w4[c];
+            store4(o, c, v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+        }
+        return;
+    }
     float ss = 0.0f;
     for (int c = threadIdx.x; c < width; c += blockDim.x) {
         ss += xr[c] * xr[c];

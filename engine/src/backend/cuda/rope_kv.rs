@@ -39,7 +39,9 @@ pub(super) fn rope_kv_write(
         a.int(i);
     }
     let f = be.kernels.get(&name)?;
-    let cfg = grid(rows * (heads + kv_heads) * head_dim / 2);
+    // A thread rotates four pairs where head_dim is a multiple of 8 (16-byte loads), else one.
+    let pairs_a_thread = if head_dim.is_multiple_of(8) { 4 } else { 1 };
+    let cfg = grid(rows * (heads + kv_heads) * head_dim / 2 / pairs_a_thread);
     // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
     // (from the block allocator), as for kv_write. Every thread waits for the previous kernel
     // before it reads anything.
