@@ -252,8 +252,12 @@ impl<B: Backend> EngineCore<B> {
         self.finish(id, FinishReason::Cancelled).map(Some)
     }
 
-    /// Run one step; returns each request's events of this step, in batch order.
+    /// Run one step; returns each request's events of this step, in batch order. Each step logs where
+    /// its host time went at debug level (`RUST_LOG=docqa_engine::serving=debug`, event "engine step"):
+    /// scheduling and tier moves, building the batch, the forward pass (on CUDA: issuing its kernels,
+    /// unless an op waits on the device), and the picks (waiting for the device, then sampling).
     pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
+        let entered = std::time::Instant::now();
         self.kv
             .copy_down_fresh(tier_moves::copies_per_step(&self.kv_pool));
         self.kv
@@ -268,10 +272,12 @@ impl<B: Backend> EngineCore<B> {
         }
         let started = std::time::Instant::now();
         let batch = self.build_batch(&plan.seqs)?;
+        let built = started.elapsed();
         let recording = self.ws.graphs.failed.is_none();
         let rows = self
             .model
             .forward(&batch, &mut self.kv_pool, &mut self.ws)?;
+        let forwarded = started.elapsed();
         if let (true, Some(why)) = (recording, &self.ws.graphs.failed) {
             tracing::warn!(%why, "recording decode steps into graphs failed; they run op by op");
         }
@@ -282,7 +288,17 @@ impl<B: Backend> EngineCore<B> {
                 .backend
                 .read(&self.ws.logits, &mut self.logits[..rows * vocab])?;
         }
-        self.count_step(&plan.seqs, batch.num_tokens(), started.elapsed());
+        let took = started.elapsed();
+        tracing::debug!(
+            tokens = batch.num_tokens(),
+            seqs = plan.seqs.len(),
+            schedule_us = (started - entered).as_micros() as u64,
+            build_us = built.as_micros() as u64,
+            forward_us = (forwarded - built).as_micros() as u64,
+            picks_us = (took - forwarded).as_micros() as u64,
+            "engine step"
+        );
+        self.count_step(&plan.seqs, batch.num_tokens(), took);
         self.scheduler.complete_step(&plan, &mut self.kv)?;
         self.stats.steps += 1;
         self.stats.computed_tokens += batch.num_tokens() as u64;
