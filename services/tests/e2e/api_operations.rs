@@ -198,16 +198,11 @@ fn reindex_rebuilds_lost_indexes_from_the_database() {
     assert!(server.terminate());
     std::fs::remove_dir_all(server.data_dir.join("indexes")).unwrap();
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_docqa"))
-        .arg("reindex")
-        .arg("--data-dir")
-        .arg(&server.data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = support::succeed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_docqa"))
+            .arg("reindex")
+            .arg("--data-dir")
+            .arg(&server.data_dir),
     );
     let printed = String::from_utf8_lossy(&out.stdout);
     let expected =

@@ -171,20 +171,13 @@ fn an_interrupted_run_resumes_and_matches_an_uninterrupted_one_and_a_server_run(
 
     // The two runs compared: same answers, so no question moved either way.
     let compared = dir.path().join("compared");
-    let out = eval(&[
+    let out = support::succeed(&mut eval(&[
         "--compare",
         full.to_str().unwrap(),
         remote.join("report.json").to_str().unwrap(),
         "--out",
         compared.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ]));
     let md = std::fs::read_to_string(compared.join("compare.md")).unwrap();
     assert_eq!(
         md.trim_end(),

@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+use crate::support;
+
 /// The numbers in a `[N prompt tokens (M from the prefix cache), ...]` report line.
 fn prompt_and_cached(line: &str) -> (usize, usize) {
     let numbers: Vec<usize> = line
@@ -17,24 +19,19 @@ fn prompt_and_cached(line: &str) -> (usize, usize) {
 #[test]
 fn a_warm_up_reads_the_prompt_length_once_and_leaves_the_timed_answers_alone() {
     let run = |extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_docqa"))
-            .args([
-                "generate",
-                "--device",
-                "cpu",
-                "--max-tokens",
-                "6",
-                "--repeat",
-                "2",
-            ])
-            .args(["--prompt", "Name the largest planet of the solar system."])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = support::succeed(
+            Command::new(env!("CARGO_BIN_EXE_docqa"))
+                .args([
+                    "generate",
+                    "--device",
+                    "cpu",
+                    "--max-tokens",
+                    "6",
+                    "--repeat",
+                    "2",
+                ])
+                .args(["--prompt", "Name the largest planet of the solar system."])
+                .args(extra),
         );
         (
             String::from_utf8(out.stdout).unwrap(),

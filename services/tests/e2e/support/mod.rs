@@ -157,6 +157,17 @@ fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_docqa")
 }
 
+/// Runs a command to its end and returns what it printed; a failure shows its stderr.
+pub fn succeed(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 impl Server {
     /// Starts a server on a new data directory (and a new database).
     pub fn start(options: Options) -> Server {
