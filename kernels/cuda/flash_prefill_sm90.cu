@@ -14,7 +14,10 @@
 // for this one (P from registers, rounded to bf16; V from shared memory, N-major: the transposed read
 // wgmma does for 16-bit types), and turns the next scores into probabilities while P·V runs (the
 // online softmax on the accumulators: per warp, the m16n8 fragments of its 16 rows, as mma.sync's).
-// The output is written as f32.
+// The output is written as f32. A second form of the kernel (`flash_prefill_sm90_tma_*`) has one
+// producer thread load each KV block of a tile with TMA (one box per 64 columns of K and of V,
+// through tensor maps of the pools that swizzle as the tiles are laid out) instead of the warpgroup's
+// cp.async pieces; it takes block sizes that divide the 128-key tile.
 //
 // Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
 // to nothing and the host never launches them.
@@ -64,6 +67,12 @@
 // KV block sizes the kernel takes are multiples of this (the host checks): each thread copies that
 // many consecutive keys of one KV block.
 #define SM90_BLOCK_MULTIPLE 8
+
+// A TMA tensor map (CUtensorMap, 128 bytes), passed by value as a __grid_constant__ parameter: the
+// copies name it by its address.
+struct alignas(64) TensorMap {
+    unsigned long long words[16];
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -119,6 +128,21 @@ __device__ __forceinline__ void regs_shrink() {
 template <int N>
 __device__ __forceinline__ void regs_grow() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+// Arrives on `bar` and adds `bytes` to the TMA bytes its phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Copies the box of a 3-D tensor map at (x, y, z) (innermost dimension first) into shared memory at
+// `dst`, counting its bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* map, int x, int y, int z,
+                                            unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+        : "memory");
 }
 
 // Pins an accumulator fragment in place around the asynchronous MMAs: the compiler neither moves
@@ -383,11 +407,56 @@ __device__ __forceinline__ void produce(
     cp_async_wait_all();
 }
 
-template <int HD>
+// The producer in the TMA form, one thread: each KV block of a tile in view is one box of
+// block_size rows per 64 columns of K and of V (tensor maps over [slots, num_kv_heads, HD] with the
+// tiles' 128-byte swizzle), landing where load_tiles would put it; blocks past `end` are not loaded
+// (the consumers zero the V rows past it). Block sizes divide BN.
+template <int HD, int BN, int ST>
+__device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsigned empty,
+                                            const TensorMap* k_map, const TensorMap* v_map,
+                                            const unsigned* table, int block_size, int kv_head,
+                                            int end, int tiles) {
+    constexpr int TILE_BYTES = BN * HD * 2;
+    for (int t = 0; t < tiles; ++t) {
+        const int st = t % ST;
+        if (t >= ST) {
+            mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
+        }
+        const unsigned k_tile = k_base + 2 * st * TILE_BYTES, bar = full + 8 * st;
+        const int first = t * BN / block_size;
+        const int blocks = (min(end, (t + 1) * BN) - t * BN + block_size - 1) / block_size;
+        mbar_arrive_expect(bar, blocks * block_size * HD * 2 * 2);
+        for (int b = 0; b < blocks; ++b) {
+            const int slot = (int)table[first + b] * block_size;
+#pragma unroll
+            for (int half = 0; half < HD / 64; ++half) {
+                const unsigned at = half * BN * ROW_BYTES + b * block_size * ROW_BYTES;
+                tma_load_3d(k_tile + at, k_map, half * 64, kv_head, slot, bar);
+                tma_load_3d(k_tile + TILE_BYTES + at, v_map, half * 64, kv_head, slot, bar);
+            }
+        }
+    }
+}
+
+// Zeroes rows [from, BN) of a swizzled tile, by the consumers (`tid` among them): a V tile's rows
+// past the keys in view, which P·V multiplies by probabilities of 0 and must not hold NaN.
+template <int HD, int BN>
+__device__ __forceinline__ void zero_rows(unsigned tile, int from, int tid) {
+    for (int i = tid; i < (BN - from) * (HD / 8); i += CONSUMERS) {
+        const int r = from + i / (HD / 8), c = i % (HD / 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(tile + swizzled(BN, r, c)),
+                     "r"(0)
+                     : "memory");
+    }
+}
+
+template <int HD, bool TMA>
 __device__ void prefill_sm90(
     const float* q,                   // [num_tokens, num_heads, HD]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD]
+    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD] (cp.async form)
+    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD] (cp.async form)
+    const TensorMap* k_map,           // the pools' tensor maps (TMA form)
+    const TensorMap* v_map,
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
@@ -420,8 +489,12 @@ __device__ void prefill_sm90(
     }
     if (threadIdx.x == 0) {
         for (int st = 0; st < ST; ++st) {
-            mbar_init(full + 8 * st, PRODUCERS);
+            mbar_init(full + 8 * st, TMA ? 1 : PRODUCERS);
             mbar_init(empty + 8 * st, CONSUMERS);
+        }
+        if (TMA) {
+            // The barriers' initialisation, seen by the TMA unit that completes their transactions.
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
     }
     __syncthreads();
@@ -435,6 +508,14 @@ __device__ void prefill_sm90(
     const int q_stride = num_heads * HD;
     if (wg == CONSUMERS / 128) {
         regs_shrink<PRODUCER_REGS>();
+        if (TMA) {
+            if (tid == 0) {
+                produce_tma<HD, BN, ST>(k_base, full, empty, k_map, v_map,
+                                        block_table + (long long)s * max_blocks_per_seq, block_size,
+                                        kv_head, end, tiles);
+            }
+            return;
+        }
         const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
         const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0,
                            -1};
@@ -503,6 +584,13 @@ __device__ void prefill_sm90(
         rescale_rows<HD / 8>(o, alpha);
         pack_probs<BN>(p, sc);
     }
+    if (TMA && end < tiles * BN) {
+        // The last tile's V rows past the keys in view hold what the pool had there (or nothing):
+        // both warpgroups zero them before either reads the tile.
+        zero_rows<HD, BN>(k_tile(tiles - 1) + TILE_BYTES, end - (tiles - 1) * BN, threadIdx.x);
+        fence_async_shared();
+        asm volatile("bar.sync 5, %0;" ::"n"(CONSUMERS) : "memory");
+    }
     pin<HD / 8>(o);
     wgmma_fence();
     issue_values<HD, BN>(o, p, k_tile(tiles - 1) + TILE_BYTES);
@@ -527,8 +615,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    prefill_sm90<64>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
-                      num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill_sm90<64, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens,
+                            block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
+                            max_blocks_per_seq, scale);
 #endif
 }
 
@@ -543,7 +632,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    prefill_sm90<128>(q, k_cache, v_cache, query_start_loc, seq_lens, block_table, out, num_seqs,
-                      num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale);
+    prefill_sm90<128, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens,
+                             block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
+                             max_blocks_per_seq, scale);
+#endif
+}
+
+// The TMA form: the pools come as tensor maps over [num_blocks · block_size, num_kv_heads, HD] bf16
+// (boxes of 64 × 1 × block_size, 128-byte swizzle); block sizes divide 128.
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_tma_bf16_hd64(
+    const float* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
+    const unsigned* query_start_loc, const unsigned* seq_lens, const unsigned* block_table,
+    float* out, int num_seqs, int num_heads, int num_kv_heads, int block_size,
+    int max_blocks_per_seq, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    prefill_sm90<64, true>(q, nullptr, nullptr, &k_map, &v_map, query_start_loc, seq_lens,
+                           block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
+                           max_blocks_per_seq, scale);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_tma_bf16_hd128(
+    const float* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
+    const unsigned* query_start_loc, const unsigned* seq_lens, const unsigned* block_table,
+    float* out, int num_seqs, int num_heads, int num_kv_heads, int block_size,
+    int max_blocks_per_seq, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    prefill_sm90<128, true>(q, nullptr, nullptr, &k_map, &v_map, query_start_loc, seq_lens,
+                            block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
+                            max_blocks_per_seq, scale);
 #endif
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::pdl::PdlArgs;
-use super::{CudaBackend, CudaKv, cuda_err, pools};
+use super::{CudaBackend, CudaKv, cuda_err, pools, tma};
 use crate::backend::{AttnShape, KvDtype, PagedAttnMeta};
 use crate::error::Result;
 
@@ -73,6 +73,10 @@ fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
     (rows + 2 * SM90_RING_KEYS) * head_dim * 2 + 1024 + 128
 }
 
+/// Keys in a tile of the Hopper prefill kernel (its `SM90_BN_*`): its TMA form takes the block sizes
+/// that divide it, each block one box.
+const SM90_TILE_KEYS: usize = 128;
+
 /// Threads of the Hopper prefill kernel's producer warpgroup (the rest are consumers, 64 query rows
 /// per warpgroup of 128).
 const SM90_PRODUCERS: usize = 128;
@@ -103,10 +107,12 @@ pub(super) fn prefill(
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
     let hopper = dtype == "bf16" && meta.windows.is_none() && be.hopper_prefill();
-    let kind = match (meta.windows.is_some(), hopper) {
-        (true, _) => "_windowed",
-        (false, true) => "_sm90",
-        (false, false) => "",
+    let tma = hopper && be.hopper_tma() && SM90_TILE_KEYS.is_multiple_of(kc.shape.block_size);
+    let kind = match (meta.windows.is_some(), hopper, tma) {
+        (true, _, _) => "_windowed",
+        (false, true, true) => "_sm90_tma",
+        (false, true, false) => "_sm90",
+        (false, false, _) => "",
     };
     let func = be
         .kernels
@@ -139,12 +145,23 @@ pub(super) fn prefill(
         meta.max_blocks_per_seq,
     ]
     .map(|v| v as i32);
-    let mut b = be.dev.stream.launch_builder(func);
+    let stream = &be.dev.stream;
+    // The TMA form takes the pools as tensor maps; their guards live until the launch is queued.
+    let maps = match tma {
+        true => Some((tma::pool_map(kc, stream)?, tma::pool_map(vc, stream)?)),
+        false => None,
+    };
+    let mut b = stream.launch_builder(func);
     b.arg(q);
     if let Some(w) = &meta.windows {
         b.arg(w.q_sinks);
     }
-    pools::push(&mut b, &be.dev.stream, kc, vc)?;
+    match &maps {
+        Some(((k_map, _), (v_map, _))) => {
+            b.arg(k_map).arg(v_map);
+        }
+        None => pools::push(&mut b, stream, kc, vc)?,
+    }
     b.arg(meta.query_start_loc)
         .arg(meta.seq_lens)
         .arg(meta.block_table);
@@ -236,6 +253,18 @@ impl CudaBackend {
     /// Whether prefill over bf16 pools runs the warpgroup-MMA kernel.
     pub fn hopper_prefill(&self) -> bool {
         self.hopper_prefill.load(Ordering::Relaxed)
+    }
+
+    /// Makes the warpgroup-MMA prefill kernel load K and V with TMA (its `_tma` form, for pools
+    /// whose block size divides its 128-key tile) or with cp.async, for checks and benchmarks that
+    /// compare them (`DOCQA_HOPPER_PREFILL=tma` starts with TMA).
+    pub fn set_hopper_tma(&self, on: bool) {
+        self.hopper_tma.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the warpgroup-MMA prefill kernel loads K and V with TMA.
+    pub fn hopper_tma(&self) -> bool {
+        self.hopper_tma.load(Ordering::Relaxed)
     }
 
     /// The blocks split-KV decode launches aim for, when a benchmark set them.

@@ -24,6 +24,7 @@ mod pdl;
 mod pools;
 mod rope_kv;
 mod sample;
+mod tma;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -110,6 +111,8 @@ pub struct CudaBackend {
     pdl: AtomicBool,
     /// Whether prefill over bf16 pools runs the warpgroup-MMA kernel (compute capability 9.0).
     hopper_prefill: AtomicBool,
+    /// Whether that kernel loads K and V with TMA (its `_tma` form) where the block size allows.
+    hopper_tma: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -141,8 +144,10 @@ impl CudaBackend {
         let kernels = Kernels::load(&dev.ctx, dev.cc)?;
         let graphs = std::env::var("DOCQA_CUDA_GRAPHS").map_or(true, |v| v != "0");
         let pdl = dev.cc.0 >= 9 && std::env::var("DOCQA_CUDA_PDL").map_or(true, |v| v != "0");
-        let hopper_prefill =
-            dev.cc == (9, 0) && std::env::var("DOCQA_HOPPER_PREFILL").map_or(true, |v| v != "0");
+        // DOCQA_HOPPER_PREFILL: 0 (the mma.sync kernel), tma (the TMA form), else the cp.async form.
+        let hopper_env = std::env::var("DOCQA_HOPPER_PREFILL").ok();
+        let hopper_prefill = dev.cc == (9, 0) && hopper_env.as_deref() != Some("0");
+        let hopper_tma = hopper_prefill && hopper_env.as_deref() == Some("tma");
         Ok(CudaBackend {
             dev,
             kernels,
@@ -155,6 +160,7 @@ impl CudaBackend {
             decode_blocks: AtomicUsize::new(0),
             pdl: AtomicBool::new(pdl),
             hopper_prefill: AtomicBool::new(hopper_prefill),
+            hopper_tma: AtomicBool::new(hopper_tma),
             epoch: AtomicU64::new(0),
         })
     }

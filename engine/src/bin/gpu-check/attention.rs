@@ -161,7 +161,8 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
 ];
 
 /// Runs every attention check. bf16 prefill runs on the warpgroup-MMA kernel where the device has
-/// it, and again on the mma.sync one (rows labelled `…, mma.sync kernel`).
+/// it, and again on the mma.sync one (rows labelled `…, mma.sync kernel`) and on the warpgroup-MMA
+/// kernel's other form (TMA or cp.async loads, `…, wgmma TMA form`).
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
@@ -175,6 +176,14 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
             paged(p, rng, r, (&label, case, BLOCK_SIZE), KvDtype::Bf16, None)?;
         }
         p.gpu.set_hopper_prefill(true);
+        let tma = p.gpu.hopper_tma();
+        p.gpu.set_hopper_tma(!tma);
+        for (name, case) in CASES.iter().filter(|(n, _)| !n.starts_with("decode")) {
+            let form = if tma { "cp.async" } else { "TMA" };
+            let label = format!("{name}, wgmma {form} form");
+            paged(p, rng, r, (&label, case, BLOCK_SIZE), KvDtype::Bf16, None)?;
+        }
+        p.gpu.set_hopper_tma(tma);
     }
     for (name, case, window) in WINDOWED_CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
@@ -253,6 +262,15 @@ fn paged(
     let (cv, gv) = p.buf(&rng.vec(kv_rows * g * hd, 2.0))?;
     let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
     let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
+    if p.gpu.hopper_tma() && dtype == KvDtype::Bf16 {
+        // The TMA form loads whole blocks: the slots past a sequence's keys hold NaN here, which
+        // its output must not see.
+        let all = num_blocks * bs;
+        let nan = vec![f32::NAN; all * g * hd];
+        let ((_, gnan), (_, gall)) = (p.buf(&nan)?, p.ids(&(0..all as u32).collect::<Vec<_>>())?);
+        p.gpu
+            .kv_write(&gnan, &gnan, &gall, all, &mut gkc, &mut gvc)?;
+    }
     p.cpu.kv_write(&ck, &cv, &cs, kv_rows, &mut ckc, &mut cvc)?;
     p.gpu.kv_write(&gk, &gv, &gs, kv_rows, &mut gkc, &mut gvc)?;
     let windows = window.map(|w| compact_windowed_rows(&mut table, max_blocks, case.seqs, bs, w));
@@ -331,7 +349,11 @@ fn paged(
         && dtype == KvDtype::Bf16
         && window.is_none()
         && p.gpu.hopper_prefill();
-    let kernel = if wgmma { "wgmma" } else { kernel };
+    let kernel = match (wgmma, p.gpu.hopper_tma() && 128 % bs == 0) {
+        (true, true) => "wgmma TMA",
+        (true, false) => "wgmma",
+        (false, _) => kernel,
+    };
     let op = format!("paged_attention {name} ({dtype:?} KV, {kernel})");
     let seqs: Vec<String> = case.seqs.iter().map(|(q, c)| format!("{q}/{c}")).collect();
     let streaming = window.map_or(String::new(), |(s, w)| format!(" sinks {s} window {w}"));

@@ -133,13 +133,16 @@ fn paged_ms_sweep(
 /// (`DOCQA_BENCH_PREFILL=1` runs these alone, for kernel-lab variants of the prefill cubin).
 pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     let hopper = gpu.hopper_prefill();
-    // `DOCQA_BENCH_PREFILL=wgmma` times the warpgroup-MMA kernel alone (kernel-lab variants).
+    // `DOCQA_BENCH_PREFILL=wgmma` times the warpgroup-MMA kernel alone, both forms (kernel-lab variants).
     let only_wgmma = std::env::var("DOCQA_BENCH_PREFILL").is_ok_and(|v| v == "wgmma");
-    for kernel in ["wgmma", "mma.sync"] {
-        if (kernel == "wgmma" && !hopper) || (kernel == "mma.sync" && only_wgmma) {
+    let tma = gpu.hopper_tma();
+    for kernel in ["wgmma", "wgmma TMA", "mma.sync"] {
+        let wgmma = kernel.starts_with("wgmma");
+        if (wgmma && !hopper) || (kernel == "mma.sync" && only_wgmma) {
             continue;
         }
-        gpu.set_hopper_prefill(kernel == "wgmma");
+        gpu.set_hopper_prefill(wgmma);
+        gpu.set_hopper_tma(kernel == "wgmma TMA");
         println!(
             "bench: paged_attention prefill ({kernel}), one sequence, causal, bf16 KV, 32 heads / 8 KV heads"
         );
@@ -156,6 +159,7 @@ pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         }
     }
     gpu.set_hopper_prefill(hopper);
+    gpu.set_hopper_tma(tma);
     Ok(())
 }
 
