@@ -15,7 +15,7 @@
 // wgmma does for 16-bit types), and turns the next scores into probabilities while P·V runs (the
 // online softmax on the accumulators: per warp, the m16n8 fragments of its 16 rows, as mma.sync's).
 // The output is written as f32. A second form of the kernel (`flash_prefill_sm90_tma_*`) has one
-// producer thread load each KV block of a tile with TMA (one box per 64 columns of K and of V,
+// producer warp load each KV block of a tile with TMA (one box per 64 columns of K and of V,
 // through tensor maps of the pools that swizzle as the tiles are laid out) instead of the warpgroup's
 // cp.async pieces; it takes block sizes that divide the 128-key tile.
 //
@@ -407,16 +407,18 @@ __device__ __forceinline__ void produce(
     cp_async_wait_all();
 }
 
-// The producer in the TMA form, one thread: each KV block of a tile in view is one box of
-// block_size rows per 64 columns of K and of V (tensor maps over [slots, num_kv_heads, HD] with the
-// tiles' 128-byte swizzle), landing where load_tiles would put it; blocks past `end` are not loaded
-// (the consumers zero the V rows past it). Block sizes divide BN.
+// The producer in the TMA form, one warp (`lane` its lane): each KV block of a tile in view is one
+// box of block_size rows per 64 columns of K and of V (tensor maps over [slots, num_kv_heads, HD] with
+// the tiles' 128-byte swizzle), landing where load_tiles would put it; blocks past `end` are not
+// loaded (the consumers zero the V rows past it). The warp reads a tile's block ids at once (at most
+// BN / 8 of them), lane 0 issues the copies. Block sizes divide BN.
 template <int HD, int BN, int ST>
 __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsigned empty,
                                             const TensorMap* k_map, const TensorMap* v_map,
                                             const unsigned* table, int block_size, int kv_head,
-                                            int end, int tiles) {
+                                            int end, int tiles, int lane) {
     constexpr int TILE_BYTES = BN * HD * 2;
+    static_assert(BN / SM90_BLOCK_MULTIPLE <= 32, "a tile's block ids fit one warp");
     for (int t = 0; t < tiles; ++t) {
         const int st = t % ST;
         if (t >= ST) {
@@ -425,14 +427,19 @@ __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsi
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES, bar = full + 8 * st;
         const int first = t * BN / block_size;
         const int blocks = (min(end, (t + 1) * BN) - t * BN + block_size - 1) / block_size;
-        mbar_arrive_expect(bar, blocks * block_size * HD * 2 * 2);
+        const int id = lane < blocks ? (int)table[first + lane] : 0;
+        if (lane == 0) {
+            mbar_arrive_expect(bar, blocks * block_size * HD * 2 * 2);
+        }
         for (int b = 0; b < blocks; ++b) {
-            const int slot = (int)table[first + b] * block_size;
+            const int slot = __shfl_sync(0xffffffffu, id, b) * block_size;
+            if (lane == 0) {
 #pragma unroll
-            for (int half = 0; half < HD / 64; ++half) {
-                const unsigned at = half * BN * ROW_BYTES + b * block_size * ROW_BYTES;
-                tma_load_3d(k_tile + at, k_map, half * 64, kv_head, slot, bar);
-                tma_load_3d(k_tile + TILE_BYTES + at, v_map, half * 64, kv_head, slot, bar);
+                for (int half = 0; half < HD / 64; ++half) {
+                    const unsigned at = half * BN * ROW_BYTES + b * block_size * ROW_BYTES;
+                    tma_load_3d(k_tile + at, k_map, half * 64, kv_head, slot, bar);
+                    tma_load_3d(k_tile + TILE_BYTES + at, v_map, half * 64, kv_head, slot, bar);
+                }
             }
         }
     }
@@ -509,10 +516,10 @@ __device__ void prefill_sm90(
     if (wg == CONSUMERS / 128) {
         regs_shrink<PRODUCER_REGS>();
         if (TMA) {
-            if (tid == 0) {
+            if (tid < 32) {
                 produce_tma<HD, BN, ST>(k_base, full, empty, k_map, v_map,
                                         block_table + (long long)s * max_blocks_per_seq, block_size,
-                                        kv_head, end, tiles);
+                                        kv_head, end, tiles, tid);
             }
             return;
         }
