@@ -262,7 +262,10 @@ fn paged(
     let (cv, gv) = p.buf(&rng.vec(kv_rows * g * hd, 2.0))?;
     let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
     let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
-    if p.gpu.hopper_tma() && dtype == KvDtype::Bf16 {
+    let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
+    let tma_prefill =
+        p.gpu.hopper_prefill() && p.gpu.hopper_tma() && 128 % bs == 0 && matches!(hd, 64 | 128);
+    if tma_prefill && !decode && window.is_none() && dtype == KvDtype::Bf16 {
         // The TMA form loads whole blocks: the slots past a sequence's keys hold NaN here, which
         // its output must not see.
         let all = num_blocks * bs;
@@ -285,7 +288,6 @@ fn paged(
     // bf16 pools at head_dim 64/128 run the tensor-core kernels, which take Q as bf16 and round P
     // to bf16: Q is drawn bf16-representable there, so the rows measure the kernel, not Q's rounding.
     // The prefill kernel takes block sizes that are multiples of 8; other prefills run plain.
-    let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
     // int8 pools take the tensor-core kernels too, widened to bf16 as they load (and the plain
     // kernels otherwise, dequantised in f32 as on the CPU); so do sink windows.
     let flash_shape = matches!(hd, 64 | 128) && (decode || bs.is_multiple_of(8));
@@ -349,7 +351,7 @@ fn paged(
         && dtype == KvDtype::Bf16
         && window.is_none()
         && p.gpu.hopper_prefill();
-    let kernel = match (wgmma, p.gpu.hopper_tma() && 128 % bs == 0) {
+    let kernel = match (wgmma, tma_prefill) {
         (true, true) => "wgmma TMA",
         (true, false) => "wgmma",
         (false, _) => kernel,
