@@ -250,6 +250,12 @@ __device__ __forceinline__ void mask_causal(float (*sc)[4] /* [NT][4] */, int j0
     }
 }
 
+// Sum over the 4 lanes of a quad (the lanes holding one row of an m16n8 fragment); each gets it.
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
 // Writes a warp's 16 output rows of one head (this lane: rows lane/4 and lane/4 + 8 from `row0` on,
 // counted from the sequence's first row `first`), each accumulator row divided by its softmax sum
 // (`l`, this lane's share, summed over the lane's quad here); rows at or past `rows` are not written.
@@ -262,9 +268,7 @@ __device__ __forceinline__ void store_rows(
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        float sum = l[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float sum = quad_sum(l[r]);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int row = row0 + g + r * 8;
         if (row < rows) {

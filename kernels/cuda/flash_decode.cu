@@ -219,9 +219,7 @@ __device__ __forceinline__ void stash(
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        float sum = l[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float sum = quad_sum(l[r]);
         if (t == 0) {
             ml_s[g + 8 * r][0] = m[r] * scale_log2;
             ml_s[g + 8 * r][1] = sum;

@@ -610,63 +610,43 @@ __device__ void prefill_sm90(
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
 // dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2 + 1024 + 128 bytes; surplus blocks
-// return at once. KV block sizes are multiples of SM90_BLOCK_MULTIPLE.
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
-    const float* q,                   // [num_tokens, num_heads, 64]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 64]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 64]
-    const unsigned* query_start_loc,  // [num_seqs + 1]
-    const unsigned* seq_lens,         // [num_seqs]
-    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
-    float* out,                       // [num_tokens, num_heads, 64]
-    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
-    float scale) {
+// return at once. Both forms take q [num_tokens, num_heads, HD] (f32), then the pools, then the
+// batch: query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs,
+// max_blocks_per_seq], out [num_tokens, num_heads, HD] (f32), the sizes and the softmax scale.
+// The cp.async form takes the bf16 pools [num_blocks, block_size, num_kv_heads, HD] (block sizes
+// multiples of SM90_BLOCK_MULTIPLE); the TMA form their tensor maps over [num_blocks · block_size,
+// num_kv_heads, HD] (boxes of 64 × 1 × block_size, 128-byte swizzle; block sizes dividing 128).
+#define SM90_BATCH_PARAMS                                                                   \
+    const unsigned *query_start_loc, const unsigned *seq_lens, const unsigned *block_table, \
+        float *out, int num_seqs, int num_heads, int num_kv_heads, int block_size,          \
+        int max_blocks_per_seq, float scale
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    prefill_sm90<64, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens,
-                            block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
-                            max_blocks_per_seq, scale);
+#define SM90_RUN(HD, TMA, K, V, K_MAP, V_MAP)                                                   \
+    prefill_sm90<HD, TMA>(q, K, V, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, \
+                          num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq,  \
+                          scale)
+#else
+#define SM90_RUN(HD, TMA, K, V, K_MAP, V_MAP)
 #endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
+    const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
+    SM90_RUN(64, false, k_cache, v_cache, nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd128(
-    const float* q,                   // [num_tokens, num_heads, 128]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, 128]
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, 128]
-    const unsigned* query_start_loc,  // [num_seqs + 1]
-    const unsigned* seq_lens,         // [num_seqs]
-    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
-    float* out,                       // [num_tokens, num_heads, 128]
-    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
-    float scale) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    prefill_sm90<128, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens,
-                             block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
-                             max_blocks_per_seq, scale);
-#endif
+    const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
+    SM90_RUN(128, false, k_cache, v_cache, nullptr, nullptr);
 }
 
-// The TMA form: the pools come as tensor maps over [num_blocks · block_size, num_kv_heads, HD] bf16
-// (boxes of 64 × 1 × block_size, 128-byte swizzle); block sizes divide 128.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_tma_bf16_hd64(
-    const float* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
-    const unsigned* query_start_loc, const unsigned* seq_lens, const unsigned* block_table,
-    float* out, int num_seqs, int num_heads, int num_kv_heads, int block_size,
-    int max_blocks_per_seq, float scale) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    prefill_sm90<64, true>(q, nullptr, nullptr, &k_map, &v_map, query_start_loc, seq_lens,
-                           block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
-                           max_blocks_per_seq, scale);
-#endif
+    const float* q, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
+    SM90_RUN(64, true, nullptr, nullptr, &k_map, &v_map);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_tma_bf16_hd128(
-    const float* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
-    const unsigned* query_start_loc, const unsigned* seq_lens, const unsigned* block_table,
-    float* out, int num_seqs, int num_heads, int num_kv_heads, int block_size,
-    int max_blocks_per_seq, float scale) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    prefill_sm90<128, true>(q, nullptr, nullptr, &k_map, &v_map, query_start_loc, seq_lens,
-                            block_table, out, num_seqs, num_heads, num_kv_heads, block_size,
-                            max_blocks_per_seq, scale);
-#endif
+    const float* q, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
+    SM90_RUN(128, true, nullptr, nullptr, &k_map, &v_map);
 }

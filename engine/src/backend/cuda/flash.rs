@@ -107,7 +107,7 @@ pub(super) fn prefill(
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
     let hopper = dtype == "bf16" && meta.windows.is_none() && be.hopper_prefill();
-    let tma = hopper && be.hopper_tma() && SM90_TILE_KEYS.is_multiple_of(kc.shape.block_size);
+    let tma = hopper && be.prefill_loads_with_tma(kc.shape.block_size);
     let kind = match (meta.windows.is_some(), hopper, tma) {
         (true, _, _) => "_windowed",
         (false, true, true) => "_sm90_tma",
@@ -265,6 +265,12 @@ impl CudaBackend {
     /// Whether the warpgroup-MMA prefill kernel loads K and V with TMA.
     pub fn hopper_tma(&self) -> bool {
         self.hopper_tma.load(Ordering::Relaxed)
+    }
+
+    /// Whether prefill over bf16 pools of `block_size` (head_dim 64 or 128, no sink windows) runs the
+    /// warpgroup-MMA kernel's TMA form.
+    pub fn prefill_loads_with_tma(&self, block_size: usize) -> bool {
+        self.hopper_prefill() && self.hopper_tma() && SM90_TILE_KEYS.is_multiple_of(block_size)
     }
 
     /// The blocks split-KV decode launches aim for, when a benchmark set them.

@@ -263,8 +263,7 @@ fn paged(
     let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
     let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
     let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
-    let tma_prefill =
-        p.gpu.hopper_prefill() && p.gpu.hopper_tma() && 128 % bs == 0 && matches!(hd, 64 | 128);
+    let tma_prefill = p.gpu.prefill_loads_with_tma(bs) && matches!(hd, 64 | 128);
     if tma_prefill && !decode && window.is_none() && dtype == KvDtype::Bf16 {
         // The TMA form loads whole blocks: the slots past a sequence's keys hold NaN here, which
         // its output must not see.
