@@ -85,7 +85,7 @@ impl Device {
     /// cores) so that a stop frees the engine within a second. CUDA reads 2,048 a step: at the
     /// Llama-3.1-8B shape on an H200 an 8K prompt's first token comes after 0.233 s against 0.262 s at
     /// 512 a step (8,192 a step: 0.225 s), while a step, and with it the other streams' next token,
-    /// stays near 60 ms (BENCHMARKS.md, "Real scale").
+    /// stays near 60 ms (the 0.233 s over four steps; BENCHMARKS.md, "Real scale").
     pub fn defaults(self) -> DeviceDefaults {
         match self {
             Device::Cpu => DeviceDefaults {
