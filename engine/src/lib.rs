@@ -15,6 +15,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod kv;
 pub mod models;
+pub mod parallel;
 pub mod sampling;
 pub mod scheduler;
 pub mod serving;

@@ -14,6 +14,9 @@ use serde::Deserialize;
 
 use crate::error::{EngineError, Result};
 
+mod owned;
+pub use owned::OwnedTensor;
+
 /// The element types the engine reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightDtype {

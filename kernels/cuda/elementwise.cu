@@ -97,24 +97,34 @@ __device__ void gather(
     }
 }
 
-// out[t] = table[ids[t]]
-extern "C" __global__ void embedding_f32(
-    const float* table,  // [vocab, width]
-    const unsigned* ids, // [rows]
-    float* out,          // [rows, width]
+// out[t] = table[ids[t] - first] widened to f32, zeros where ids[t] is not among the table's rows
+// first..first + table_rows (a tensor-parallel rank holds one part of the vocabulary).
+template <typename T>
+__device__ void embed_part(
+    const T* table,        // [table_rows, width]
+    const unsigned* ids,   // [rows]
+    float* out,            // [rows, width]
     int rows,
-    int width) {
-    gather(table, ids, out, rows, width);
+    int width,
+    unsigned first,
+    unsigned table_rows) {
+    GRID_STRIDE(i, (long long)rows * width) {
+        const long long r = i / width, c = i % width;
+        const unsigned row = ids[r] - first; // ids below first wrap past table_rows
+        out[i] = row < table_rows ? load_f32(table + (long long)row * width + c) : 0.f;
+    }
 }
 
-// out[t] = table[ids[t]], bf16 table.
+extern "C" __global__ void embedding_f32(
+    const float* table, const unsigned* ids, float* out, int rows, int width, unsigned first,
+    unsigned table_rows) {
+    embed_part(table, ids, out, rows, width, first, table_rows);
+}
+
 extern "C" __global__ void embedding_bf16(
-    const bf16_t* table,  // [vocab, width]
-    const unsigned* ids,  // [rows]
-    float* out,           // [rows, width]
-    int rows,
-    int width) {
-    gather(table, ids, out, rows, width);
+    const bf16_t* table, const unsigned* ids, float* out, int rows, int width, unsigned first,
+    unsigned table_rows) {
+    embed_part(table, ids, out, rows, width, first, table_rows);
 }
 
 // out[t] = x[idx[t]]

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
-use crate::weights::{TensorRef, WeightDtype, Weights};
+use crate::weights::{OwnedTensor, TensorRef, Weights};
 pub use config::{AdapterConfig, SUPPORTED_MODULES};
 use keys::{Half, parse_key};
 use sums::identity;
@@ -192,7 +192,7 @@ impl Adapter {
 
     /// `base + scale · B·A` in the base tensor's dtype, or `None` when the adapter leaves `base` alone
     /// (not adapted, or B all zeros).
-    pub fn merge(&self, base: &TensorRef<'_>) -> Result<Option<MergedTensor>> {
+    pub fn merge(&self, base: &TensorRef<'_>) -> Result<Option<OwnedTensor>> {
         let Some(p) = self.pairs.get(base.name) else {
             return Ok(None);
         };
@@ -204,7 +204,7 @@ impl Adapter {
         w.par_chunks_mut(p.cols)
             .zip(p.b.par_chunks(p.rank))
             .for_each(|(row, b_row)| add_delta_row(row, b_row, &p.a, self.scale));
-        Ok(Some(MergedTensor::round(base, &w)))
+        Ok(Some(OwnedTensor::rounded_like(base, &w)))
     }
 }
 
@@ -219,48 +219,6 @@ fn add_delta_row(row: &mut [f32], b_row: &[f32], a: &[f32], scale: f32) {
     }
     for (w, d) in row.iter_mut().zip(delta) {
         *w += d * scale;
-    }
-}
-
-/// A merged projection, owned, in its base tensor's dtype; [`MergedTensor::as_ref`] is what a
-/// backend uploads.
-pub struct MergedTensor {
-    name: String,
-    dtype: WeightDtype,
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-impl MergedTensor {
-    /// `values` rounded (to nearest even) to `base`'s dtype.
-    fn round(base: &TensorRef<'_>, values: &[f32]) -> Self {
-        let bytes = match base.dtype {
-            WeightDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            WeightDtype::Bf16 => values
-                .iter()
-                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-                .collect(),
-            WeightDtype::F16 => values
-                .iter()
-                .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
-                .collect(),
-        };
-        MergedTensor {
-            name: base.name.to_owned(),
-            dtype: base.dtype,
-            shape: base.shape.to_vec(),
-            bytes,
-        }
-    }
-
-    /// The tensor as the backends take it.
-    pub fn as_ref(&self) -> TensorRef<'_> {
-        TensorRef {
-            name: &self.name,
-            dtype: self.dtype,
-            shape: &self.shape,
-            bytes: &self.bytes,
-        }
     }
 }
 

@@ -251,12 +251,15 @@ pub trait Backend: Send + Sync + Sized {
     /// Copies the first `n` elements of `src` to the front of `dst`.
     fn copy(&self, src: &Self::Buf, n: usize, dst: &mut Self::Buf) -> Result<()>;
 
-    /// `out[t] = table[ids[t]]` for `rows` ids.
+    /// `out[t] = table[ids[t] - first]` for `rows` ids, a zero row where `ids[t]` is not among the
+    /// table's rows `first..first + table rows` (a tensor-parallel rank's part of the vocabulary;
+    /// `first` is 0 for a whole table).
     fn embedding(
         &self,
         table: &Self::Weight,
         ids: &Self::Ids,
         rows: usize,
+        first: u32,
         out: &mut Self::Buf,
     ) -> Result<()>;
     /// Copies rows `idx[0..rows]` of `x` (width `width`) to the front of `out`.

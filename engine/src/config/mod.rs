@@ -128,7 +128,7 @@ impl LlamaConfig {
         Self::from_json(&text).map_err(|reason| config_error(path, reason))
     }
 
-    fn from_json(text: &str) -> std::result::Result<Self, String> {
+    pub(crate) fn from_json(text: &str) -> std::result::Result<Self, String> {
         let raw: RawLlamaConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let architecture = raw.architectures.first().cloned().unwrap_or_default();
         let heads = raw.num_attention_heads;

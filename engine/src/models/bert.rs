@@ -119,12 +119,12 @@ impl<B: Backend> Bert<B> {
         let (mut q, mut k, mut v) = (b.alloc(n * h)?, b.alloc(n * h)?, b.alloc(n * h)?);
         let mut inter = b.alloc(n * f)?;
         b.write_ids(&mut idx, ids)?;
-        b.embedding(&self.word, &idx, n, &mut t)?;
+        b.embedding(&self.word, &idx, n, 0, &mut t)?;
         b.write_ids(&mut idx, &positions)?;
-        b.embedding(&self.position, &idx, n, &mut t2)?;
+        b.embedding(&self.position, &idx, n, 0, &mut t2)?;
         b.add(&mut t, &t2, n * h)?;
         b.write_ids(&mut idx, &vec![0; n])?;
-        b.embedding(&self.token_type, &idx, n, &mut t2)?;
+        b.embedding(&self.token_type, &idx, n, 0, &mut t2)?;
         b.add(&mut t, &t2, n * h)?;
         let eps = cfg.layer_norm_eps as f32;
         b.layer_norm(&t, &self.emb_norm.w, &self.emb_norm.b, eps, n, &mut x)?;

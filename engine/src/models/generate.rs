@@ -37,7 +37,7 @@ impl<'m, B: Backend> SingleSequence<'m, B> {
         let shape = KvShape {
             num_blocks,
             block_size: BLOCK_SIZE,
-            num_kv_heads: cfg.num_key_value_heads,
+            num_kv_heads: model.part_config().num_key_value_heads,
             head_dim: cfg.head_dim,
             dtype,
         };

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::adapter::Adapter;
 use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, WindowedAttn};
@@ -22,7 +23,8 @@ use crate::error::Result;
 use crate::models::batch::WindowMeta;
 use crate::models::graphs::GraphKey;
 use crate::models::workspace::{LlamaWorkspace, write_changed};
-use crate::models::{Batch, KvPool, adapted_matrix, matrix, opt_vector, too_big, vector};
+use crate::models::{Batch, KvPool, Part, adapted_matrix, opt_vector_part, too_big, vector};
+use crate::parallel::{Collective, Shard};
 use crate::weights::Weights;
 
 pub use crate::models::workspace::WorkspaceSize;
@@ -49,6 +51,12 @@ pub struct Llama<B: Backend> {
     pub backend: B,
     /// The model's configuration.
     pub config: LlamaConfig,
+    /// The configuration of the part this rank holds: [`Llama::config`] with the rank's share of the
+    /// heads, KV heads, MLP features and vocabulary (the same as it for a whole model).
+    part: LlamaConfig,
+    /// The other ranks of a tensor-parallel group, or None for a whole model.
+    group: Option<Arc<dyn Collective<B>>>,
+    /// This rank's vocabulary part of the embedding (and tied LM head): rows `vocab_first..`.
     embed: B::Weight,
     layers: Vec<Layer<B>>,
     norm: B::Weight,
@@ -67,29 +75,62 @@ impl<B: Backend> Llama<B> {
     /// [`Llama::load`] with a LoRA adapter merged into the projections as they are uploaded (checked
     /// against them first, so a misfit adapter fails before anything is uploaded).
     pub fn load_with(backend: B, dir: &Path, adapter: Option<&Adapter>) -> Result<Self> {
+        Self::load_part(backend, dir, adapter, None)
+    }
+
+    /// [`Llama::load_with`] for one rank of a tensor-parallel `group` (None: the whole model): the
+    /// rank uploads only its part of each matrix (see [`crate::parallel::Shard`]) and joins the other
+    /// ranks through the group in every forward pass.
+    pub fn load_part(
+        backend: B,
+        dir: &Path,
+        adapter: Option<&Adapter>,
+        group: Option<Arc<dyn Collective<B>>>,
+    ) -> Result<Self> {
         let config = LlamaConfig::load(&dir.join("config.json"))?;
+        let shard = group.as_ref().map_or(Shard::WHOLE, |g| g.shard());
+        shard.check(&config)?;
         if let Some(adapter) = adapter {
             adapter.check_targets(&projection_shapes(&config))?;
         }
         let weights = Weights::open_dir(dir)?;
         let (h, v) = (config.hidden_size, config.vocab_size);
         let layers = (0..config.num_hidden_layers)
-            .map(|i| load_layer(&backend, &weights, &config, i, adapter))
+            .map(|i| load_layer(&backend, &weights, &config, i, (adapter, shard)))
             .collect::<Result<_>>()?;
+        let vocab = match shard.is_whole() {
+            true => Part::Whole,
+            false => Part::Rows(shard.part(v)),
+        };
+        let table = |name| adapted_matrix(&backend, &weights, (name, [v, h]), None, vocab.clone());
         let lm_head = match config.tie_word_embeddings {
             true => None,
-            false => Some(matrix(&backend, &weights, "lm_head.weight", [v, h])?),
+            false => Some(table("lm_head.weight")?),
         };
         Ok(Llama {
-            embed: matrix(&backend, &weights, "model.embed_tokens.weight", [v, h])?,
+            embed: table("model.embed_tokens.weight")?,
             norm: vector(&backend, &weights, "model.norm.weight", h)?,
             freqs: config.rope_freqs(0),
             max_context: config.context_window(),
+            part: shard.config(&config),
+            group,
             layers,
             lm_head,
             config,
             backend,
         })
+    }
+
+    /// The configuration of the part of the model this rank holds (heads, KV heads, MLP features and
+    /// vocabulary divided over a tensor-parallel group; the whole configuration otherwise): what its KV
+    /// pool is shaped by.
+    pub fn part_config(&self) -> &LlamaConfig {
+        &self.part
+    }
+
+    /// This rank's place in its tensor-parallel group.
+    pub fn shard(&self) -> Shard {
+        self.group.as_ref().map_or(Shard::WHOLE, |g| g.shard())
     }
 
     /// Lets attention span `max_context` tokens with positions encoded by `scaling` (linear interpolation,
@@ -108,7 +149,7 @@ impl<B: Backend> Llama<B> {
 
     /// Buffers for forward passes of up to `size`.
     pub fn workspace(&self, size: WorkspaceSize) -> Result<LlamaWorkspace<B>> {
-        LlamaWorkspace::new(&self.backend, &self.config, size)
+        LlamaWorkspace::new(&self.backend, &self.part, size, self.shard().world)
     }
 
     /// Runs one forward pass: writes the new tokens' K/V into `kv` and leaves `rows × vocab` logits in
@@ -280,7 +321,9 @@ impl<B: Backend> Llama<B> {
         ws: &mut LlamaWorkspace<B>,
     ) -> Result<()> {
         let (b, n) = (&self.backend, dims.tokens);
-        b.embedding(&self.embed, &ws.ids, n, &mut ws.x)?;
+        let first = self.shard().part(self.config.vocab_size).start as u32;
+        b.embedding(&self.embed, &ws.ids, n, first, &mut ws.x)?;
+        self.sum_over_ranks(&mut ws.x, n)?;
         b.rope_table(&ws.positions, freqs, n, &mut ws.rope)?;
         if dims.windowed {
             b.rope_table(&ws.sink_positions, freqs, n, &mut ws.rope_sinks)?;
@@ -300,7 +343,7 @@ impl<B: Backend> Llama<B> {
         i: usize,
         ws: &mut LlamaWorkspace<B>,
     ) -> Result<()> {
-        let (b, cfg, n) = (&self.backend, &self.config, dims.tokens);
+        let (b, cfg, n) = (&self.backend, &self.part, dims.tokens);
         let norm = RmsNormInto {
             weight: &l.input_norm,
             eps: cfg.rms_norm_eps,
@@ -357,18 +400,56 @@ impl<B: Backend> Llama<B> {
             scale: 1.0 / (hd as f32).sqrt(),
         };
         b.paged_attention(&ws.q, &kv.k[i], &kv.v[i], &meta, shape, &mut ws.attn)?;
-        b.matmul_add(&ws.attn, &l.o, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)
+        match self.adds_residual() {
+            true => b.matmul_add(&ws.attn, &l.o, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)?,
+            false => b.matmul(&ws.attn, &l.o, None, n, &mut ws.x)?,
+        }
+        self.sum_over_ranks(&mut ws.x, n)
     }
 
     fn mlp_block(&self, l: &Layer<B>, n: usize, ws: &mut LlamaWorkspace<B>) -> Result<()> {
-        let (b, cfg) = (&self.backend, &self.config);
-        b.swiglu_mlp(
-            &mut ws.x,
-            Some((&l.post_norm, cfg.rms_norm_eps)),
-            (&l.gate, &l.up, &l.down),
-            (n, cfg.intermediate_size, cfg.hidden_size),
-            (&mut ws.gate, &mut ws.up, &mut ws.act, &mut ws.h),
-        )
+        let (b, cfg) = (&self.backend, &self.part);
+        if self.adds_residual() {
+            b.swiglu_mlp(
+                &mut ws.x,
+                Some((&l.post_norm, cfg.rms_norm_eps)),
+                (&l.gate, &l.up, &l.down),
+                (n, cfg.intermediate_size, cfg.hidden_size),
+                (&mut ws.gate, &mut ws.up, &mut ws.act, &mut ws.h),
+            )?;
+        } else {
+            let norm = RmsNormInto {
+                weight: &l.post_norm,
+                eps: cfg.rms_norm_eps,
+                out: &mut ws.h,
+            };
+            b.gated_matmul(
+                &ws.x,
+                Some(norm),
+                (&l.gate, &l.up),
+                (n, cfg.intermediate_size),
+                (&mut ws.gate, &mut ws.up),
+                &mut ws.act,
+            )?;
+            b.matmul(&ws.act, &l.down, None, n, &mut ws.x)?;
+        }
+        self.sum_over_ranks(&mut ws.x, n)
+    }
+
+    /// Whether this rank adds the row-parallel products onto the residual stream `x`. Rank 0 of a
+    /// group does (as a whole model does); the others write their partial products over `x`, so that
+    /// the sum over the ranks is the residual plus every rank's part.
+    fn adds_residual(&self) -> bool {
+        self.shard().rank == 0
+    }
+
+    /// Sums the `[tokens, hidden]` residual stream over the ranks of a tensor-parallel group (nothing
+    /// to do for a whole model).
+    fn sum_over_ranks(&self, x: &mut B::Buf, tokens: usize) -> Result<()> {
+        match &self.group {
+            Some(g) => g.all_reduce_sum(&self.backend, x, tokens * self.config.hidden_size),
+            None => Ok(()),
+        }
     }
 
     /// Final norm and LM head on the `rows` uploaded logit rows only (when every token gets logits,
@@ -383,7 +464,12 @@ impl<B: Backend> Llama<B> {
         };
         b.rms_norm(last, &self.norm, cfg.rms_norm_eps, rows, &mut ws.last_norm)?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        b.matmul(&ws.last_norm, head, None, rows, &mut ws.logits)
+        let (Some(group), Some(parts)) = (&self.group, &mut ws.vocab_parts) else {
+            return b.matmul(&ws.last_norm, head, None, rows, &mut ws.logits);
+        };
+        b.matmul(&ws.last_norm, head, None, rows, &mut parts.part)?;
+        let dims = (rows, self.part.vocab_size);
+        group.all_gather_cols(b, &parts.part, dims, &mut parts.stacked, &mut ws.logits)
     }
 }
 
@@ -449,28 +535,46 @@ fn load_layer<B: Backend>(
     w: &Weights,
     cfg: &LlamaConfig,
     i: usize,
-    adapter: Option<&Adapter>,
+    (adapter, shard): (Option<&Adapter>, Shard),
 ) -> Result<Layer<B>> {
     let p = format!("model.layers.{i}");
-    let (h, qd, kvd) = (
+    let (h, qd, kvd, f) = (
         cfg.hidden_size,
         cfg.num_attention_heads * cfg.head_dim,
         cfg.num_key_value_heads * cfg.head_dim,
+        cfg.intermediate_size,
     );
     let proj = projections(cfg, i);
-    let m = |j: usize| adapted_matrix(b, w, &proj[j].0, proj[j].1, adapter);
+    let whole = shard.is_whole();
+    let rows = |n| match whole {
+        true => Part::Whole,
+        false => Part::Rows(shard.part(n)),
+    };
+    let cols = |n| match whole {
+        true => Part::Whole,
+        false => Part::Cols(shard.part(n)),
+    };
+    let m = |j: usize, part| adapted_matrix(b, w, (&proj[j].0, proj[j].1), adapter, part);
+    let bias = |name: &str, n| {
+        opt_vector_part(
+            b,
+            w,
+            (&format!("{p}.self_attn.{name}.bias"), n),
+            shard.part(n),
+        )
+    };
     Ok(Layer {
         input_norm: vector(b, w, &format!("{p}.input_layernorm.weight"), h)?,
-        q: m(0)?,
-        k: m(1)?,
-        v: m(2)?,
-        q_bias: opt_vector(b, w, &format!("{p}.self_attn.q_proj.bias"), qd)?,
-        k_bias: opt_vector(b, w, &format!("{p}.self_attn.k_proj.bias"), kvd)?,
-        v_bias: opt_vector(b, w, &format!("{p}.self_attn.v_proj.bias"), kvd)?,
-        o: m(3)?,
+        q: m(0, rows(qd))?,
+        k: m(1, rows(kvd))?,
+        v: m(2, rows(kvd))?,
+        q_bias: bias("q_proj", qd)?,
+        k_bias: bias("k_proj", kvd)?,
+        v_bias: bias("v_proj", kvd)?,
+        o: m(3, cols(qd))?,
         post_norm: vector(b, w, &format!("{p}.post_attention_layernorm.weight"), h)?,
-        gate: m(4)?,
-        up: m(5)?,
-        down: m(6)?,
+        gate: m(4, rows(f))?,
+        up: m(5, rows(f))?,
+        down: m(6, cols(f))?,
     })
 }

@@ -11,10 +11,12 @@ pub mod llama;
 pub mod perplexity;
 pub mod workspace;
 
+use std::ops::Range;
+
 use crate::adapter::Adapter;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
-use crate::weights::{TensorRef, Weights};
+use crate::weights::{OwnedTensor, TensorRef, Weights};
 
 pub use batch::{Batch, FREED_BLOCK, LogitsMode, SeqInput, WindowMeta};
 
@@ -65,38 +67,55 @@ pub(crate) fn matrix<B: Backend>(
     b.upload_matrix(&tensor(w, name, &shape)?)
 }
 
-/// Uploads a matrix after checking its shape, with the adapter's LoRA merged in when it adapts it.
+/// Which part of a matrix a rank of a tensor-parallel group uploads.
+#[derive(Debug, Clone)]
+pub(crate) enum Part {
+    /// All of it.
+    Whole,
+    /// These rows (output features: column-parallel q/k/v, gate/up, a vocabulary part).
+    Rows(Range<usize>),
+    /// These columns (input features: row-parallel o and down).
+    Cols(Range<usize>),
+}
+
+/// Uploads `part` of a matrix after checking its whole shape, with the adapter's LoRA merged in
+/// (over the whole matrix, before the part is cut) when it adapts it.
 pub(crate) fn adapted_matrix<B: Backend>(
     b: &B,
     w: &Weights,
-    name: &str,
-    shape: [usize; 2],
+    (name, shape): (&str, [usize; 2]),
     adapter: Option<&Adapter>,
+    part: Part,
 ) -> Result<B::Weight> {
     let t = tensor(w, name, &shape)?;
-    match adapter.map(|a| a.merge(&t)).transpose()?.flatten() {
-        Some(merged) => b.upload_matrix(&merged.as_ref()),
-        None => b.upload_matrix(&t),
+    let merged = adapter.map(|a| a.merge(&t)).transpose()?.flatten();
+    let whole = merged.as_ref().map_or(t, OwnedTensor::as_ref);
+    match part {
+        Part::Whole => b.upload_matrix(&whole),
+        Part::Rows(rows) => b.upload_matrix(&OwnedTensor::rows(&whole, rows).as_ref()),
+        Part::Cols(cols) => b.upload_matrix(&OwnedTensor::cols(&whole, cols).as_ref()),
     }
+}
+
+/// Uploads elements `part` of an optional vector (a bias some checkpoints carry) after checking its
+/// whole length.
+pub(crate) fn opt_vector_part<B: Backend>(
+    b: &B,
+    w: &Weights,
+    (name, len): (&str, usize),
+    part: Range<usize>,
+) -> Result<Option<B::Weight>> {
+    if !w.contains(name) {
+        return Ok(None);
+    }
+    let t = tensor(w, name, &[len])?;
+    b.upload_vector(&OwnedTensor::rows(&t, part).as_ref())
+        .map(Some)
 }
 
 /// Uploads a vector after checking its length.
 pub(crate) fn vector<B: Backend>(b: &B, w: &Weights, name: &str, len: usize) -> Result<B::Weight> {
     b.upload_vector(&tensor(w, name, &[len])?)
-}
-
-/// Uploads an optional vector (a bias some checkpoints carry).
-pub(crate) fn opt_vector<B: Backend>(
-    b: &B,
-    w: &Weights,
-    name: &str,
-    len: usize,
-) -> Result<Option<B::Weight>> {
-    if w.contains(name) {
-        vector(b, w, name, len).map(Some)
-    } else {
-        Ok(None)
-    }
 }
 
 /// A workspace too small for the batch asked of it.

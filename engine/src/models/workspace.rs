@@ -53,6 +53,8 @@ pub struct LlamaWorkspace<B: Backend> {
     pub(crate) last_norm: B::Buf,
     /// `[rows, vocab]` logits of the last forward pass.
     pub logits: B::Buf,
+    /// A tensor-parallel rank's LM head output and the gathered parts (None for a whole model).
+    pub(crate) vocab_parts: Option<VocabParts<B>>,
     /// `[rows, 4]` pick parameters per logits row, and the ids picked on the device
     /// ([`Backend::sample_rows`]).
     pub(crate) picks: B::Buf,
@@ -84,9 +86,18 @@ pub(crate) fn write_changed<B: Backend>(
     written
 }
 
+/// The logits of one rank's vocabulary part, and the room to gather every rank's.
+pub(crate) struct VocabParts<B: Backend> {
+    /// `[rows, vocab / world]`.
+    pub(crate) part: B::Buf,
+    /// `[world, rows, vocab / world]`.
+    pub(crate) stacked: B::Buf,
+}
+
 impl<B: Backend> LlamaWorkspace<B> {
-    /// Allocates every buffer for `cfg` at the given capacities.
-    pub fn new(b: &B, cfg: &LlamaConfig, size: WorkspaceSize) -> Result<Self> {
+    /// Allocates every buffer for `cfg`, one rank's part of a model split over `world` ranks (1: the
+    /// whole model), at the given capacities.
+    pub fn new(b: &B, cfg: &LlamaConfig, size: WorkspaceSize, world: usize) -> Result<Self> {
         let t = size.max_num_batched_tokens;
         let (hd, h) = (cfg.head_dim, cfg.hidden_size);
         let logits_rows = size.max_logit_rows.max(size.max_num_seqs);
@@ -116,7 +127,14 @@ impl<B: Backend> LlamaWorkspace<B> {
             rope_sinks: b.alloc(t * hd)?,
             last: b.alloc(logits_rows * h)?,
             last_norm: b.alloc(logits_rows * h)?,
-            logits: b.alloc(logits_rows * cfg.vocab_size)?,
+            logits: b.alloc(logits_rows * cfg.vocab_size * world)?,
+            vocab_parts: match world {
+                1 => None,
+                _ => Some(VocabParts {
+                    part: b.alloc(logits_rows * cfg.vocab_size)?,
+                    stacked: b.alloc(logits_rows * cfg.vocab_size * world)?,
+                }),
+            },
             picks: b.alloc(logits_rows * 4)?,
             picked: b.alloc_ids(logits_rows)?,
             graphs: DecodeGraphs::default(),

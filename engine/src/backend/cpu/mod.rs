@@ -244,11 +244,13 @@ impl Backend for CpuBackend {
         table: &CpuWeight,
         ids: &Vec<u32>,
         rows: usize,
+        first: u32,
         out: &mut Vec<f32>,
     ) -> Result<()> {
+        let ids = &ids[..rows];
         match &table.data {
-            CpuWeightData::Bf16(t) => ops::embedding_bf16(t, table.cols, &ids[..rows], out),
-            CpuWeightData::F32(t) => ops::embedding_f32(t, table.cols, &ids[..rows], out),
+            CpuWeightData::Bf16(t) => ops::embedding_bf16(t, table.cols, first, ids, out),
+            CpuWeightData::F32(t) => ops::embedding_f32(t, table.cols, first, ids, out),
         }
         Ok(())
     }

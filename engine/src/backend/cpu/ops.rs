@@ -22,21 +22,34 @@ fn rows_mut(out: &mut [f32], width: usize, rows: usize, f: impl Fn(usize, &mut [
     }
 }
 
-/// Copies row `ids[t]` of a bf16 or f32 table into row `t` of `out`.
-pub fn embedding_bf16(table: &[u16], width: usize, ids: &[u32], out: &mut [f32]) {
+/// `out[t] = table[ids[t] - first]` (bf16 table of width `width`), a zero row where `ids[t]` is not
+/// among the table's rows `first..`.
+pub fn embedding_bf16(table: &[u16], width: usize, first: u32, ids: &[u32], out: &mut [f32]) {
     rows_mut(out, width, ids.len(), |t, o| {
-        let row = &table[ids[t] as usize * width..][..width];
-        o.iter_mut()
-            .zip(row)
-            .for_each(|(y, &b)| *y = bf16_to_f32(b));
+        match table_row(table, width, first, ids[t]) {
+            Some(row) => o
+                .iter_mut()
+                .zip(row)
+                .for_each(|(y, &b)| *y = bf16_to_f32(b)),
+            None => o.fill(0.0),
+        }
     });
 }
 
 /// f32-table variant of [`embedding_bf16`].
-pub fn embedding_f32(table: &[f32], width: usize, ids: &[u32], out: &mut [f32]) {
+pub fn embedding_f32(table: &[f32], width: usize, first: u32, ids: &[u32], out: &mut [f32]) {
     rows_mut(out, width, ids.len(), |t, o| {
-        o.copy_from_slice(&table[ids[t] as usize * width..][..width])
+        match table_row(table, width, first, ids[t]) {
+            Some(row) => o.copy_from_slice(row),
+            None => o.fill(0.0),
+        }
     });
+}
+
+/// Row `id - first` of `table`, if the table has it.
+fn table_row<T>(table: &[T], width: usize, first: u32, id: u32) -> Option<&[T]> {
+    let row = id.checked_sub(first)? as usize;
+    table.get(row * width..(row + 1) * width)
 }
 
 /// RMSNorm of `rows` rows of width `w.len()`.

@@ -355,6 +355,7 @@ impl Backend for CudaBackend {
         table: &CudaWeight,
         ids: &CudaSlice<u32>,
         rows: usize,
+        first: u32,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let width = table.cols;
@@ -371,7 +372,13 @@ impl Backend for CudaBackend {
             CudaWeightData::Bf16(t) => b.arg(t),
             CudaWeightData::F32(t) => b.arg(t),
         };
-        b.arg(ids).arg(out).arg(&r).arg(&w);
+        let table_rows = table.rows as u32;
+        b.arg(ids)
+            .arg(out)
+            .arg(&r)
+            .arg(&w)
+            .arg(&first)
+            .arg(&table_rows);
         // SAFETY: the kernel's arguments match its signature; sizes were checked above.
         unsafe { b.launch(grid(rows * width)) }.map_err(cuda_err)?;
         Ok(())

@@ -1,0 +1,192 @@
+//! Tensor parallelism on the CPU backend: a model split over two or four ranks (one thread each, with
+//! its part of every matrix, its own KV pool and workspace, summing and gathering through
+//! `ThreadGroup`) gives the whole model's logits on every rank, in prefill and in decode.
+//!
+//! Tolerance. The ranks' parts are the whole model's weights, cut; what changes is the order of the
+//! f32 sums of the row-parallel products (each rank sums its heads or features, then the ranks are
+//! added). Over logits spanning about ±4 that moves them by about 1e-6, so 1e-4 is the bound. The
+//! comparisons run on f32 copies of the checkpoints: with bf16 weights, a CPU with AVX-512 BF16 rounds
+//! each product's activations to bf16, and a last-bit change of the sum flips roundings that move the
+//! logits by up to 0.02. The family checkpoints as published (bf16), split, are also held to
+//! transformers' logits with `family_parity`'s tolerance.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use docqa_engine::backend::KvDtype;
+use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::models::LogitsMode;
+use docqa_engine::models::generate::SingleSequence;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::parallel::{Collective, ThreadGroup};
+use docqa_engine::weights::Weights;
+use serde_json::Value;
+
+use common::{Rng, Tensor, TinyLlama, max_abs_diff, write_safetensors, write_tiny_llama};
+
+/// Largest |Δlogit| allowed between the split model and the whole one (see the header).
+const SPLIT_TOLERANCE: f32 = 1e-4;
+/// `family_parity`'s bound against transformers.
+const TRANSFORMERS_TOLERANCE: f32 = 0.3;
+
+fn golden() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/families")
+}
+
+fn golden_tokens() -> Vec<u32> {
+    let text = std::fs::read_to_string(golden().join("meta.json")).expect("meta.json");
+    let meta: Value = serde_json::from_str(&text).expect("meta json");
+    let ids = meta["tokens"].as_array().expect("tokens");
+    ids.iter().map(|v| v.as_u64().expect("id") as u32).collect()
+}
+
+/// Logits of every position of `tokens`, fed in `pieces` (a prefill, then pieces of one: decode).
+fn feed(model: &Llama<CpuBackend>, tokens: &[u32], pieces: &[usize]) -> Vec<f32> {
+    let mut seq = SingleSequence::new(model, 64, 64, KvDtype::F32).expect("sequence");
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &n in pieces {
+        let logits = seq.feed(&tokens[at..at + n], LogitsMode::All);
+        out.extend_from_slice(logits.expect("forward"));
+        at += n;
+    }
+    assert_eq!(at, tokens.len(), "the pieces cover the tokens");
+    out
+}
+
+/// The checkpoint in `dir` with every tensor widened to f32 (see the header).
+fn f32_copy(dir: &Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(dir.join("config.json"), copy.path().join("config.json")).expect("config");
+    let weights = Weights::open_dir(dir).expect("weights");
+    let tensors: Vec<Tensor> = weights
+        .names()
+        .map(|name| {
+            let t = weights.get(name).expect("tensor");
+            Tensor {
+                name: name.to_owned(),
+                shape: t.shape.to_vec(),
+                values: t.to_f32(),
+            }
+        })
+        .collect();
+    write_safetensors(&copy.path().join("model.safetensors"), &tensors, false);
+    copy
+}
+
+fn whole(dir: &Path, tokens: &[u32], pieces: &[usize]) -> Vec<f32> {
+    let model = Llama::load(CpuBackend::new(), dir).expect("load the whole model");
+    feed(&model, tokens, pieces)
+}
+
+/// Each rank's logits, the model split over `world` ranks.
+fn split(dir: &Path, world: usize, tokens: &[u32], pieces: &[usize]) -> Vec<Vec<f32>> {
+    std::thread::scope(|s| {
+        let ranks: Vec<_> = ThreadGroup::new(world)
+            .into_iter()
+            .map(|rank| {
+                s.spawn(move || {
+                    let group: Arc<dyn Collective<CpuBackend>> = Arc::new(rank);
+                    let model = Llama::load_part(CpuBackend::new(), dir, None, Some(group));
+                    feed(&model.expect("load the rank's part"), tokens, pieces)
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().expect("rank")).collect()
+    })
+}
+
+/// Every rank of a `world`-way split of the f32 copy of `dir` ends with the whole model's logits.
+fn split_matches_whole(dir: &Path, world: usize, tokens: &[u32], pieces: &[usize]) {
+    let exact = f32_copy(dir);
+    let want = whole(exact.path(), tokens, pieces);
+    let ranks = split(exact.path(), world, tokens, pieces);
+    for (rank, got) in ranks.iter().enumerate() {
+        let diff = max_abs_diff(got, &want);
+        assert!(
+            diff <= SPLIT_TOLERANCE,
+            "rank {rank} of {world}: logits differ by {diff}"
+        );
+    }
+}
+
+fn family_split_in_two_matches_whole_and_transformers(family: &str, pieces: &[usize]) {
+    let dir = golden().join(family);
+    split_matches_whole(&dir, 2, &golden_tokens(), pieces);
+    let got = split(&dir, 2, &golden_tokens(), pieces).swap_remove(0);
+    let logits = Weights::open_files(&[golden().join("logits.safetensors")]).expect("golden");
+    let want = logits.get(family).expect("family's logits").to_f32();
+    let diff = max_abs_diff(&got, &want);
+    assert!(
+        diff <= TRANSFORMERS_TOLERANCE,
+        "{family}: {diff} from transformers"
+    );
+}
+
+fn all_at_once() -> Vec<usize> {
+    vec![golden_tokens().len()]
+}
+
+/// A 20-token prefill, then one token per step.
+fn prefill_then_decode() -> Vec<usize> {
+    let mut pieces = vec![20];
+    pieces.resize(golden_tokens().len() - 19, 1);
+    pieces
+}
+
+#[test]
+fn llama3_split_over_two_ranks_gives_the_whole_models_logits() {
+    family_split_in_two_matches_whole_and_transformers("llama3", &all_at_once());
+    family_split_in_two_matches_whole_and_transformers("llama3", &prefill_then_decode());
+}
+
+#[test]
+fn qwen2_biases_split_with_their_heads_over_two_ranks() {
+    family_split_in_two_matches_whole_and_transformers("qwen2-yarn", &all_at_once());
+}
+
+#[test]
+fn mistral_sliding_window_split_over_two_ranks_decodes_like_the_whole_model() {
+    family_split_in_two_matches_whole_and_transformers("mistral-sliding", &prefill_then_decode());
+}
+
+#[test]
+fn a_tied_embedding_split_by_vocabulary_over_four_ranks_serves_lookup_and_lm_head() {
+    let mut rng = Rng::fresh("tied_four_ranks");
+    let m = TinyLlama {
+        kv_heads: 4,
+        vocab: 100,
+        tied: true,
+        ..TinyLlama::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_tiny_llama(dir.path(), &m, &mut rng);
+    // Ids from every rank's quarter of the vocabulary.
+    let tokens: Vec<u32> = (0..30).map(|i| (i * 37 % 100) as u32).collect();
+    split_matches_whole(dir.path(), 4, &tokens, &[24, 1, 1, 4]);
+}
+
+#[test]
+fn a_split_the_heads_do_not_divide_fails_on_every_rank_with_the_reason() {
+    let dir = golden().join("llama3"); // 2 key/value heads
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let ranks: Vec<_> = ThreadGroup::new(4)
+            .into_iter()
+            .map(|rank| {
+                s.spawn(|| {
+                    let group: Arc<dyn Collective<CpuBackend>> = Arc::new(rank);
+                    match Llama::load_part(CpuBackend::new(), &dir, None, Some(group)) {
+                        Ok(_) => String::from("loaded"),
+                        Err(e) => e.to_string(),
+                    }
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().expect("rank")).collect()
+    });
+    for e in errors {
+        assert!(e.contains("key/value heads (2)"), "{e}");
+    }
+}
