@@ -149,7 +149,8 @@ impl<B: Backend> Llama<B> {
 
     /// Buffers for forward passes of up to `size`.
     pub fn workspace(&self, size: WorkspaceSize) -> Result<LlamaWorkspace<B>> {
-        LlamaWorkspace::new(&self.backend, &self.part, size, self.shard().world)
+        let group = self.group.as_ref().map(|g| g.shard().world);
+        LlamaWorkspace::new(&self.backend, &self.part, size, group)
     }
 
     /// Runs one forward pass: writes the new tokens' K/V into `kv` and leaves `rows × vocab` logits in

@@ -95,9 +95,15 @@ pub(crate) struct VocabParts<B: Backend> {
 }
 
 impl<B: Backend> LlamaWorkspace<B> {
-    /// Allocates every buffer for `cfg`, one rank's part of a model split over `world` ranks (1: the
-    /// whole model), at the given capacities.
-    pub fn new(b: &B, cfg: &LlamaConfig, size: WorkspaceSize, world: usize) -> Result<Self> {
+    /// Allocates every buffer for `cfg` at the given capacities: a whole model's (`group` None), or
+    /// one rank's part of a model split over a tensor-parallel group of `group` ranks.
+    pub fn new(
+        b: &B,
+        cfg: &LlamaConfig,
+        size: WorkspaceSize,
+        group: Option<usize>,
+    ) -> Result<Self> {
+        let world = group.unwrap_or(1);
         let t = size.max_num_batched_tokens;
         let (hd, h) = (cfg.head_dim, cfg.hidden_size);
         let logits_rows = size.max_logit_rows.max(size.max_num_seqs);
@@ -128,9 +134,9 @@ impl<B: Backend> LlamaWorkspace<B> {
             last: b.alloc(logits_rows * h)?,
             last_norm: b.alloc(logits_rows * h)?,
             logits: b.alloc(logits_rows * cfg.vocab_size * world)?,
-            vocab_parts: match world {
-                1 => None,
-                _ => Some(VocabParts {
+            vocab_parts: match group {
+                None => None,
+                Some(_) => Some(VocabParts {
                     part: b.alloc(logits_rows * cfg.vocab_size)?,
                     stacked: b.alloc(logits_rows * cfg.vocab_size * world)?,
                 }),

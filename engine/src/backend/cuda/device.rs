@@ -41,6 +41,17 @@ pub fn nvrtc_present() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
+/// How many CUDA devices this process sees (0 without a driver).
+pub fn visible_devices() -> usize {
+    match driver_present() {
+        true => guarded("counting CUDA devices", || {
+            CudaContext::device_count().map_err(no_device)
+        })
+        .map_or(0, |n| n.max(0) as usize),
+        false => 0,
+    }
+}
+
 fn no_device(why: impl std::fmt::Display) -> EngineError {
     EngineError::NoCudaDevice(why.to_string())
 }

@@ -19,6 +19,7 @@ mod kv_blocks;
 mod kv_mapped;
 mod matmul;
 mod modules;
+pub mod nccl;
 mod ops;
 mod pdl;
 mod pools;
@@ -38,8 +39,8 @@ use crate::backend::{
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
-pub use device::driver_present;
 use device::{Device, cuda_err};
+pub use device::{driver_present, visible_devices};
 pub use graph::CudaGraphExec;
 use modules::Kernels;
 

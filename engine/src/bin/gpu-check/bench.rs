@@ -193,20 +193,8 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
 /// 8,192-token prompts and at batch 1 and 8 after 32,768 (bf16 KV; what does not fit in the GPU's
 /// memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
 pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
-    let root = std::env::var_os("DOCQA_BENCH_MODEL_DIR").map_or_else(
-        || std::path::PathBuf::from("/tmp/real-scale"),
-        std::path::PathBuf::from,
-    );
     for name in shapes.split(',') {
-        let mut shape = docqa_engine::synth::shape_named(name).ok_or_else(|| {
-            docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
-        })?;
-        // A cut-down model of the real width, for profiling one layer's kernels.
-        shape.layers = bench_layers().unwrap_or(shape.layers);
-        let dir = root.join(format!("{name}-{}-layers", shape.layers));
-        if !dir.join("config.json").exists() {
-            write_llama(&dir, shape, rng)?;
-        }
+        let dir = synth_dir(name, rng)?;
         let t = std::time::Instant::now();
         let model = Llama::load(CudaBackend::new(0)?, &dir)?;
         println!(
@@ -225,6 +213,25 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A random checkpoint of the shape `name` in `$DOCQA_BENCH_MODEL_DIR` (default `/tmp/real-scale`),
+/// written by `docqa models synth`'s writer unless it is there already; `DOCQA_BENCH_LAYERS=N` cuts it
+/// to N layers of the real width.
+pub fn synth_dir(name: &str, rng: &mut Rng) -> Result<std::path::PathBuf> {
+    let root = std::env::var_os("DOCQA_BENCH_MODEL_DIR").map_or_else(
+        || std::path::PathBuf::from("/tmp/real-scale"),
+        std::path::PathBuf::from,
+    );
+    let mut shape = docqa_engine::synth::shape_named(name).ok_or_else(|| {
+        docqa_engine::EngineError::InvalidConfig(format!("no shape named {name}"))
+    })?;
+    shape.layers = bench_layers().unwrap_or(shape.layers);
+    let dir = root.join(format!("{name}-{}-layers", shape.layers));
+    if !dir.join("config.json").exists() {
+        write_llama(&dir, shape, rng)?;
+    }
+    Ok(dir)
 }
 
 /// `DOCQA_BENCH_LAYERS=N`: benchmarks and profiles of real shapes cut to N layers of the real width.

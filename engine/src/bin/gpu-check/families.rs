@@ -24,12 +24,12 @@ use crate::report::{Report, rel_err};
 const TOLERANCE: f64 = 0.3;
 const FAMILIES: [&str; 4] = ["llama3", "qwen2-yarn", "mistral-sliding", "qwen2-sliding"];
 
-fn golden_dir() -> PathBuf {
+pub fn golden_dir() -> PathBuf {
     std::env::var_os("DOCQA_GOLDEN_DIR")
         .map_or_else(|| PathBuf::from("tests/golden/families"), PathBuf::from)
 }
 
-fn tokens(dir: &std::path::Path) -> Result<Vec<u32>> {
+pub fn tokens(dir: &std::path::Path) -> Result<Vec<u32>> {
     let path = dir.join("meta.json");
     let text =
         std::fs::read_to_string(&path).map_err(|e| docqa_engine::EngineError::io(&path, e))?;

@@ -3,9 +3,10 @@
 //! parity on random models (a BERT with MiniLM's shapes, and decoding with Llamas of SmolLM2-135M's
 //! shapes) and the tiered KV cache's reloads; then, with `--bench`, the timings; last a summary line.
 //!
-//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only] [--tiers-only]`; `--ops-only` skips the
+//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only] [--tiers-only] [--tp-only]`; `--ops-only` skips the
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
-//! the model families against transformers' logits (`tests/golden/families`).
+//! the model families against transformers' logits (`tests/golden/families`), `--tp-only` the tensor-parallel
+//! checks (NCCL collectives, split models against whole; `DOCQA_TP_SHAPES` adds real shapes).
 //! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
@@ -32,6 +33,7 @@ mod random_models;
 mod reload_probe;
 mod report;
 mod sample;
+mod tensor_parallel;
 mod tiers;
 
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};
@@ -72,6 +74,12 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
         reload_probe::run(&pair.gpu)?;
         return Ok(true);
     }
+    if flag_set("--tp-only") {
+        let mut report = Report::default();
+        report.header();
+        tensor_parallel::run(&mut rng, &mut report)?;
+        return Ok(report.summary());
+    }
     if flag_set("--tiers-only") {
         let mut report = Report::default();
         report.header();
@@ -109,6 +117,7 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
         e2e::run_llama(&mut rng, &mut report)?;
         families::run(&mut report)?;
         tiers::run(&mut rng, &mut report)?;
+        tensor_parallel::run(&mut rng, &mut report)?;
     }
     // The timings come after the parity table, and the summary line last.
     let timed = match bench {
@@ -124,6 +133,8 @@ fn flag_set(f: &str) -> bool {
 }
 
 fn main() {
+    // SAFETY: no other thread has started yet.
+    unsafe { docqa_engine::backend::cuda::nccl::keep_nvlink_multicast_off() };
     let flag = flag_set;
     let flags = (flag("--ops-only"), flag("--bench"), flag("--kernels-only"));
     match run(flags.0, flags.1, flags.2, flag("--families-only")) {

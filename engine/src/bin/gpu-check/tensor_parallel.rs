@@ -1,0 +1,172 @@
+//! Tensor parallelism through NCCL on the GPUs this machine has (two at most; one still runs every
+//! collective and the split model through NCCL, as a group of one rank):
+//! - the collectives: a sum over the ranks in place, and the gather of vocabulary parts into whole
+//!   rows (one row, and several, which take the pitched copies);
+//! - the family checkpoints (`tests/golden/families`) split over the ranks against the whole model on
+//!   GPU 0, teacher-forced: a prefill, then single tokens;
+//! - with `DOCQA_TP_SHAPES=llama-3.1-8b,qwen2.5-7b` (and `DOCQA_BENCH_MODEL_DIR`, where `docqa models
+//!   synth` checkpoints are written if missing), those shapes split against whole: a 512-token
+//!   prefill, then 64 teacher-forced steps.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use docqa_engine::Result;
+use docqa_engine::backend::cuda::nccl::NcclGroup;
+use docqa_engine::backend::cuda::{CudaBackend, visible_devices};
+use docqa_engine::backend::{Backend, KvDtype};
+use docqa_engine::models::LogitsMode;
+use docqa_engine::models::generate::SingleSequence;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::parallel::Collective;
+
+use crate::inputs::Rng;
+use crate::report::Report;
+
+/// bf16 tolerance of a split model's logits against the whole model's, relative to the largest.
+const SPLIT_TOLERANCE: f64 = 1e-2;
+
+/// The ranks of one group, each with its own backend on its own GPU.
+fn group(world: usize) -> Result<Vec<(CudaBackend, NcclGroup)>> {
+    let backends = (0..world)
+        .map(CudaBackend::new)
+        .collect::<Result<Vec<_>>>()?;
+    let groups = NcclGroup::over(&backends.iter().collect::<Vec<_>>())?;
+    Ok(backends.into_iter().zip(groups).collect())
+}
+
+/// Runs `f` on every rank at once (collectives wait for all), rank 0's result first.
+fn on_ranks<T: Send>(
+    ranks: Vec<(CudaBackend, NcclGroup)>,
+    f: impl Fn(CudaBackend, NcclGroup) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let running: Vec<_> = ranks
+            .into_iter()
+            .map(|(b, g)| s.spawn(move || f(b, g)))
+            .collect();
+        running
+            .into_iter()
+            .map(|r| r.join().expect("rank thread"))
+            .collect()
+    })
+}
+
+/// Adds the collective and split-model rows to the report.
+pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let world = visible_devices().min(2);
+    collectives(world, rng, r)?;
+    families(world, r)?;
+    if let Ok(shapes) = std::env::var("DOCQA_TP_SHAPES") {
+        for shape in shapes.split(',').filter(|s| !s.is_empty()) {
+            real_shape(shape, world, rng, r)?;
+        }
+    }
+    Ok(())
+}
+
+fn collectives(world: usize, rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let n = 4096 * 37 + 5;
+    let inputs: Vec<Vec<f32>> = (0..world).map(|_| rng.vec(n, 2.0)).collect();
+    let want: Vec<f32> = (0..n).map(|i| inputs.iter().map(|x| x[i]).sum()).collect();
+    let sums = on_ranks(group(world)?, |b, g| {
+        let mut x = b.alloc(n + 3)?;
+        b.write(&mut x, &inputs[g.shard().rank])?;
+        g.all_reduce_sum(&b, &mut x, n)?;
+        let mut out = vec![0.0; n];
+        b.read(&x, &mut out)?;
+        Ok(out)
+    })?;
+    for (rank, got) in sums.iter().enumerate() {
+        let shape = format!("{world} ranks, {n} values, rank {rank}");
+        r.check("nccl all-reduce sum", &shape, got, &want, 1e-6);
+    }
+    for rows in [1, 5] {
+        let width = 1000;
+        let parts: Vec<Vec<f32>> = (0..world).map(|_| rng.vec(rows * width, 1.0)).collect();
+        let want: Vec<f32> = (0..rows)
+            .flat_map(|row| parts.iter().flat_map(move |p| &p[row * width..][..width]))
+            .copied()
+            .collect();
+        let gathered = on_ranks(group(world)?, |b, g| {
+            let mut part = b.alloc(rows * width)?;
+            b.write(&mut part, &parts[g.shard().rank])?;
+            let (mut stacked, mut out) = (b.alloc(world * rows * width)?, b.alloc(want.len())?);
+            g.all_gather_cols(&b, &part, (rows, width), &mut stacked, &mut out)?;
+            let mut host = vec![0.0; want.len()];
+            b.read(&out, &mut host)?;
+            Ok(host)
+        })?;
+        let shape = format!("{world} ranks, {rows} rows of {width} a rank");
+        r.check("nccl all-gather columns", &shape, &gathered[0], &want, 0.0);
+    }
+    Ok(())
+}
+
+/// Logits of every fed position of `tokens`, fed in `pieces`.
+fn feed(model: &Llama<CudaBackend>, tokens: &[u32], pieces: &[usize]) -> Result<Vec<f32>> {
+    let mut seq = SingleSequence::new(model, tokens.len() + 1, pieces[0], KvDtype::Bf16)?;
+    let (mut out, mut at) = (Vec::new(), 0);
+    for &n in pieces {
+        out.extend_from_slice(seq.feed(&tokens[at..at + n], LogitsMode::All)?);
+        at += n;
+    }
+    Ok(out)
+}
+
+/// Rank 0's logits of the model in `dir` split over `world` GPUs, and the whole model's on GPU 0.
+fn split_and_whole(
+    dir: &Path,
+    world: usize,
+    tokens: &[u32],
+    pieces: &[usize],
+) -> Result<[Vec<f32>; 2]> {
+    let split = on_ranks(group(world)?, |b, g| {
+        let g: Arc<dyn Collective<CudaBackend>> = Arc::new(g);
+        feed(&Llama::load_part(b, dir, None, Some(g))?, tokens, pieces)
+    })?;
+    let whole = feed(&Llama::load(CudaBackend::new(0)?, dir)?, tokens, pieces)?;
+    Ok([split.into_iter().next().expect("rank 0"), whole])
+}
+
+fn families(world: usize, r: &mut Report) -> Result<()> {
+    let dir = crate::families::golden_dir();
+    if !dir.join("meta.json").exists() {
+        println!("tensor parallel: no goldens at {} (skipped)", dir.display());
+        return Ok(());
+    }
+    let tokens = crate::families::tokens(&dir)?;
+    let mut pieces = vec![20];
+    pieces.resize(tokens.len() - 19, 1);
+    for family in ["llama3", "qwen2-yarn", "mistral-sliding"] {
+        let [split, whole] = split_and_whole(&dir.join(family), world, &tokens, &pieces)?;
+        let shape = format!("{family}, {world} ranks, prefill 20 then 1 by 1");
+        r.check(
+            "split model vs whole",
+            &shape,
+            &split,
+            &whole,
+            SPLIT_TOLERANCE,
+        );
+    }
+    Ok(())
+}
+
+fn real_shape(shape: &str, world: usize, rng: &mut Rng, r: &mut Report) -> Result<()> {
+    let dir = crate::bench::synth_dir(shape, rng)?;
+    let vocab = docqa_engine::config::LlamaConfig::load(&dir.join("config.json"))?.vocab_size;
+    let tokens: Vec<u32> = (0..512 + 64).map(|_| rng.below(vocab) as u32).collect();
+    let mut pieces = vec![512];
+    pieces.resize(65, 1);
+    let [split, whole] = split_and_whole(&dir, world, &tokens, &pieces)?;
+    let shape = format!("{shape}, {world} ranks, prefill 512 then 64 steps");
+    r.check(
+        "split model vs whole",
+        &shape,
+        &split,
+        &whole,
+        SPLIT_TOLERANCE,
+    );
+    Ok(())
+}
