@@ -120,7 +120,7 @@ fn model_dir(scratch: &Path) -> Res<PathBuf> {
     Ok(dir)
 }
 
-fn bench<B: Backend>(backend: impl Fn() -> Res<B>, model: &Path, plan: &Plan) -> Res<()> {
+fn bench<B: Backend + 'static>(backend: impl Fn() -> Res<B>, model: &Path, plan: &Plan) -> Res<()> {
     println!(
         "| tier | round 1 (read) median s | round 2 (reloaded) median s | round 2 / round 1 | blocks back (host, disk) | KV per document MiB |"
     );
@@ -229,7 +229,7 @@ fn tier_settings(tier: &str, dir: &Path) -> Res<TierSettings> {
 }
 
 /// An engine whose KV pool holds `plan.pool_docs` documents (and the questions beside them).
-fn engine<B: Backend>(
+fn engine<B: Backend + 'static>(
     backend: B,
     model: &Path,
     plan: &Plan,

@@ -1,6 +1,8 @@
-//! Tensor parallelism on the CPU backend: a model split over two or four ranks (one thread each, with
+//! Tensor parallelism on the CPU backend: a model split over two to four ranks (one thread each, with
 //! its part of every matrix, its own KV pool and workspace, summing and gathering through
-//! `ThreadGroup`) gives the whole model's logits on every rank, in prefill and in decode.
+//! `ThreadGroup`) gives the whole model's logits on every rank, in prefill and in decode; and the
+//! serving engine over the real SmolLM2 split in three serves what it serves whole (batching, the
+//! prefix cache and the samplers above the ranks unchanged).
 //!
 //! Tolerance. The ranks' parts are the whole model's weights, cut; what changes is the order of the
 //! f32 sums of the row-parallel products (each rank sums its heads or features, then the ranks are
@@ -20,7 +22,12 @@ use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
-use docqa_engine::parallel::{Collective, ThreadGroup};
+use docqa_engine::parallel::{Collective, ThreadGroup, load_ranks};
+use docqa_engine::sampling::SamplingParams;
+use docqa_engine::serving::{
+    EngineConfig, EngineCore, GenerateRequest, GenerationEvent, KvBudget, Usage,
+};
+use docqa_engine::text::{ChatMessage, TextTokenizer};
 use docqa_engine::weights::Weights;
 use serde_json::Value;
 
@@ -56,10 +63,17 @@ fn feed(model: &Llama<CpuBackend>, tokens: &[u32], pieces: &[usize]) -> Vec<f32>
     out
 }
 
-/// The checkpoint in `dir` with every tensor widened to f32 (see the header).
+/// The checkpoint in `dir` with every tensor widened to f32 (see the header), beside copies of its
+/// other files (config, tokenizer).
 fn f32_copy(dir: &Path) -> tempfile::TempDir {
     let copy = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(dir.join("config.json"), copy.path().join("config.json")).expect("config");
+    for entry in std::fs::read_dir(dir).expect("model directory") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("file name").to_owned();
+        if path.is_file() && !name.to_string_lossy().contains("safetensors") {
+            std::fs::copy(&path, copy.path().join(name)).expect("copy");
+        }
+    }
     let weights = Weights::open_dir(dir).expect("weights");
     let tensors: Vec<Tensor> = weights
         .names()
@@ -189,4 +203,95 @@ fn a_split_the_heads_do_not_divide_fails_on_every_rank_with_the_reason() {
     for e in errors {
         assert!(e.contains("key/value heads (2)"), "{e}");
     }
+}
+
+/// Every request's tokens and usage, run together to the end.
+fn serve(core: &mut EngineCore<CpuBackend>, prompts: &[Vec<u32>]) -> Vec<(Vec<u32>, Usage)> {
+    let greedy = SamplingParams {
+        max_tokens: 12,
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let ids: Vec<u64> = prompts
+        .iter()
+        .map(|p| core.add_request(GenerateRequest::new(p.clone(), greedy.clone())))
+        .collect::<Result<_, _>>()
+        .expect("admitted");
+    let mut out: Vec<(Vec<u32>, Option<Usage>)> = vec![(Vec::new(), None); ids.len()];
+    while core.has_work() {
+        for (id, event) in core.step().expect("step") {
+            let slot = &mut out[ids.iter().position(|&i| i == id).expect("known id")];
+            match event {
+                GenerationEvent::Token { id, .. } => slot.0.push(id),
+                GenerationEvent::Finished { usage, .. } => slot.1 = Some(usage),
+                GenerationEvent::Failed { message } => panic!("request failed: {message}"),
+                _ => {}
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(tokens, usage)| (tokens, usage.expect("finished")))
+        .collect()
+}
+
+#[test]
+fn an_engine_over_three_ranks_serves_what_the_whole_model_serves() {
+    let dir = f32_copy(&common::models().generator);
+    let tokenizer = || TextTokenizer::from_model_dir(dir.path()).expect("tokenizer");
+    let cfg = EngineConfig {
+        kv_cache: KvBudget::Bytes(64 << 20),
+        max_num_batched_tokens: 64,
+        ..EngineConfig::default()
+    };
+    let text = |q: &str| {
+        let chat = [ChatMessage::new("user", q)];
+        let t = tokenizer()
+            .apply_chat_template(&chat, true)
+            .expect("template");
+        tokenizer().encode(&t, false).expect("encode")
+    };
+    let prompts = [
+        text("Name three primary colours."),
+        text("What does a KV cache hold in a transformer?"),
+        text("Write one sentence about Paris."),
+    ];
+    let whole = Llama::load(CpuBackend::new(), dir.path()).expect("whole model");
+    let mut whole = EngineCore::new(whole, tokenizer(), &cfg).expect("engine");
+    let ranks = load_ranks(
+        vec![CpuBackend::new(), CpuBackend::new(), CpuBackend::new()],
+        dir.path(),
+        None,
+    );
+    let mut split =
+        EngineCore::with_ranks(ranks.expect("ranks"), tokenizer(), &cfg).expect("engine");
+    let together = serve(&mut split, &prompts);
+    let wanted = serve(&mut whole, &prompts);
+    for ((got, _), (want, _)) in together.iter().zip(&wanted) {
+        assert_eq!(got, want, "three ranks answer as the whole model");
+        assert_eq!(got.len(), 12);
+    }
+    // The first question again: its prompt's KV, written by the three ranks, comes from the cache.
+    let again = serve(&mut split, &prompts[..1]);
+    assert_eq!(again[0].0, wanted[0].0);
+    assert!(
+        again[0].1.cached_prompt_tokens >= prompts[0].len() - 16,
+        "{} of {} prompt tokens cached",
+        again[0].1.cached_prompt_tokens,
+        prompts[0].len()
+    );
+}
+
+#[test]
+fn an_engine_refuses_fewer_ranks_than_the_group_has() {
+    let dir = golden().join("llama3");
+    let mut ranks =
+        load_ranks(vec![CpuBackend::new(), CpuBackend::new()], &dir, None).expect("ranks");
+    ranks.pop();
+    let tokenizer = TextTokenizer::from_model_dir(&common::models().generator).expect("tokenizer");
+    let err = EngineCore::with_ranks(ranks, tokenizer, &EngineConfig::default());
+    let text = err.err().expect("refused").to_string();
+    assert!(
+        text.contains("1 ranks given for a tensor-parallel group of 2"),
+        "{text}"
+    );
 }

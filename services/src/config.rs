@@ -78,6 +78,11 @@ pub struct ServeConfig {
     /// `--features cuda`).
     #[arg(long, env = "DOCQA_DEVICE", value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// Split the generator over this many ranks (tensor parallelism): on CUDA one GPU a rank (GPUs
+    /// 0..N, joined by NCCL), on the CPU threads. N must divide the model's attention and KV heads,
+    /// MLP width and vocabulary. The KV cache's host-memory and disk tiers are off under it.
+    #[arg(long, env = "DOCQA_TENSOR_PARALLEL", value_name = "N")]
+    pub tensor_parallel: Option<usize>,
     /// Element type of the generator's KV cache: bf16 (the default), f32 (exact, twice the memory), or
     /// int8 with one scale per (token, head) (about half of bf16's memory per token).
     #[arg(long, env = "DOCQA_KV_DTYPE", value_enum)]

@@ -6,11 +6,14 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::ValueEnum;
+use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 use docqa_engine::backend::cuda::CudaBackend;
 use docqa_engine::models::bert::BertEmbedder;
+use docqa_engine::models::llama::Llama;
+use docqa_engine::parallel::{Grouped, load_ranks};
 use docqa_engine::serving::KvBudget;
 
 /// The device the generator runs on.
@@ -55,13 +58,13 @@ pub enum CpuDecodeWeights {
     Int8,
 }
 
-/// A generator backend, opened.
+/// The generator's backends, opened: one, or one a rank of a tensor-parallel group.
 pub enum GeneratorBackend {
-    /// The CPU reference backend.
-    Cpu(CpuBackend),
-    /// The CUDA backend on GPU 0.
+    /// The CPU reference backend (a group's ranks run as threads).
+    Cpu(Vec<CpuBackend>),
+    /// The CUDA backend on GPU 0, or on GPUs 0.. for a group.
     #[cfg(feature = "cuda")]
-    Cuda(Box<CudaBackend>),
+    Cuda(Vec<CudaBackend>),
 }
 
 /// Settings whose best value depends on where the model runs (BENCHMARKS.md, "Defaults by device").
@@ -105,10 +108,15 @@ impl Device {
     /// indexes and the parse workers), and on CUDA whatever keeps the GPU at or below `gpu_share` of
     /// its memory once the model and the workspace are loaded (0.85 by default: on an H200 beside a
     /// Llama-3.1-8B-shaped model, 103 GiB, 845,024 tokens; BENCHMARKS.md, "Real scale").
-    pub fn kv_budget(self, mib: Option<usize>, gpu_share: f64) -> KvBudget {
+    ///
+    /// The budget is each rank's: split over `ranks` tensor-parallel ranks, a GPU's budget holds its
+    /// share of every block, so the GPUs together hold `ranks` times the tokens; CPU ranks share the
+    /// host's memory, so each takes `1/ranks` of the CPU's budget.
+    pub fn kv_budget(self, mib: Option<usize>, gpu_share: f64, ranks: usize) -> KvBudget {
         match (mib, self) {
-            (Some(mib), _) => KvBudget::Bytes(mib << 20),
-            (None, Device::Cpu) => KvBudget::Bytes(512 << 20),
+            (Some(mib), Device::Cuda) => KvBudget::Bytes(mib << 20),
+            (Some(mib), Device::Cpu) => KvBudget::Bytes((mib << 20) / ranks.max(1)),
+            (None, Device::Cpu) => KvBudget::Bytes((512 << 20) / ranks.max(1)),
             (None, Device::Cuda) => KvBudget::DeviceShare(gpu_share),
         }
     }
@@ -128,15 +136,26 @@ impl Device {
         chosen.unwrap_or(CpuDecodeWeights::Int8)
     }
 
-    /// Opens the backend, or says why this build or this machine has none. On the CPU, `decode` picks
-    /// the weights of decode steps; a CPU without the int8 kernels' instructions decodes on bf16 (said
-    /// on stderr).
-    pub fn open(self, decode: Option<CpuDecodeWeights>) -> anyhow::Result<GeneratorBackend> {
+    /// Opens the backend, or says why this build or this machine has none: one, or with
+    /// `tensor_parallel` one a rank (on CUDA, GPUs `0..N`). On the CPU, `decode` picks the weights of
+    /// decode steps; a CPU without the int8 kernels' instructions decodes on bf16 (said on stderr).
+    pub fn open(
+        self,
+        decode: Option<CpuDecodeWeights>,
+        tensor_parallel: Option<usize>,
+    ) -> anyhow::Result<GeneratorBackend> {
+        let ranks = tensor_parallel.unwrap_or(1);
+        if ranks == 0 {
+            anyhow::bail!("--tensor-parallel must be at least 1");
+        }
         match self {
-            Device::Cpu => Ok(GeneratorBackend::Cpu(open_cpu(
-                self.cpu_decode_weights(decode),
-            ))),
-            Device::Cuda => open_cuda(),
+            Device::Cpu => {
+                let weights = self.cpu_decode_weights(decode);
+                let backends: Vec<CpuBackend> = (0..ranks).map(|_| open_cpu(weights)).collect();
+                say_cpu(weights, &backends);
+                Ok(GeneratorBackend::Cpu(backends))
+            }
+            Device::Cuda => open_cuda(ranks),
         }
     }
 
@@ -150,23 +169,43 @@ impl Device {
     }
 }
 
+/// The generator in `dir` on `backends`: the whole model on the one backend, or with
+/// `tensor_parallel` split over a group of them (`docqa_engine::parallel`), rank 0 first.
+pub fn load_generator<B: Grouped>(
+    mut backends: Vec<B>,
+    tensor_parallel: bool,
+    dir: &Path,
+    adapter: Option<&Adapter>,
+) -> anyhow::Result<Vec<Llama<B>>> {
+    let loaded = match (tensor_parallel, backends.len()) {
+        (true, _) => load_ranks(backends, dir, adapter),
+        (false, 1) => Llama::load_with(backends.remove(0), dir, adapter).map(|m| vec![m]),
+        (false, n) => anyhow::bail!("{n} backends opened for one generator"),
+    };
+    loaded.with_context(|| format!("loading {}", dir.display()))
+}
+
 fn open_cpu(decode: CpuDecodeWeights) -> CpuBackend {
-    let backend = match decode {
+    match decode {
         CpuDecodeWeights::Bf16 => CpuBackend::new(),
         CpuDecodeWeights::Int8 => CpuBackend::with_int8_decode(),
-    };
-    let weights = if backend.int8_decode() {
-        "int8"
-    } else {
-        "bf16"
-    };
-    if decode == CpuDecodeWeights::Int8 && !backend.int8_decode() {
+    }
+}
+
+/// Says on stderr where the generator runs and on which decode weights.
+fn say_cpu(decode: CpuDecodeWeights, backends: &[CpuBackend]) {
+    let int8 = backends.first().is_some_and(CpuBackend::int8_decode);
+    if decode == CpuDecodeWeights::Int8 && !int8 {
         eprintln!(
             "docqa: this CPU has neither AVX2 with FMA nor AVX-512 VNNI; decoding on bf16 weights"
         );
     }
-    eprintln!("docqa: generator on the CPU, decode steps on {weights} weights");
-    backend
+    let weights = if int8 { "int8" } else { "bf16" };
+    let ranks = match backends.len() {
+        1 => String::new(),
+        n => format!(" ({n} tensor-parallel ranks, one thread each)"),
+    };
+    eprintln!("docqa: generator on the CPU{ranks}, decode steps on {weights} weights");
 }
 
 #[cfg(feature = "cuda")]
@@ -182,14 +221,22 @@ fn load_embedder_cuda(_dir: &Path) -> anyhow::Result<BertEmbedder> {
 }
 
 #[cfg(feature = "cuda")]
-fn open_cuda() -> anyhow::Result<GeneratorBackend> {
-    let backend = CudaBackend::new(0)?;
-    eprintln!("docqa: generator on {}", backend.describe());
-    Ok(GeneratorBackend::Cuda(Box::new(backend)))
+fn open_cuda(ranks: usize) -> anyhow::Result<GeneratorBackend> {
+    let visible = docqa_engine::backend::cuda::visible_devices();
+    if ranks > visible.max(1) {
+        anyhow::bail!("--tensor-parallel {ranks} needs {ranks} GPUs; this machine shows {visible}");
+    }
+    let backends = (0..ranks)
+        .map(CudaBackend::new)
+        .collect::<docqa_engine::Result<Vec<_>>>()?;
+    for backend in &backends {
+        eprintln!("docqa: generator on {}", backend.describe());
+    }
+    Ok(GeneratorBackend::Cuda(backends))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn open_cuda() -> anyhow::Result<GeneratorBackend> {
+fn open_cuda(_ranks: usize) -> anyhow::Result<GeneratorBackend> {
     anyhow::bail!("this docqa was built without CUDA support: rebuild with `--features cuda`")
 }
 
@@ -200,7 +247,7 @@ mod tests {
     #[test]
     fn the_cpu_device_opens_the_cpu_backend_with_a_bf16_cache_unless_told_otherwise() {
         assert!(matches!(
-            Device::Cpu.open(None),
+            Device::Cpu.open(None, None),
             Ok(GeneratorBackend::Cpu(_))
         ));
         assert_eq!(Device::Cpu.kv_dtype(None), KvDtype::Bf16);
@@ -213,16 +260,18 @@ mod tests {
         assert_eq!(Device::Cpu.cpu_decode_weights(None), CpuDecodeWeights::Int8);
         let bf16 = Some(CpuDecodeWeights::Bf16);
         assert_eq!(Device::Cpu.cpu_decode_weights(bf16), CpuDecodeWeights::Bf16);
-        let Ok(GeneratorBackend::Cpu(backend)) = Device::Cpu.open(bf16) else {
+        let Ok(GeneratorBackend::Cpu(mut backends)) = Device::Cpu.open(bf16, None) else {
             panic!("the CPU backend opens");
         };
+        let backend = backends.pop().expect("one backend");
         assert!(
             !backend.int8_decode(),
             "--cpu-decode-weights bf16 is obeyed"
         );
-        let Ok(GeneratorBackend::Cpu(backend)) = Device::Cpu.open(None) else {
+        let Ok(GeneratorBackend::Cpu(mut backends)) = Device::Cpu.open(None, None) else {
             panic!("the CPU backend opens");
         };
+        let backend = backends.pop().expect("one backend");
         let has_kernel = docqa_engine::backend::cpu::matmul::int8::available();
         assert_eq!(
             backend.int8_decode(),
@@ -240,7 +289,7 @@ mod tests {
     #[test]
     fn a_build_without_cuda_refuses_the_cuda_device_with_a_rebuild_hint() {
         let err = Device::Cuda
-            .open(None)
+            .open(None, None)
             .err()
             .expect("no CUDA in this build");
         assert_eq!(
@@ -252,7 +301,7 @@ mod tests {
     #[cfg(feature = "cuda")]
     #[test]
     fn a_machine_without_a_gpu_refuses_the_cuda_device_with_the_typed_error() {
-        match Device::Cuda.open(None) {
+        match Device::Cuda.open(None, None) {
             // A machine with a GPU has nothing to refuse.
             Ok(_) => {}
             Err(err) => assert!(

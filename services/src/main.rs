@@ -23,6 +23,11 @@ mod state;
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
+    // SAFETY: no other thread has started yet.
+    #[cfg(feature = "cuda")]
+    unsafe {
+        docqa_engine::backend::cuda::nccl::keep_nvlink_multicast_off()
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

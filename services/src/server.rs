@@ -11,9 +11,8 @@ use actix_web::dev::Service;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use docqa_engine::adapter::Adapter;
-use docqa_engine::backend::Backend;
 use docqa_engine::config::RopeScaling;
-use docqa_engine::models::llama::Llama;
+use docqa_engine::parallel::Grouped;
 use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle};
 use docqa_engine::text::TextTokenizer;
 use tokio::sync::Notify;
@@ -24,7 +23,7 @@ use crate::api::auth::RateLimits;
 use crate::cli::models::fetch_with_progress;
 use crate::config::{LongContext, ServeConfig};
 use crate::db::{Db, Dialect, tenants};
-use crate::device::GeneratorBackend;
+use crate::device::{GeneratorBackend, load_generator};
 use crate::embedder::EngineEmbedder;
 use crate::indexes::TenantIndexes;
 use crate::metrics::Metrics;
@@ -41,7 +40,9 @@ pub async fn run_with(
     config: ServeConfig,
     on_ready: impl FnOnce(&[std::net::SocketAddr]),
 ) -> anyhow::Result<()> {
-    let backend = config.device.open(config.cpu_decode_weights)?;
+    let backend = config
+        .device
+        .open(config.cpu_decode_weights, config.tensor_parallel)?;
     let data_dir = config.data_dir();
     for sub in ["originals", "indexes"] {
         std::fs::create_dir_all(data_dir.join(sub))
@@ -230,19 +231,19 @@ fn start_engine(
     match backend {
         GeneratorBackend::Cpu(cpu) => spawn_engine(cpu, config, generator, adapter),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => spawn_engine(*cuda, config, generator, adapter),
+        GeneratorBackend::Cuda(cuda) => spawn_engine(cuda, config, generator, adapter),
     }
 }
 
-fn spawn_engine<B: Backend + 'static>(
-    backend: B,
+fn spawn_engine<B: Grouped>(
+    backends: Vec<B>,
     config: &ServeConfig,
     generator: &Path,
     adapter: Option<&Adapter>,
 ) -> anyhow::Result<StartedEngine> {
-    let mut model = Llama::load_with(backend, generator, adapter)
-        .with_context(|| format!("loading {}", generator.display()))?;
-    let trained_context = model.config.max_position_embeddings;
+    let split = config.tensor_parallel.is_some();
+    let mut ranks = load_generator(backends, split, generator, adapter)?;
+    let trained_context = ranks[0].config.max_position_embeddings;
     if config.long_context == LongContext::Yarn {
         if config.rope_factor <= 1.0 || !config.rope_factor.is_finite() {
             anyhow::bail!(
@@ -251,15 +252,19 @@ fn spawn_engine<B: Backend + 'static>(
             );
         }
         let context = (trained_context as f64 * config.rope_factor) as usize;
-        model.extend_context(
-            RopeScaling::yarn(config.rope_factor, trained_context),
-            context,
-        );
+        for model in &mut ranks {
+            model.extend_context(
+                RopeScaling::yarn(config.rope_factor, trained_context),
+                context,
+            );
+        }
     }
     let engine_config = EngineConfig {
-        kv_cache: config
-            .device
-            .kv_budget(config.kv_cache_mib, config.gpu_memory_share),
+        kv_cache: config.device.kv_budget(
+            config.kv_cache_mib,
+            config.gpu_memory_share,
+            config.tensor_parallel.unwrap_or(1),
+        ),
         kv_dtype: config.device.kv_dtype(config.kv_dtype),
         max_waiting: config.max_waiting,
         max_num_batched_tokens: config.device.defaults().prefill_chunk,
@@ -270,12 +275,17 @@ fn spawn_engine<B: Backend + 'static>(
         )?,
         ..EngineConfig::default()
     };
-    let mut core = EngineCore::new(
-        model,
+    let mut core = EngineCore::with_ranks(
+        ranks,
         TextTokenizer::from_model_dir(generator)?,
         &engine_config,
     )?;
-    core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?;
+    match split {
+        true => eprintln!(
+            "docqa: the KV cache's host-memory and disk tiers are off under --tensor-parallel"
+        ),
+        false => core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?,
+    }
     let max_context = core.max_context();
     let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
     Ok(StartedEngine {

@@ -6,9 +6,11 @@
 //! reference), NCCL on GPUs.
 
 mod collective;
+mod load;
 mod shard;
 mod threads;
 
 pub use collective::Collective;
+pub use load::{Grouped, load_ranks};
 pub use shard::Shard;
 pub use threads::ThreadGroup;

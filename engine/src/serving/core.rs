@@ -6,9 +6,11 @@
 //! owned by one thread; [`super::EngineHandle`] puts it behind channels.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::EngineConfig;
+use super::ranks::Followers;
 use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 use super::stats::EngineStats;
 use super::tier_moves;
@@ -38,7 +40,10 @@ struct Active {
 
 /// A model, its KV cache and its scheduler, stepped by the caller.
 pub struct EngineCore<B: Backend> {
+    /// The model, or rank 0 of a tensor-parallel group (the rank whose logits are sampled).
     model: Llama<B>,
+    /// Ranks 1.. of a tensor-parallel group (None for a whole model).
+    followers: Option<Followers>,
     tokenizer: TextTokenizer,
     kv_pool: KvPool<B>,
     ws: LlamaWorkspace<B>,
@@ -53,9 +58,39 @@ pub struct EngineCore<B: Backend> {
 impl<B: Backend> EngineCore<B> {
     /// An engine over `model`, with a KV cache sized by `cfg.kv_cache` (after the workspace, so a
     /// budget by device share counts it).
-    pub fn new(model: Llama<B>, tokenizer: TextTokenizer, cfg: &EngineConfig) -> Result<Self> {
-        let mc = &model.config;
-        let ws = model.workspace(WorkspaceSize {
+    pub fn new(model: Llama<B>, tokenizer: TextTokenizer, cfg: &EngineConfig) -> Result<Self>
+    where
+        B: 'static,
+    {
+        Self::with_ranks(vec![model], tokenizer, cfg)
+    }
+
+    /// An engine over the ranks of a tensor-parallel group, rank 0 first (each loaded with
+    /// [`Llama::load_part`] on its own device), or over one whole model. Rank 0 runs in the engine's
+    /// thread; the others each get a thread, a KV pool with the same blocks as rank 0's (sized by
+    /// rank 0's device) and a workspace, and run every step with it.
+    pub fn with_ranks(
+        ranks: Vec<Llama<B>>,
+        tokenizer: TextTokenizer,
+        cfg: &EngineConfig,
+    ) -> Result<Self>
+    where
+        B: 'static,
+    {
+        let mut ranks = ranks.into_iter();
+        let model = ranks
+            .next()
+            .ok_or_else(|| EngineError::InvalidConfig("an engine needs a model".into()))?;
+        let others: Vec<Llama<B>> = ranks.collect();
+        if others.len() + 1 != model.shard().world {
+            return Err(EngineError::InvalidConfig(format!(
+                "{} ranks given for a tensor-parallel group of {}",
+                others.len() + 1,
+                model.shard().world
+            )));
+        }
+        let mc = model.part_config();
+        let size = WorkspaceSize {
             max_num_batched_tokens: cfg.max_num_batched_tokens,
             max_num_seqs: cfg.max_num_seqs,
             // A window of up to the context, plus the chunk computed beside it and partial blocks.
@@ -63,7 +98,8 @@ impl<B: Backend> EngineCore<B> {
                 .div_ceil(cfg.block_size)
                 + 2,
             max_logit_rows: cfg.max_num_seqs,
-        })?;
+        };
+        let ws = model.workspace(size)?;
         let kv_bytes = cfg.kv_cache.bytes(model.backend.memory_info()?)?;
         let num_blocks = cfg.num_kv_blocks(mc, kv_bytes);
         if num_blocks == 0 {
@@ -76,7 +112,7 @@ impl<B: Backend> EngineCore<B> {
             block_size: cfg.block_size,
             num_blocks,
             enable_prefix_caching: cfg.enable_prefix_caching,
-            cache_salt: cfg.cache_salt(mc),
+            cache_salt: cfg.cache_salt(&model.config),
         })?;
         let shape = KvShape {
             num_blocks,
@@ -91,13 +127,18 @@ impl<B: Backend> EngineCore<B> {
             max_waiting: cfg.max_waiting,
         })?;
         let kv_pool = KvPool::new(&model.backend, mc.num_hidden_layers, shape)?;
-        let logits = vec![0.0; cfg.max_num_seqs * mc.vocab_size];
+        let followers = match others.is_empty() {
+            true => None,
+            false => Some(Followers::spawn(others, shape, size)?),
+        };
+        let logits = vec![0.0; cfg.max_num_seqs * model.config.vocab_size];
         let stats = EngineStats {
             total_blocks: num_blocks,
             ..EngineStats::default()
         };
         Ok(EngineCore {
             model,
+            followers,
             tokenizer,
             kv_pool,
             ws,
@@ -114,6 +155,13 @@ impl<B: Backend> EngineCore<B> {
     /// pool evicts are copied down instead of lost, and found there by later requests. The disk tier's
     /// directory may hold blocks from an earlier run, which are found again by the same model.
     pub fn attach_tiers(&mut self, settings: &TierSettings) -> Result<()> {
+        if settings.enabled() && self.followers.is_some() {
+            return Err(EngineError::InvalidConfig(
+                "the KV cache's host-memory and disk tiers do not work with tensor parallelism yet: \
+                 --kv-host-mib 0 --kv-disk-mib 0"
+                    .into(),
+            ));
+        }
         if settings.enabled() {
             let mut tiers = KvTiers::open(settings)?;
             let backend = &self.model.backend;
@@ -271,12 +319,15 @@ impl<B: Backend> EngineCore<B> {
             return Ok(Vec::new());
         }
         let started = std::time::Instant::now();
-        let batch = self.build_batch(&plan.seqs)?;
+        let batch = Arc::new(self.build_batch(&plan.seqs)?);
         let built = started.elapsed();
         let recording = self.ws.graphs.failed.is_none();
-        let rows = self
-            .model
-            .forward(&batch, &mut self.kv_pool, &mut self.ws)?;
+        if let Some(followers) = &self.followers {
+            followers.start(&batch)?;
+        }
+        let led = self.model.forward(&batch, &mut self.kv_pool, &mut self.ws);
+        let followed = self.followers.as_ref().map_or(Ok(()), Followers::finish);
+        let rows = led.and_then(|rows| followed.map(|()| rows))?;
         let forwarded = started.elapsed();
         if let (true, Some(why)) = (recording, &self.ws.graphs.failed) {
             tracing::warn!(%why, "recording decode steps into graphs failed; they run op by op");

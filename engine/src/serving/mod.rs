@@ -5,6 +5,7 @@
 pub mod config;
 pub mod core;
 pub mod handle;
+mod ranks;
 pub mod request;
 pub mod stats;
 mod tier_moves;

@@ -9,13 +9,13 @@ use anyhow::Context;
 use clap::Args;
 use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::Backend;
-use docqa_engine::models::llama::Llama;
+use docqa_engine::parallel::Grouped;
 use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, Usage};
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
 use super::generator::GeneratorArgs;
-use crate::device::GeneratorBackend;
+use crate::device::{GeneratorBackend, load_generator};
 
 /// `docqa generate`.
 #[derive(Debug, Args)]
@@ -80,42 +80,51 @@ pub struct GenerateArgs {
     /// Stop when this text appears (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// Split the generator over this many ranks (tensor parallelism): on CUDA one GPU a rank (GPUs
+    /// 0..N, joined by NCCL), on the CPU threads. N must divide the model's attention and KV heads,
+    /// MLP width and vocabulary.
+    #[arg(long, value_name = "N")]
+    tensor_parallel: Option<usize>,
     #[command(flatten)]
     generator: GeneratorArgs,
 }
 
 /// Runs `docqa generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let (backend, dir, adapter) = args.generator.resolve()?;
+    let (backend, dir, adapter) = args.generator.resolve(args.tensor_parallel)?;
     let adapter = adapter.as_ref();
     match backend {
         GeneratorBackend::Cpu(cpu) => generate_on(cpu, &dir, adapter, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => generate_on(*cuda, &dir, adapter, &args),
+        GeneratorBackend::Cuda(cuda) => generate_on(cuda, &dir, adapter, &args),
     }
 }
 
-fn generate_on<B: Backend>(
-    backend: B,
+fn generate_on<B: Grouped>(
+    backends: Vec<B>,
     dir: &Path,
     adapter: Option<&Adapter>,
     args: &GenerateArgs,
 ) -> anyhow::Result<()> {
     let load = Instant::now();
-    let model = Llama::load_with(backend, dir, adapter)
-        .with_context(|| format!("loading {}", dir.display()))?;
+    let split = args.tensor_parallel.is_some();
+    let ranks = load_generator(backends, split, dir, adapter)?;
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let prompt = prompt_ids(&tokenizer, args)?;
     let device = args.generator.device;
     let engine_config = EngineConfig {
         kv_dtype: device.kv_dtype(args.kv_dtype),
-        kv_cache: device.kv_budget(args.kv_cache_mib, args.gpu_memory_share),
+        kv_cache: device.kv_budget(
+            args.kv_cache_mib,
+            args.gpu_memory_share,
+            args.tensor_parallel.unwrap_or(1),
+        ),
         max_num_batched_tokens: args
             .prefill_chunk
             .unwrap_or(device.defaults().prefill_chunk),
         ..EngineConfig::default()
     };
-    let mut core = EngineCore::new(model, tokenizer, &engine_config)?;
+    let mut core = EngineCore::with_ranks(ranks, tokenizer, &engine_config)?;
     let loaded = load.elapsed();
     eprintln!(
         "[KV cache: {} tokens]",

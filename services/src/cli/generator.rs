@@ -32,10 +32,14 @@ pub struct GeneratorArgs {
 }
 
 impl GeneratorArgs {
-    /// Opens the device's backend, then finds the model directory and loads the adapter (the default
-    /// generator and reader are fetched on first use). Says on stderr which adapter is merged.
-    pub fn resolve(&self) -> anyhow::Result<(GeneratorBackend, PathBuf, Option<Adapter>)> {
-        let backend = self.device.open(self.cpu_decode_weights)?;
+    /// Opens the device's backend (one a rank with `tensor_parallel`), then finds the model directory
+    /// and loads the adapter (the default generator and reader are fetched on first use). Says on
+    /// stderr which adapter is merged.
+    pub fn resolve(
+        &self,
+        tensor_parallel: Option<usize>,
+    ) -> anyhow::Result<(GeneratorBackend, PathBuf, Option<Adapter>)> {
+        let backend = self.device.open(self.cpu_decode_weights, tensor_parallel)?;
         let (dir, reader) = match &self.model {
             Some(dir) => (dir.clone(), None),
             None => {

@@ -71,12 +71,12 @@ pub struct PerplexityArgs {
 
 /// Runs `docqa perplexity`.
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
-    let (backend, dir, adapter) = args.generator.resolve()?;
+    let (backend, dir, adapter) = args.generator.resolve(None)?;
     let adapter = adapter.as_ref();
     match backend {
-        GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, adapter, &args),
+        GeneratorBackend::Cpu(mut cpu) => run_on(cpu.remove(0), &dir, adapter, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(cuda) => run_on(*cuda, &dir, adapter, &args),
+        GeneratorBackend::Cuda(mut cuda) => run_on(cuda.remove(0), &dir, adapter, &args),
     }
 }
 

@@ -66,3 +66,43 @@ fn a_warm_up_reads_the_prompt_length_once_and_leaves_the_timed_answers_alone() {
     );
     assert!(timed[1].1 > 0, "the second comes from the prefix cache");
 }
+
+fn generate(extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_docqa"))
+        .args(["generate", "--device", "cpu", "--max-tokens", "8"])
+        .args(["--prompt", "Name the largest planet of the solar system."])
+        .args(extra)
+        .output()
+        .expect("docqa runs")
+}
+
+#[test]
+fn a_generator_split_over_three_ranks_answers_and_says_so() {
+    let out = generate(&["--tensor-parallel", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("generator on the CPU (3 tensor-parallel ranks, one thread each)"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}
+
+#[test]
+fn a_split_the_model_cannot_take_is_refused_with_the_reason() {
+    // SmolLM2-135M has 9 attention heads and 3 KV heads.
+    let out = generate(&["--tensor-parallel", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("attention heads (9) to be a multiple of 2"),
+        "{stderr}"
+    );
+    let none = generate(&["--tensor-parallel", "0"]);
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert!(!none.status.success());
+    assert!(
+        stderr.contains("--tensor-parallel must be at least 1"),
+        "{stderr}"
+    );
+}

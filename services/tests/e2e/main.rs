@@ -29,5 +29,6 @@ mod prompts;
 mod qa_routes;
 mod reader;
 mod replicas;
+mod tensor_parallel;
 mod training_data;
 mod web_ui;

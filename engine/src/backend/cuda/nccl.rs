@@ -15,7 +15,7 @@ use cudarc::nccl::{Comm, ReduceOp};
 
 use super::{CudaBackend, check_len, cuda_err};
 use crate::error::{EngineError, Result};
-use crate::parallel::{Collective, Shard};
+use crate::parallel::{Collective, Grouped, Shard};
 
 /// Sets `NCCL_NVLS_ENABLE=0` unless the environment sets it: NVLink multicast (NVLS) can take every
 /// GPU of a shared host out of service, and docqa's all-reduces do not need it.
@@ -77,6 +77,15 @@ impl NcclGroup {
 
     fn comm(&self) -> std::sync::MutexGuard<'_, RankComm> {
         self.comm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Grouped for CudaBackend {
+    fn join(backends: &[&Self]) -> Result<Vec<std::sync::Arc<dyn Collective<Self>>>> {
+        Ok(NcclGroup::over(backends)?
+            .into_iter()
+            .map(|g| std::sync::Arc::new(g) as std::sync::Arc<dyn Collective<Self>>)
+            .collect())
     }
 }
 

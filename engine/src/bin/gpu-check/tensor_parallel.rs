@@ -115,19 +115,29 @@ fn feed(model: &Llama<CudaBackend>, tokens: &[u32], pieces: &[usize]) -> Result<
     Ok(out)
 }
 
-/// Rank 0's logits of the model in `dir` split over `world` GPUs, and the whole model's on GPU 0.
-fn split_and_whole(
+/// A row: rank 0's logits of the model in `dir` split over `world` GPUs against the whole model's
+/// on GPU 0, `tokens` fed in `pieces`.
+fn check_split(
+    r: &mut Report,
     dir: &Path,
     world: usize,
-    tokens: &[u32],
-    pieces: &[usize],
-) -> Result<[Vec<f32>; 2]> {
+    (tokens, pieces): (&[u32], &[usize]),
+    label: &str,
+) -> Result<()> {
     let split = on_ranks(group(world)?, |b, g| {
         let g: Arc<dyn Collective<CudaBackend>> = Arc::new(g);
         feed(&Llama::load_part(b, dir, None, Some(g))?, tokens, pieces)
     })?;
     let whole = feed(&Llama::load(CudaBackend::new(0)?, dir)?, tokens, pieces)?;
-    Ok([split.into_iter().next().expect("rank 0"), whole])
+    let shape = format!("{label}, {world} ranks");
+    r.check(
+        "split model vs whole",
+        &shape,
+        &split[0],
+        &whole,
+        SPLIT_TOLERANCE,
+    );
+    Ok(())
 }
 
 fn families(world: usize, r: &mut Report) -> Result<()> {
@@ -140,15 +150,8 @@ fn families(world: usize, r: &mut Report) -> Result<()> {
     let mut pieces = vec![20];
     pieces.resize(tokens.len() - 19, 1);
     for family in ["llama3", "qwen2-yarn", "mistral-sliding"] {
-        let [split, whole] = split_and_whole(&dir.join(family), world, &tokens, &pieces)?;
-        let shape = format!("{family}, {world} ranks, prefill 20 then 1 by 1");
-        r.check(
-            "split model vs whole",
-            &shape,
-            &split,
-            &whole,
-            SPLIT_TOLERANCE,
-        );
+        let label = format!("{family}, prefill 20 then 1 by 1");
+        check_split(r, &dir.join(family), world, (&tokens, &pieces), &label)?;
     }
     Ok(())
 }
@@ -159,14 +162,6 @@ fn real_shape(shape: &str, world: usize, rng: &mut Rng, r: &mut Report) -> Resul
     let tokens: Vec<u32> = (0..512 + 64).map(|_| rng.below(vocab) as u32).collect();
     let mut pieces = vec![512];
     pieces.resize(65, 1);
-    let [split, whole] = split_and_whole(&dir, world, &tokens, &pieces)?;
-    let shape = format!("{shape}, {world} ranks, prefill 512 then 64 steps");
-    r.check(
-        "split model vs whole",
-        &shape,
-        &split,
-        &whole,
-        SPLIT_TOLERANCE,
-    );
-    Ok(())
+    let label = format!("{shape}, prefill 512 then 64 steps");
+    check_split(r, &dir, world, (&tokens, &pieces), &label)
 }
