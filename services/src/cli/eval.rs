@@ -68,6 +68,10 @@ pub struct EvalArgs {
     /// `none` for the base model [default: the shipped reader]. Each result records the adapter used.
     #[arg(long, env = "DOCQA_ADAPTER", value_name = "DIR|none")]
     adapter: Option<crate::adapter::AdapterFlag>,
+    /// Split the in-process server's generator over this many ranks (`docqa serve
+    /// --tensor-parallel`).
+    #[arg(long, value_name = "N")]
+    tensor_parallel: Option<usize>,
 }
 
 #[derive(Parser)]
@@ -240,6 +244,10 @@ fn start_in_process(args: &EvalArgs) -> anyhow::Result<String> {
     if let Some(window) = args.rag_window {
         argv.push("--rag-window".into());
         argv.push(window.to_string());
+    }
+    if let Some(ranks) = args.tensor_parallel {
+        argv.push("--tensor-parallel".into());
+        argv.push(ranks.to_string());
     }
     let config = ServeOnly::try_parse_from(argv)?.serve;
     let (tx, rx) = mpsc::channel();

@@ -322,3 +322,26 @@ fn each_route_starts_from_a_cold_kv_cache_and_keeps_what_it_cached_itself() {
     assert!(cached(3) > 1000, "{}", rows[3]);
     assert!(cached(4) < 64, "{}", rows[4]);
 }
+
+#[test]
+fn an_in_process_run_splits_its_generator_over_ranks_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_dataset(dir.path());
+    let out = dir.path().join("tp");
+    let run = support::succeed(&mut eval(&[
+        "--dataset",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--routes",
+        "rag",
+        "--limit",
+        "2",
+        "--tensor-parallel",
+        "3",
+    ]));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("3 tensor-parallel ranks"), "{stderr}");
+    let got = answers(&out);
+    assert_eq!(got.len(), 2, "{got:?}");
+}
