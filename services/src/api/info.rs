@@ -33,6 +33,8 @@ pub struct ServerInfo {
     pub model: String,
     /// The LoRA adapter merged into the generator: its name and SHA-256, or the name `none`.
     pub adapter: AdapterInfo,
+    /// The ranks the generator is split over (`--tensor-parallel`; 1: whole on one device).
+    pub tensor_parallel: usize,
 }
 
 /// Version, sign-in mode and limits.
@@ -51,6 +53,7 @@ pub async fn info(state: web::Data<AppState>) -> web::Json<ServerInfo> {
         trained_context: state.trained_context,
         model: state.model_name.clone(),
         adapter: state.adapter.clone(),
+        tensor_parallel: state.config.tensor_parallel.unwrap_or(1),
     })
 }
 

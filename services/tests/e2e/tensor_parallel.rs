@@ -1,7 +1,8 @@
 //! `docqa serve --tensor-parallel 3` on the CPU (SmolLM2-135M split over three ranks, one thread
 //! each): the service above the engine does not change. A question is answered and cited on the RAG
 //! path, a long read's KV, written by the three ranks, serves the next question from the cache, and
-//! the KV tiers, which do not work under it yet, are reported off rather than failing the start.
+//! the KV tiers, which do not work under it yet, are reported off rather than failing the start;
+//! `/v1/info` says how many ranks the generator runs on.
 
 use crate::support;
 
@@ -38,6 +39,15 @@ fn a_server_over_three_ranks_answers_cites_and_reuses_a_long_reads_kv() {
         total - cached < 48,
         "{cached} of {total} prompt tokens cached"
     );
+
+    let info: serde_json::Value = server
+        .http
+        .get(format!("{}/v1/info", server.base))
+        .send()
+        .expect("info")
+        .json()
+        .expect("json");
+    assert_eq!(info["tensor_parallel"], 3, "{info}");
 
     let log = server.log_text();
     assert!(log.contains("3 tensor-parallel ranks"), "{log}");
