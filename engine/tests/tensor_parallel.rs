@@ -22,7 +22,8 @@ use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
-use docqa_engine::parallel::{Collective, ThreadGroup, load_ranks};
+use docqa_engine::models::split::load_ranks;
+use docqa_engine::parallel::{Collective, ThreadGroup};
 use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{
     EngineConfig, EngineCore, GenerateRequest, GenerationEvent, KvBudget, Usage,

@@ -13,7 +13,8 @@ use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::backend::cuda::CudaBackend;
 use docqa_engine::models::bert::BertEmbedder;
 use docqa_engine::models::llama::Llama;
-use docqa_engine::parallel::{Grouped, load_ranks};
+use docqa_engine::models::split::load_ranks;
+use docqa_engine::parallel::Grouped;
 use docqa_engine::serving::KvBudget;
 
 /// The device the generator runs on.

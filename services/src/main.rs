@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: no other thread has started yet.
     #[cfg(feature = "cuda")]
     unsafe {
-        docqa_engine::backend::cuda::nccl::keep_nvlink_multicast_off()
+        docqa_engine::parallel::nccl::keep_nvlink_multicast_off()
     };
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -9,6 +9,7 @@ pub mod graphs;
 mod kv_blocks;
 pub mod llama;
 pub mod perplexity;
+pub mod split;
 pub mod workspace;
 
 use std::ops::Range;

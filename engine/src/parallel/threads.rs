@@ -1,5 +1,5 @@
 //! A group of CPU ranks in one process, one thread each: the reference the sharded forward pass is
-//! checked against (on GPUs the collectives are NCCL's, `backend::cuda::nccl`).
+//! checked against (on GPUs the collectives are NCCL's, `nccl`).
 //!
 //! Each collective puts the rank's values in its slot, waits for every rank, and reads all the slots
 //! in rank order, so every rank computes the same sums in the same order.

@@ -19,7 +19,6 @@ mod kv_blocks;
 mod kv_mapped;
 mod matmul;
 mod modules;
-pub mod nccl;
 mod ops;
 mod pdl;
 mod pools;
@@ -27,10 +26,10 @@ mod rope_kv;
 mod sample;
 mod tma;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::backend::{
     AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, SwigluBuffers, SwigluWeights,
@@ -39,7 +38,8 @@ use crate::backend::{
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
-use device::{Device, cuda_err};
+use device::Device;
+pub(crate) use device::cuda_err;
 pub use device::{driver_present, visible_devices};
 pub use graph::CudaGraphExec;
 use modules::Kernels;
@@ -119,7 +119,7 @@ pub struct CudaBackend {
 }
 
 /// Fails unless a buffer of `len` elements holds `need`.
-fn check_len(what: &str, len: usize, need: usize) -> Result<()> {
+pub(crate) fn check_len(what: &str, len: usize, need: usize) -> Result<()> {
     match len >= need {
         true => Ok(()),
         false => Err(EngineError::InvalidBatch(format!(
@@ -164,6 +164,16 @@ impl CudaBackend {
             hopper_tma: AtomicBool::new(hopper_tma),
             epoch: AtomicU64::new(0),
         })
+    }
+
+    /// The stream every op of this backend is issued on.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.dev.stream
+    }
+
+    /// The device's ordinal.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.dev.ctx.ordinal()
     }
 
     /// The device's name and compute capability, and where the kernels came from.

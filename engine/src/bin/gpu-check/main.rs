@@ -134,7 +134,7 @@ fn flag_set(f: &str) -> bool {
 
 fn main() {
     // SAFETY: no other thread has started yet.
-    unsafe { docqa_engine::backend::cuda::nccl::keep_nvlink_multicast_off() };
+    unsafe { docqa_engine::parallel::nccl::keep_nvlink_multicast_off() };
     let flag = flag_set;
     let flags = (flag("--ops-only"), flag("--bench"), flag("--kernels-only"));
     match run(flags.0, flags.1, flags.2, flag("--families-only")) {

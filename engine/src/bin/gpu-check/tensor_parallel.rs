@@ -12,13 +12,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use docqa_engine::Result;
-use docqa_engine::backend::cuda::nccl::NcclGroup;
 use docqa_engine::backend::cuda::{CudaBackend, visible_devices};
 use docqa_engine::backend::{Backend, KvDtype};
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::parallel::Collective;
+use docqa_engine::parallel::nccl::NcclGroup;
 
 use crate::inputs::Rng;
 use crate::report::Report;

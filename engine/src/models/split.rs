@@ -1,30 +1,12 @@
-//! Loading a model over a tensor-parallel group: the backends joined into a group (threads on the
-//! CPU, NCCL on GPUs), then every rank's part loaded at once, each in a thread of its own.
+//! Loading a model over a tensor-parallel group: the backends joined into a group
+//! ([`crate::parallel::Grouped`]), then every rank's part loaded at once, each in a thread of its own.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use super::{Collective, ThreadGroup};
 use crate::adapter::Adapter;
-use crate::backend::Backend;
-use crate::backend::cpu::CpuBackend;
 use crate::error::{EngineError, Result};
 use crate::models::llama::Llama;
-
-/// A backend whose instances can be joined into a tensor-parallel group.
-pub trait Grouped: Backend + 'static {
-    /// One collective per backend, rank `i` on `backends[i]`.
-    fn join(backends: &[&Self]) -> Result<Vec<Arc<dyn Collective<Self>>>>;
-}
-
-impl Grouped for CpuBackend {
-    fn join(backends: &[&Self]) -> Result<Vec<Arc<dyn Collective<Self>>>> {
-        Ok(ThreadGroup::new(backends.len())
-            .into_iter()
-            .map(|g| Arc::new(g) as Arc<dyn Collective<Self>>)
-            .collect())
-    }
-}
+use crate::parallel::Grouped;
 
 /// The model in `dir` split over `backends` (rank `i` on `backends[i]`), rank 0 first, with the
 /// adapter merged into every part; the first rank's error when any fails.

@@ -13,9 +13,9 @@ use cudarc::driver::sys::{CUDA_MEMCPY2D, CUmemorytype, cuMemcpy2DAsync_v2};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::{Comm, ReduceOp};
 
-use super::{CudaBackend, check_len, cuda_err};
+use super::{Collective, Grouped, Shard};
+use crate::backend::cuda::{CudaBackend, check_len, cuda_err};
 use crate::error::{EngineError, Result};
-use crate::parallel::{Collective, Grouped, Shard};
 
 /// Sets `NCCL_NVLS_ENABLE=0` unless the environment sets it: NVLink multicast (NVLS) can take every
 /// GPU of a shared host out of service, and docqa's all-reduces do not need it.
@@ -51,7 +51,7 @@ pub struct NcclGroup {
 impl NcclGroup {
     /// A group over `backends`, rank `i` on `backends[i]`'s device and stream. The devices must differ.
     pub fn over(backends: &[&CudaBackend]) -> Result<Vec<NcclGroup>> {
-        let ordinals: Vec<usize> = backends.iter().map(|b| b.dev.ctx.ordinal()).collect();
+        let ordinals: Vec<usize> = backends.iter().map(|b| b.ordinal()).collect();
         if (1..ordinals.len()).any(|i| ordinals[..i].contains(&ordinals[i])) {
             return Err(EngineError::InvalidConfig(format!(
                 "a tensor-parallel group needs one GPU a rank; asked for GPUs {ordinals:?}"
@@ -62,7 +62,7 @@ impl NcclGroup {
                 "tensor parallelism on GPUs needs NCCL (libnccl.so.2 on the library path)".into(),
             ));
         }
-        let streams = backends.iter().map(|b| b.dev.stream.clone()).collect();
+        let streams = backends.iter().map(|b| b.stream().clone()).collect();
         let comms = Comm::from_devices(streams).map_err(nccl_err)?;
         let world = comms.len();
         Ok(comms
@@ -131,7 +131,7 @@ impl Collective<CudaBackend> for NcclGroup {
             .0
             .all_gather(&part.slice(..n), &mut stacked.slice_mut(..world * n));
         gathered.map_err(nccl_err)?;
-        place_columns(&backend.dev.stream, stacked, (world, rows, width), out)
+        place_columns(backend.stream(), stacked, (world, rows, width), out)
     }
 }
 
