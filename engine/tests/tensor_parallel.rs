@@ -2,7 +2,7 @@
 //! its part of every matrix, its own KV pool and workspace, summing and gathering through
 //! `ThreadGroup`) gives the whole model's logits on every rank, in prefill and in decode; and the
 //! serving engine over the real SmolLM2 split in three serves what it serves whole (batching, the
-//! prefix cache and the samplers above the ranks unchanged).
+//! prefix cache, sink windows and the samplers above the ranks unchanged).
 //!
 //! Tolerance. The ranks' parts are the whole model's weights, cut; what changes is the order of the
 //! f32 sums of the row-parallel products (each rank sums its heads or features, then the ranks are
@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::kv::manager::SinkWindow;
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
@@ -207,15 +208,13 @@ fn a_split_the_heads_do_not_divide_fails_on_every_rank_with_the_reason() {
 }
 
 /// Every request's tokens and usage, run together to the end.
-fn serve(core: &mut EngineCore<CpuBackend>, prompts: &[Vec<u32>]) -> Vec<(Vec<u32>, Usage)> {
-    let greedy = SamplingParams {
-        max_tokens: 12,
-        temperature: 0.0,
-        ..SamplingParams::default()
-    };
-    let ids: Vec<u64> = prompts
-        .iter()
-        .map(|p| core.add_request(GenerateRequest::new(p.clone(), greedy.clone())))
+fn serve(
+    core: &mut EngineCore<CpuBackend>,
+    requests: Vec<GenerateRequest>,
+) -> Vec<(Vec<u32>, Usage)> {
+    let ids: Vec<u64> = requests
+        .into_iter()
+        .map(|r| core.add_request(r))
         .collect::<Result<_, _>>()
         .expect("admitted");
     let mut out: Vec<(Vec<u32>, Option<Usage>)> = vec![(Vec::new(), None); ids.len()];
@@ -236,7 +235,7 @@ fn serve(core: &mut EngineCore<CpuBackend>, prompts: &[Vec<u32>]) -> Vec<(Vec<u3
 }
 
 #[test]
-fn an_engine_over_three_ranks_serves_what_the_whole_model_serves() {
+fn an_engine_over_three_ranks_serves_what_the_whole_model_serves_sink_windows_included() {
     let dir = f32_copy(&common::models().generator);
     let tokenizer = || TextTokenizer::from_model_dir(dir.path()).expect("tokenizer");
     let cfg = EngineConfig {
@@ -251,11 +250,30 @@ fn an_engine_over_three_ranks_serves_what_the_whole_model_serves() {
             .expect("template");
         tokenizer().encode(&t, false).expect("encode")
     };
+    let greedy = SamplingParams {
+        max_tokens: 12,
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let ask = |prompt: &Vec<u32>| GenerateRequest::new(prompt.clone(), greedy.clone());
     let prompts = [
         text("Name three primary colours."),
         text("What does a KV cache hold in a transformer?"),
-        text("Write one sentence about Paris."),
+        text(&"Repeat after me: the quick brown fox jumps over the lazy dog. ".repeat(12)),
     ];
+    // The third streams through a sink window narrower than its prompt.
+    let window = SinkWindow {
+        num_sink_tokens: 4,
+        window: 64,
+    };
+    assert!(prompts[2].len() > 2 * window.window, "{}", prompts[2].len());
+    let requests = || {
+        vec![
+            ask(&prompts[0]),
+            ask(&prompts[1]),
+            ask(&prompts[2]).with_sink_window(window),
+        ]
+    };
     let whole = Llama::load(CpuBackend::new(), dir.path()).expect("whole model");
     let mut whole = EngineCore::new(whole, tokenizer(), &cfg).expect("engine");
     let ranks = load_ranks(
@@ -265,14 +283,14 @@ fn an_engine_over_three_ranks_serves_what_the_whole_model_serves() {
     );
     let mut split =
         EngineCore::with_ranks(ranks.expect("ranks"), tokenizer(), &cfg).expect("engine");
-    let together = serve(&mut split, &prompts);
-    let wanted = serve(&mut whole, &prompts);
+    let together = serve(&mut split, requests());
+    let wanted = serve(&mut whole, requests());
     for ((got, _), (want, _)) in together.iter().zip(&wanted) {
         assert_eq!(got, want, "three ranks answer as the whole model");
         assert_eq!(got.len(), 12);
     }
     // The first question again: its prompt's KV, written by the three ranks, comes from the cache.
-    let again = serve(&mut split, &prompts[..1]);
+    let again = serve(&mut split, vec![ask(&prompts[0])]);
     assert_eq!(again[0].0, wanted[0].0);
     assert!(
         again[0].1.cached_prompt_tokens >= prompts[0].len() - 16,
