@@ -2,7 +2,8 @@
 //! per run, its seed printed so a failure can be replayed with `DOCQA_TEST_SEED`. xorshift64*, so a seed
 //! means the same inputs on every machine; [`crate::synth`] draws its random checkpoints from it too.
 
-/// xorshift64*: enough randomness for test inputs.
+/// xorshift64*: enough randomness for test inputs; a clone draws the same sequence.
+#[derive(Debug, Clone)]
 pub struct Rng(u64);
 
 impl Rng {

@@ -433,20 +433,26 @@ pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
     decode::report(&model, rng, 1, true)
 }
 
+/// Seconds of the best of three prefills of `prompt` in one pass, batch 1, up to its first token.
+pub fn prefill_secs(model: &Llama<CudaBackend>, prompt: &[u32]) -> Result<f64> {
+    let n = prompt.len();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let mut seq = SingleSequence::new(model, n + 1, n, KvDtype::Bf16)?;
+        let t = std::time::Instant::now();
+        argmax(seq.feed(prompt, LogitsMode::LastPerSequence)?);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
 /// Best of three prefills of 2,048 and 8,191 tokens, batch 1, and of 32,767 where the model's
 /// context reaches that far.
 fn prefill(model: &Llama<CudaBackend>, rng: &mut Rng) -> Result<()> {
     let vocab = model.config.vocab_size;
     let lengths = [2048, 8192 - 1, 32768 - 1];
     for n in lengths.into_iter().filter(|&n| n < model.max_context()) {
-        let p = decode::prompt(n, vocab, rng);
-        let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            let mut seq = SingleSequence::new(model, n + 1, n, KvDtype::Bf16)?;
-            let t = std::time::Instant::now();
-            argmax(seq.feed(&p, LogitsMode::LastPerSequence)?);
-            best = best.min(t.elapsed().as_secs_f64());
-        }
+        let best = prefill_secs(model, &decode::prompt(n, vocab, rng))?;
         println!(
             "  prefill {n:>5} tokens  {:>8.1} ms  {:>9.0} tok/s",
             best * 1e3,

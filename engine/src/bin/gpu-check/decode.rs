@@ -18,7 +18,7 @@ pub const BLOCK: usize = 16;
 const PROMPT: usize = 512;
 /// A split target past any launch's blocks: splits of one step of keys.
 pub const ONE_STEP_SPLITS: usize = 1 << 30;
-const STEPS: usize = 128;
+pub const STEPS: usize = 128;
 const WARM_UP: usize = 2;
 
 /// `n` random token ids below `vocab`, avoiding the special ids 0..3.
@@ -40,7 +40,7 @@ pub fn sequences(
     (seqs, per): (usize, usize),
     max_tokens: usize,
 ) -> Result<Sequences> {
-    let cfg = &model.config;
+    let cfg = model.part_config();
     let shape = KvShape {
         num_blocks: seqs * per,
         block_size: BLOCK,
@@ -92,8 +92,10 @@ pub fn report_after(
 }
 
 /// Seconds for [`STEPS`] decode steps of `seqs` sequences after `context`-token prompts (each
-/// prefilled in one pass), and how many steps replayed a graph.
-fn time_decode(
+/// prefilled in one pass), and how many steps replayed a graph. The ranks of a tensor-parallel group
+/// run it together, each with a clone of one `rng`: they draw the same prompts, and each picks the
+/// same tokens from the same gathered logits.
+pub fn time_decode(
     model: &Llama<CudaBackend>,
     rng: &mut Rng,
     seqs: usize,

@@ -7,7 +7,8 @@
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
 //! the model families against transformers' logits (`tests/golden/families`), `--tp-only` the tensor-parallel
 //! checks (NCCL collectives, split models against whole; `DOCQA_TP_SHAPES` adds real shapes).
-//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else;
+//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else,
+//! `DOCQA_BENCH_TP=llama-3.1-8b,...` prefill and decode whole against split over the GPUs and NCCL's sum;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
 //! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
@@ -96,6 +97,10 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     }
     if let Ok(name) = std::env::var("DOCQA_PROFILE_MODEL") {
         bench::profile_model(&name, &mut rng)?;
+        return Ok(true);
+    }
+    if let Ok(shapes) = std::env::var("DOCQA_BENCH_TP") {
+        tensor_parallel::bench(&shapes, &mut rng)?;
         return Ok(true);
     }
     if let Ok(shapes) = std::env::var("DOCQA_BENCH_SHAPES") {

@@ -165,3 +165,95 @@ fn real_shape(shape: &str, world: usize, rng: &mut Rng, r: &mut Report) -> Resul
     let label = format!("{shape}, prefill 512 then 64 steps");
     check_split(r, &dir, world, (&tokens, &pieces), &label)
 }
+
+/// `DOCQA_BENCH_TP=llama-3.1-8b,...`: each shape (a `docqa models synth` checkpoint, as
+/// `DOCQA_BENCH_SHAPES` writes it) whole on GPU 0, then split over the GPUs (two at most; one
+/// runs it as a group of one rank through NCCL): prefill of 8,191 and 32,767 tokens (best of three)
+/// and decode at batch 1 and 32 after 8,192-token prompts (graphs on), then NCCL's all-reduce of one
+/// decode row and of an 8K prefill's residual stream between the same GPUs.
+pub fn bench(shapes: &str, rng: &mut Rng) -> Result<()> {
+    let world = visible_devices().min(2);
+    for shape in shapes.split(',').filter(|s| !s.is_empty()) {
+        let dir = crate::bench::synth_dir(shape, rng)?;
+        println!("bench: tensor parallel at the {shape} shape, bf16 weights and KV, wall clock");
+        let whole = Llama::load(CudaBackend::new(0)?, &dir)?;
+        let hidden = whole.config.hidden_size;
+        let timed = timings(&whole, rng.clone())?;
+        drop(whole);
+        print_timings("whole, GPU 0", &timed);
+        let split = on_ranks(group(world)?, |b, g| {
+            let g: Arc<dyn Collective<CudaBackend>> = Arc::new(g);
+            timings(&Llama::load_part(b, &dir, None, Some(g))?, rng.clone())
+        })?;
+        print_timings(&format!("{world} ranks"), &split[0]);
+        all_reduce_timings(world, hidden)?;
+    }
+    Ok(())
+}
+
+/// Prefill seconds at 8,191 and 32,767 tokens, then decode (seconds for the steps, steps replayed) at
+/// batch 1 and 32 after 8,192.
+type Timings = ([f64; 2], [(f64, u64); 2]);
+
+fn timings(model: &Llama<CudaBackend>, mut rng: Rng) -> Result<Timings> {
+    model.backend.set_graphs(true);
+    let vocab = model.config.vocab_size;
+    let mut prefill = [0.0; 2];
+    for (secs, n) in prefill.iter_mut().zip([8191, 32767]) {
+        *secs = crate::bench::prefill_secs(model, &crate::decode::prompt(n, vocab, &mut rng))?;
+    }
+    let decode = [
+        crate::decode::time_decode(model, &mut rng, 1, 8192)?,
+        crate::decode::time_decode(model, &mut rng, 32, 8192)?,
+    ];
+    Ok((prefill, decode))
+}
+
+fn print_timings(how: &str, (prefill, decode): &Timings) {
+    for (secs, n) in prefill.iter().zip([8191, 32767]) {
+        println!(
+            "  {how:<14} prefill {n:>5} tokens  {:>8.1} ms  {:>8.0} tok/s",
+            secs * 1e3,
+            n as f64 / secs
+        );
+    }
+    for ((secs, replays), seqs) in decode.iter().zip([1, 32]) {
+        let steps = crate::decode::STEPS;
+        println!(
+            "  {how:<14} decode batch {seqs:>2} after 8192  {:>7.3} ms/step  {:>7.0} tok/s  ({replays} steps replayed)",
+            secs * 1e3 / steps as f64,
+            (seqs * steps) as f64 / secs
+        );
+    }
+}
+
+/// Wall clock of NCCL's sum in place over `world` GPUs, 50 in a row after 5 to warm up, for one decode
+/// row (`hidden` f32 values) and an 8,192-token pass's residual stream; with the bus bandwidth NCCL's
+/// tests report (2 (n − 1) / n of the bytes a second).
+fn all_reduce_timings(world: usize, hidden: usize) -> Result<()> {
+    for rows in [1, 8192] {
+        let n = rows * hidden;
+        let secs = on_ranks(group(world)?, |b, g| {
+            let mut x = b.alloc(n)?;
+            let mut one = [0f32; 1];
+            for _ in 0..5 {
+                g.all_reduce_sum(&b, &mut x, n)?;
+            }
+            b.read(&x, &mut one)?;
+            let t = std::time::Instant::now();
+            for _ in 0..50 {
+                g.all_reduce_sum(&b, &mut x, n)?;
+            }
+            b.read(&x, &mut one)?;
+            Ok(t.elapsed().as_secs_f64() / 50.0)
+        })?;
+        let bytes = (n * 4) as f64;
+        let bus = 2.0 * (world as f64 - 1.0) / world as f64 * bytes / secs[0];
+        println!(
+            "  nccl all-reduce, {world} ranks, {rows:>4} rows of {hidden} f32  {:>8.1} us  bus {:>6.1} GB/s",
+            secs[0] * 1e6,
+            bus * 1e-9
+        );
+    }
+    Ok(())
+}
