@@ -56,7 +56,7 @@ pub struct Llama<B: Backend> {
     part: LlamaConfig,
     /// The other ranks of a tensor-parallel group, or None for a whole model.
     group: Option<Arc<dyn Collective<B>>>,
-    /// This rank's vocabulary part of the embedding (and tied LM head): rows `vocab_first..`.
+    /// The embedding (and tied LM head): this rank's rows of the vocabulary ([`Shard::part`]).
     embed: B::Weight,
     layers: Vec<Layer<B>>,
     norm: B::Weight,
