@@ -17,57 +17,22 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
-use docqa_engine::models::LogitsMode;
-use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
-use docqa_engine::weights::Weights;
-use serde_json::Value;
 
+use common::families::{all_at_once, feed, golden, prefill_then_decode, reference, tokens};
 use common::max_abs_diff;
 
 /// Largest |Δlogit| allowed against transformers (see the header).
 const TOLERANCE: f32 = 0.3;
 
-fn golden() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/families")
-}
-
-fn tokens() -> Vec<u32> {
-    let text = std::fs::read_to_string(golden().join("meta.json")).expect("meta.json");
-    let meta: Value = serde_json::from_str(&text).expect("meta json");
-    let ids = meta["tokens"].as_array().expect("tokens").clone();
-    ids.iter().map(|v| v.as_u64().expect("id") as u32).collect()
-}
-
-fn reference(name: &str) -> Vec<f32> {
-    let w = Weights::open_files(&[golden().join("logits.safetensors")]).expect("golden logits");
-    w.get(name).expect("logits tensor").to_f32()
-}
-
 fn load(family: &str) -> Llama<CpuBackend> {
     Llama::load(CpuBackend::new(), &golden().join(family)).expect("load the family's checkpoint")
 }
 
-/// Logits of every position, the tokens fed in pieces of `pieces` (prefill, then one token at a time).
+/// Logits of every position, the tokens fed in `pieces` (prefill, then one token at a time).
 fn logits(family: &str, pieces: &[usize]) -> Vec<f32> {
-    let model = load(family);
-    let tokens = tokens();
-    let mut seq = SingleSequence::new(&model, 64, 64, KvDtype::F32).expect("sequence");
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &n in pieces {
-        let fed = seq
-            .feed(&tokens[at..at + n], LogitsMode::All)
-            .expect("forward");
-        out.extend_from_slice(fed);
-        at += n;
-    }
-    assert_eq!(at, tokens.len(), "the pieces cover the tokens");
-    out
+    feed(&load(family), &tokens(), pieces)
 }
 
 fn matches_transformers(family: &str, pieces: &[usize]) {
@@ -82,20 +47,9 @@ fn matches_transformers(family: &str, pieces: &[usize]) {
     );
 }
 
-fn whole() -> Vec<usize> {
-    vec![tokens().len()]
-}
-
-/// A 20-token prefill, then one token per step: the decode path past the sliding window.
-fn prefill_then_decode() -> Vec<usize> {
-    let mut pieces = vec![20];
-    pieces.resize(tokens().len() - 19, 1);
-    pieces
-}
-
 #[test]
 fn llama3_rope_scaling_gives_the_logits_of_transformers() {
-    matches_transformers("llama3", &whole());
+    matches_transformers("llama3", &all_at_once());
 }
 
 #[test]
@@ -105,18 +59,18 @@ fn qwen2_with_biases_yarn_and_sharded_weights_gives_the_logits_of_transformers()
             .join("qwen2-yarn/model.safetensors.index.json")
             .exists()
     );
-    matches_transformers("qwen2-yarn", &whole());
+    matches_transformers("qwen2-yarn", &all_at_once());
 }
 
 #[test]
 fn mistral_sliding_window_gives_the_logits_of_transformers_in_prefill_and_decode() {
-    matches_transformers("mistral-sliding", &whole());
+    matches_transformers("mistral-sliding", &all_at_once());
     matches_transformers("mistral-sliding", &prefill_then_decode());
 }
 
 #[test]
 fn qwen2_sliding_window_on_its_upper_layers_gives_the_logits_of_transformers() {
-    matches_transformers("qwen2-sliding", &whole());
+    matches_transformers("qwen2-sliding", &all_at_once());
     matches_transformers("qwen2-sliding", &prefill_then_decode());
 }
 

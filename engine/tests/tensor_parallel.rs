@@ -14,14 +14,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::kv::manager::SinkWindow;
-use docqa_engine::models::LogitsMode;
-use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::models::split::load_ranks;
 use docqa_engine::parallel::{Collective, ThreadGroup};
@@ -31,39 +28,14 @@ use docqa_engine::serving::{
 };
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 use docqa_engine::weights::Weights;
-use serde_json::Value;
 
+use common::families::{all_at_once, feed, golden, prefill_then_decode, reference, tokens};
 use common::{Rng, Tensor, TinyLlama, max_abs_diff, write_safetensors, write_tiny_llama};
 
 /// Largest |Δlogit| allowed between the split model and the whole one (see the header).
 const SPLIT_TOLERANCE: f32 = 1e-4;
 /// `family_parity`'s bound against transformers.
 const TRANSFORMERS_TOLERANCE: f32 = 0.3;
-
-fn golden() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/families")
-}
-
-fn golden_tokens() -> Vec<u32> {
-    let text = std::fs::read_to_string(golden().join("meta.json")).expect("meta.json");
-    let meta: Value = serde_json::from_str(&text).expect("meta json");
-    let ids = meta["tokens"].as_array().expect("tokens");
-    ids.iter().map(|v| v.as_u64().expect("id") as u32).collect()
-}
-
-/// Logits of every position of `tokens`, fed in `pieces` (a prefill, then pieces of one: decode).
-fn feed(model: &Llama<CpuBackend>, tokens: &[u32], pieces: &[usize]) -> Vec<f32> {
-    let mut seq = SingleSequence::new(model, 64, 64, KvDtype::F32).expect("sequence");
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &n in pieces {
-        let logits = seq.feed(&tokens[at..at + n], LogitsMode::All);
-        out.extend_from_slice(logits.expect("forward"));
-        at += n;
-    }
-    assert_eq!(at, tokens.len(), "the pieces cover the tokens");
-    out
-}
 
 /// The checkpoint in `dir` with every tensor widened to f32 (see the header), beside copies of its
 /// other files (config, tokenizer).
@@ -130,26 +102,14 @@ fn split_matches_whole(dir: &Path, world: usize, tokens: &[u32], pieces: &[usize
 
 fn family_split_in_two_matches_whole_and_transformers(family: &str, pieces: &[usize]) {
     let dir = golden().join(family);
-    split_matches_whole(&dir, 2, &golden_tokens(), pieces);
-    let got = split(&dir, 2, &golden_tokens(), pieces).swap_remove(0);
-    let logits = Weights::open_files(&[golden().join("logits.safetensors")]).expect("golden");
-    let want = logits.get(family).expect("family's logits").to_f32();
+    split_matches_whole(&dir, 2, &tokens(), pieces);
+    let got = split(&dir, 2, &tokens(), pieces).swap_remove(0);
+    let want = reference(family);
     let diff = max_abs_diff(&got, &want);
     assert!(
         diff <= TRANSFORMERS_TOLERANCE,
         "{family}: {diff} from transformers"
     );
-}
-
-fn all_at_once() -> Vec<usize> {
-    vec![golden_tokens().len()]
-}
-
-/// A 20-token prefill, then one token per step.
-fn prefill_then_decode() -> Vec<usize> {
-    let mut pieces = vec![20];
-    pieces.resize(golden_tokens().len() - 19, 1);
-    pieces
 }
 
 #[test]

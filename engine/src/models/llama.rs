@@ -98,10 +98,7 @@ impl<B: Backend> Llama<B> {
         let layers = (0..config.num_hidden_layers)
             .map(|i| load_layer(&backend, &weights, &config, i, (adapter, shard)))
             .collect::<Result<_>>()?;
-        let vocab = match shard.is_whole() {
-            true => Part::Whole,
-            false => Part::Rows(shard.part(v)),
-        };
+        let vocab = Part::rows(shard, v);
         let table = |name| adapted_matrix(&backend, &weights, (name, [v, h]), None, vocab.clone());
         let lm_head = match config.tie_word_embeddings {
             true => None,
@@ -546,15 +543,7 @@ fn load_layer<B: Backend>(
         cfg.intermediate_size,
     );
     let proj = projections(cfg, i);
-    let whole = shard.is_whole();
-    let rows = |n| match whole {
-        true => Part::Whole,
-        false => Part::Rows(shard.part(n)),
-    };
-    let cols = |n| match whole {
-        true => Part::Whole,
-        false => Part::Cols(shard.part(n)),
-    };
+    let (rows, cols) = (|n| Part::rows(shard, n), |n| Part::cols(shard, n));
     let m = |j: usize, part| adapted_matrix(b, w, (&proj[j].0, proj[j].1), adapter, part);
     let bias = |name: &str, n| {
         opt_vector_part(

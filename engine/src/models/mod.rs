@@ -17,6 +17,7 @@ use std::ops::Range;
 use crate::adapter::Adapter;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
+use crate::parallel::Shard;
 use crate::weights::{OwnedTensor, TensorRef, Weights};
 
 pub use batch::{Batch, FREED_BLOCK, LogitsMode, SeqInput, WindowMeta};
@@ -77,6 +78,24 @@ pub(crate) enum Part {
     Rows(Range<usize>),
     /// These columns (input features: row-parallel o and down).
     Cols(Range<usize>),
+}
+
+impl Part {
+    /// `shard`'s rows of a matrix with `n` of them (all of them for a whole model).
+    pub(crate) fn rows(shard: Shard, n: usize) -> Part {
+        match shard.is_whole() {
+            true => Part::Whole,
+            false => Part::Rows(shard.part(n)),
+        }
+    }
+
+    /// `shard`'s columns of a matrix with `n` of them (all of them for a whole model).
+    pub(crate) fn cols(shard: Shard, n: usize) -> Part {
+        match shard.is_whole() {
+            true => Part::Whole,
+            false => Part::Cols(shard.part(n)),
+        }
+    }
 }
 
 /// Uploads `part` of a matrix after checking its whole shape, with the adapter's LoRA merged in

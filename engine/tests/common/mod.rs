@@ -193,3 +193,60 @@ pub fn write_tiny_llama(dir: &Path, m: &TinyLlama, rng: &mut Rng) {
     }
     write_safetensors(&dir.join("model.safetensors"), &ts, true);
 }
+
+/// The family checkpoints of `tests/golden/families` (made by `tests/reference/families_golden.py`):
+/// where they are, the tokens they were run on, transformers' logits, and the feedings the tests use.
+pub mod families {
+    use std::path::PathBuf;
+
+    use docqa_engine::backend::{Backend, KvDtype};
+    use docqa_engine::models::LogitsMode;
+    use docqa_engine::models::generate::SingleSequence;
+    use docqa_engine::models::llama::Llama;
+    use docqa_engine::weights::Weights;
+
+    /// The goldens' directory.
+    pub fn golden() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/families")
+    }
+
+    /// The tokens every family was run on (`meta.json`).
+    pub fn tokens() -> Vec<u32> {
+        let text = std::fs::read_to_string(golden().join("meta.json")).expect("meta.json");
+        let meta: serde_json::Value = serde_json::from_str(&text).expect("meta json");
+        let ids = meta["tokens"].as_array().expect("tokens");
+        ids.iter().map(|v| v.as_u64().expect("id") as u32).collect()
+    }
+
+    /// transformers' logits named `name` (a family, or `FAMILY.ablated`).
+    pub fn reference(name: &str) -> Vec<f32> {
+        let w = Weights::open_files(&[golden().join("logits.safetensors")]).expect("golden logits");
+        w.get(name).expect("logits tensor").to_f32()
+    }
+
+    /// All the tokens in one prefill.
+    pub fn all_at_once() -> Vec<usize> {
+        vec![tokens().len()]
+    }
+
+    /// A 20-token prefill, then one token per step: the decode path (past the sliding windows).
+    pub fn prefill_then_decode() -> Vec<usize> {
+        let mut pieces = vec![20];
+        pieces.resize(tokens().len() - 19, 1);
+        pieces
+    }
+
+    /// Logits of every position of `tokens`, fed to `model` in `pieces`, f32 KV.
+    pub fn feed<B: Backend>(model: &Llama<B>, tokens: &[u32], pieces: &[usize]) -> Vec<f32> {
+        let mut seq = SingleSequence::new(model, 64, 64, KvDtype::F32).expect("sequence");
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &n in pieces {
+            let logits = seq.feed(&tokens[at..at + n], LogitsMode::All);
+            out.extend_from_slice(logits.expect("forward"));
+            at += n;
+        }
+        assert_eq!(at, tokens.len(), "the pieces cover the tokens");
+        out
+    }
+}
