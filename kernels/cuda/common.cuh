@@ -110,6 +110,25 @@ __device__ __forceinline__ void mma_bf16_16816(
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two f32 values rounded to one packed f16 pair: `lo` in the low half, `hi` in the high half.
+__device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// c += a·b for one m16n8k16 tile: f16 inputs, f32 accumulators (the layouts of mma_bf16_16816).
+__device__ __forceinline__ void mma_f16_16816(
+    float* c,            // [4]: accumulator fragment
+    const unsigned* a,   // [4]: A fragment (16x16, row major), f16 pairs
+    unsigned b0, unsigned b1) {  // B fragment (16x8, column major), f16 pairs
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // The shared-memory address of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned smem_addr(const void* p /* shared */) {
     unsigned r;
@@ -204,10 +223,31 @@ __device__ __forceinline__ uint4 widen_int8x8(uint2 raw) {
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+// Sixteen int8 values (little-endian in `raw`) widened to eight f16 pairs, exactly. Each byte with its
+// sign bit flipped (q + 128) becomes the low mantissa byte of 1024 (f16 counts whole numbers there),
+// and one packed subtraction of 1024 + 128 leaves q: two byte permutes and two f16x2 subtractions per
+// four values, with no conversion instruction.
+__device__ __forceinline__ void widen_int8x16_f16(uint4 raw, unsigned* out /* [8] */) {
+    const unsigned w[4] = {raw.x ^ 0x80808080u, raw.y ^ 0x80808080u, raw.z ^ 0x80808080u,
+                           raw.w ^ 0x80808080u};
+    const unsigned bias = 0x64806480u;  // 1152.0 in both halves
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const unsigned lo = __byte_perm(w[h], 0x64646464u, 0x4140);
+        const unsigned hi = __byte_perm(w[h], 0x64646464u, 0x4342);
+        asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out[2 * h]) : "r"(lo), "r"(bias));
+        asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(out[2 * h + 1]) : "r"(hi), "r"(bias));
+    }
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
 // Waits for every async copy this thread issued.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// Waits until at most N of this thread's newest async-copy groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Row of key `j` in a paged pool: its block from the sequence's block table, then its slot.
 __device__ __forceinline__ long long paged_slot(

@@ -1,49 +1,82 @@
 // Decode attention (one new query row per sequence) over a bf16 or int8 paged KV pool, split-KV
 // (flash-decoding) and GQA-aware. int8 keys and values stay int8 in registers until the chunk uses
-// them, then are widened to bf16 exactly; their per-row scales multiply the scores and the
-// probabilities in f32.
+// them, then are widened to f16 exactly (two byte permutes and two packed subtractions per four
+// values); their per-row scales multiply the scores and the probabilities in f32, and the chunk's
+// products run on f16 tensor cores (Q and P rounded to f16, which keeps 3 more bits than bf16).
 //
-// flash_decode: one block of 4 warps per (key split, KV head, sequence). The group's query heads
-// (up to 16) are the rows of one mma.sync m16n8k16 tile, so every K and V element of the split is
-// read once for the whole group. Warps take interleaved chunks of keys (16 from bf16 pools, 32 from
-// int8 ones, so a chunk's loads carry as many bytes) and load them straight into registers (no shared
-// memory): K in an order of head dimensions that matches the permuted Q fragments, V transposed in
-// registers with movmatrix. Each warp keeps its own online
-// softmax; the block merges its 4 warps and writes the split's normalized output and (max, sum).
-// flash_decode_reduce merges the splits of each (sequence, head).
+// flash_decode: one block of 4 warps per (KV head, key split, sequence), the KV heads fastest in the
+// grid, so the blocks reading one range of keys for all heads of a sequence run together. The
+// group's query heads (up to 16) are the rows of one mma.sync m16n8k16 tile, so every K and V
+// element of the split is read once for the whole group. Warps take interleaved chunks of keys (16
+// from bf16 pools, 32 from int8 ones, so a chunk's loads carry as many bytes), each lane 16-byte
+// pieces of rows: K in an order of head dimensions that matches the permuted Q fragments, V
+// transposed in registers with movmatrix. How the pieces arrive depends on the pool:
+// - bf16 at head_dim 128 (no sink window): two chunks in registers, the next one's loads in flight
+//   while this one computes (2 blocks an SM);
+// - int8: a ring of 3 chunks a warp in shared memory filled by cp.async, 2 in flight while one
+//   computes, with no registers held for them (the int8 chunk's widening and scaling leave no
+//   registers for a second chunk);
+// - otherwise one chunk at a time, straight into registers.
+// Each warp keeps its own online softmax; the block merges its 4 warps and writes the split's
+// normalized output and (max, sum). flash_decode_reduce merges the splits of each (sequence, head).
 #include "common.cuh"
 
 #define WARPS 4
 #define MAX_GROUP 16
+// Stages of an int8 decode warp's ring in shared memory (run_chunks_staged; the host sizes the
+// dynamic shared memory from the same number).
+#define INT8_RING_STAGES 3
 
-// Key rows a lane loads per chunk (8 keys a row across the warp): 2 from bf16 pools, 4 from int8.
+// How a warp reads one pool type. A lane loads 16-byte pieces of key rows: DIMS head dimensions a
+// piece (8 bf16 or 16 int8), ROWS rows a chunk (8 keys a row across the warp), so a chunk's loads
+// carry the same bytes from either pool; `pairs` turns a piece into the packed pairs the tensor cores
+// take (bf16 as loaded, int8 widened to f16), `pack` and `mma` are the matching rounding and product.
 template <typename T>
-struct ChunkRows {
-    static constexpr int value = IsInt8<T>::value ? 4 : 2;
-};
-
-// What a lane loads per row and piece of 8 head dimensions: 16 bytes of bf16, or 8 of int8.
-template <typename T>
-struct LoadPiece {
-    using type = uint4;
+struct Pool;
+template <>
+struct Pool<bf16_t> {
+    static constexpr int DIMS = 8, ROWS = 2;
+    __device__ static __forceinline__ unsigned pack(float lo, float hi) { return pack_bf16x2(lo, hi); }
+    __device__ static __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+        mma_bf16_16816(c, a, b0, b1);
+    }
+    __device__ static __forceinline__ void pairs(uint4 piece, unsigned* out /* [4] */) {
+        out[0] = piece.x, out[1] = piece.y, out[2] = piece.z, out[3] = piece.w;
+    }
 };
 template <>
-struct LoadPiece<signed char> {
-    using type = uint2;
+struct Pool<signed char> {
+    static constexpr int DIMS = 16, ROWS = 4;
+    __device__ static __forceinline__ unsigned pack(float lo, float hi) { return pack_f16x2(lo, hi); }
+    __device__ static __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+        mma_f16_16816(c, a, b0, b1);
+    }
+    __device__ static __forceinline__ void pairs(uint4 piece, unsigned* out /* [8] */) {
+        widen_int8x16_f16(piece, out);
+    }
 };
 
-// The group's query rows as bf16 A fragments with the head dimensions permuted: fragment 2s+e,
-// register pair (0, 2) holds dims 32s + 8t + 4e + {0,1}, {2,3} (t = lane % 4), matching the order
-// in which load_keys leaves K. Rows (heads of the group) at or past `rows` are zero.
-template <int HD>
+// The first head dimension of lane t's piece s: pieces of W dims, the warp's 4 lanes of a key row
+// side by side.
+template <int W>
+__device__ __forceinline__ int piece_dim(int s, int t) {
+    return 4 * W * s + W * t;
+}
+
+// The group's query rows as A fragments (bf16 or f16 pairs, as the pool's products take them) with
+// the head dimensions permuted to match the keys' pieces: fragment (W / 4)·s + e, register pair
+// (0, 2), holds dims piece_dim(s, t) + 4e + {0,1}, {2,3} (t = lane % 4). Rows (heads of the group) at
+// or past `rows` are zero.
+template <int HD, typename T>
 __device__ __forceinline__ void load_q_permuted(
     unsigned (*qa)[4],  // [HD / 16][4]
     const float* q,     // [group, HD]: the group's first head of this token
     int rows) {
+    constexpr int W = Pool<T>::DIMS, F = W / 4;
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
-        const int col = (kk >> 1) * 32 + 8 * t + (kk & 1) * 4;
+        const int col = piece_dim<W>(kk / F, t) + (kk % F) * 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int row = g + (i & 1) * 8, c = col + (i >> 1) * 2;
@@ -51,7 +84,7 @@ __device__ __forceinline__ void load_q_permuted(
             if (row < rows) {
                 v = *reinterpret_cast<const float2*>(q + row * HD + c);
             }
-            qa[kk][i] = pack_bf16x2(v.x, v.y);
+            qa[kk][i] = Pool<T>::pack(v.x, v.y);
         }
     }
 }
@@ -71,68 +104,56 @@ struct Window {
     }
 };
 
-// 16-byte pieces of ROWS keys' rows: row r (key j + 8r + lane / 4), dims 32s + 8(lane % 4) + [0, 8).
-// Keys at or past `end` read as zeros.
-template <int HD, int ROWS>
-__device__ __forceinline__ void load_rows(
-    uint4 (*dst)[HD / 32],   // [ROWS][HD / 32]
-    float*,                  // no row scales: bf16 pools
-    const bf16_t* pool,      // [num_blocks, block_size, num_kv_heads, HD]
-    const float*,            // no scales: bf16 pools
-    Window w, int row_stride, int head_off, int j, int end) {
+// Where one (sequence, KV head)'s keys and values are: the pools (and with int8 pools their row
+// scales), the sequence's blocks under its window, a pool row's stride and the head's offset in it.
+template <typename T>
+struct KvRows {
+    const T* k_cache;         // [num_blocks, block_size, num_kv_heads, HD]
+    const T* v_cache;         // likewise
+    const float* k_scales;    // [num_blocks, block_size, num_kv_heads]: int8 pools, else null
+    const float* v_scales;    // likewise
+    Window w;
+    int row_stride, head_off;
+    // The element offset of key `key`'s row for this head (the head's offset alone past `end`,
+    // where nothing is read).
+    __device__ __forceinline__ long long row(int key, int end) const {
+        return key < end ? w.slot(key) * row_stride + head_off : head_off;
+    }
+};
+
+// One chunk of a warp in registers: ROWS key rows a lane (key j + 8r + lane / 4), their 16-byte
+// pieces of K and V at piece_dim(s, lane % 4), and with int8 pools the rows' scales (0 past the end),
+// which the chunk applies to the scores and probabilities in f32.
+template <int HD, typename T>
+struct Chunk {
+    static constexpr int ROWS = Pool<T>::ROWS, PIECES = HD / (4 * Pool<T>::DIMS);
+    uint4 k[ROWS][PIECES], v[ROWS][PIECES];
+    float ks[ROWS], vs[ROWS];
+};
+
+// Loads the chunk at key j straight into registers (keys at or past `end` read as zeros; a window's
+// range never reaches a block that left it).
+template <int HD, typename T>
+__device__ __forceinline__ void load_chunk(Chunk<HD, T>& c, const KvRows<T>& src, int j, int end) {
+    constexpr int W = Pool<T>::DIMS;
     const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
+    for (int r = 0; r < Chunk<HD, T>::ROWS; ++r) {
         const int key = j + 8 * r + g;
-        const bf16_t* p = pool + head_off + 8 * t;
-        // Keys below `end` are in the sequence's row (a window's range never reaches a block that
-        // left it).
-        if (key < end) {
-            p += w.slot(key) * row_stride;
+        const long long row = src.row(key, end);
+        if constexpr (IsInt8<T>::value) {
+            c.ks[r] = key < end ? src.k_scales[row / HD] : 0.0f;
+            c.vs[r] = key < end ? src.v_scales[row / HD] : 0.0f;
         }
 #pragma unroll
-        for (int s = 0; s < HD / 32; ++s) {
-            dst[r][s] = key < end ? *reinterpret_cast<const uint4*>(p + 32 * s)
-                                  : make_uint4(0u, 0u, 0u, 0u);
+        for (int s = 0; s < Chunk<HD, T>::PIECES; ++s) {
+            const long long at = row + piece_dim<W>(s, t);
+            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+            c.k[r][s] = key < end ? *reinterpret_cast<const uint4*>(src.k_cache + at) : zero;
+            c.v[r][s] = key < end ? *reinterpret_cast<const uint4*>(src.v_cache + at) : zero;
         }
     }
 }
-
-// The same pieces from an int8 pool, 8 bytes each, left as they are (widen_int8x8 makes them bf16
-// when the chunk uses them), and the rows' scales (0 past `end`), which the chunk applies to the
-// scores and probabilities in f32.
-template <int HD, int ROWS>
-__device__ __forceinline__ void load_rows(
-    uint2 (*dst)[HD / 32],     // [ROWS][HD / 32]
-    float* row_scale,          // [ROWS]
-    const signed char* pool,   // [num_blocks, block_size, num_kv_heads, HD]
-    const float* scales,       // [num_blocks, block_size, num_kv_heads]
-    Window w, int row_stride, int head_off, int j, int end) {
-    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        const int key = j + 8 * r + g;
-        row_scale[r] = 0.0f;
-        if (key >= end) {
-#pragma unroll
-            for (int s = 0; s < HD / 32; ++s) {
-                dst[r][s] = make_uint2(0u, 0u);
-            }
-            continue;
-        }
-        const long long row = w.slot(key) * row_stride + head_off;
-        const signed char* p = pool + row + 8 * t;
-        row_scale[r] = scales[row / HD];
-#pragma unroll
-        for (int s = 0; s < HD / 32; ++s) {
-            dst[r][s] = *reinterpret_cast<const uint2*>(p + 32 * s);
-        }
-    }
-}
-
-// A loaded piece as four bf16 pairs.
-__device__ __forceinline__ uint4 as_bf16(uint4 piece) { return piece; }
-__device__ __forceinline__ uint4 as_bf16(uint2 piece) { return widen_int8x8(piece); }
 
 // Multiplies each score column (key j + 8n + 2t + (i & 1)) by its key's row scale, which the lanes
 // with lane / 4 = that key's offset loaded (load_rows).
@@ -151,28 +172,32 @@ __device__ __forceinline__ void scale_columns(float (*sc)[4], const float* row_s
 // One chunk of 8 · ROWS keys for the warp: scores, online softmax, P·V. With int8 pools the keys'
 // and values' scales (ks, vs: the rows this lane loaded) scale the scores, and the probabilities
 // before P·V (the running sums stay unscaled).
-template <int HD, int ROWS, bool INT8, typename P>
+template <int HD, typename T>
 __device__ __forceinline__ void chunk(
     float (*o)[4], float* m, float* l,  // [HD / 8][4], [2], [2]: the warp's running state
     unsigned (*qa)[4],                  // [HD / 16][4]: permuted Q fragments
-    P (*kr)[HD / 32],                   // [ROWS][HD / 32]: the chunk's keys (load_rows)
-    P (*vr)[HD / 32],                   // [ROWS][HD / 32]: the chunk's values (load_rows)
-    const float* ks, const float* vs,   // [ROWS], [ROWS]: int8 row scales
+    const Chunk<HD, T>& c,              // the chunk's keys, values and int8 row scales
     float scale_log2, int j, int end) {
+    using P = Pool<T>;
+    constexpr bool INT8 = IsInt8<T>::value;
+    constexpr int W = P::DIMS, ROWS = P::ROWS, PIECES = HD / (4 * W), R = W / 2;
     const int t = threadIdx.x & 3;
     float sc[ROWS][4];
 #pragma unroll
     for (int n = 0; n < ROWS; ++n) {
         sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-        for (int s = 0; s < HD / 32; ++s) {
-            const uint4 k = as_bf16(kr[n][s]);
-            mma_bf16_16816(sc[n], qa[2 * s], k.x, k.y);
-            mma_bf16_16816(sc[n], qa[2 * s + 1], k.z, k.w);
+        for (int s = 0; s < PIECES; ++s) {
+            unsigned k[R];
+            P::pairs(c.k[n][s], k);
+#pragma unroll
+            for (int e = 0; e < R / 2; ++e) {
+                P::mma(sc[n], qa[(R / 2) * s + e], k[2 * e], k[2 * e + 1]);
+            }
         }
     }
     if constexpr (INT8) {
-        scale_columns<ROWS>(sc, ks);
+        scale_columns<ROWS>(sc, c.ks);
     }
 #pragma unroll
     for (int n = 0; n < ROWS; ++n) {
@@ -184,26 +209,27 @@ __device__ __forceinline__ void chunk(
     }
     online_softmax<ROWS, HD / 8>(sc, m, l, o, scale_log2);
     if constexpr (INT8) {
-        scale_columns<ROWS>(sc, vs);
+        scale_columns<ROWS>(sc, c.vs);
     }
     // Keys 16h .. 16h + 15 of the chunk: rows 2h and 2h + 1.
 #pragma unroll
     for (int h = 0; h < ROWS / 2; ++h) {
         const unsigned pa[4] = {
-            pack_bf16x2(sc[2 * h][0], sc[2 * h][1]),
-            pack_bf16x2(sc[2 * h][2], sc[2 * h][3]),
-            pack_bf16x2(sc[2 * h + 1][0], sc[2 * h + 1][1]),
-            pack_bf16x2(sc[2 * h + 1][2], sc[2 * h + 1][3]),
+            P::pack(sc[2 * h][0], sc[2 * h][1]),
+            P::pack(sc[2 * h][2], sc[2 * h][3]),
+            P::pack(sc[2 * h + 1][0], sc[2 * h + 1][1]),
+            P::pack(sc[2 * h + 1][2], sc[2 * h + 1][3]),
         };
-        // Output tile 4s + w covers dims 32s + 8(lane/4 / 2) + 2w + (lane/4 % 2) as its column lane/4.
+        // Output tile R·s + w covers dims piece_dim(s, (lane/4) / 2) + 2w + (lane/4 % 2) as its
+        // column lane/4.
 #pragma unroll
-        for (int s = 0; s < HD / 32; ++s) {
-            const uint4 a = as_bf16(vr[2 * h][s]), b = as_bf16(vr[2 * h + 1][s]);
-            const unsigned v0[4] = {a.x, a.y, a.z, a.w};
-            const unsigned v1[4] = {b.x, b.y, b.z, b.w};
+        for (int s = 0; s < PIECES; ++s) {
+            unsigned a[R], b[R];
+            P::pairs(c.v[2 * h][s], a);
+            P::pairs(c.v[2 * h + 1][s], b);
 #pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                mma_bf16_16816(o[4 * s + w], pa, movmatrix_trans(v0[w]), movmatrix_trans(v1[w]));
+            for (int w = 0; w < R; ++w) {
+                P::mma(o[R * s + w], pa, movmatrix_trans(a[w]), movmatrix_trans(b[w]));
             }
         }
     }
@@ -211,7 +237,7 @@ __device__ __forceinline__ void chunk(
 
 // Writes the warp's state to shared memory: output rows (unnormalized, natural dim order), max (in
 // the log2 domain), sum.
-template <int HD>
+template <int HD, int W>
 __device__ __forceinline__ void stash(
     float (*o_s)[HD],    // [16][HD], shared: this warp's slot
     float (*ml_s)[2],    // [16][2], shared: this warp's slot
@@ -226,10 +252,133 @@ __device__ __forceinline__ void stash(
         }
 #pragma unroll
         for (int ot = 0; ot < HD / 8; ++ot) {
-            const int d = (ot >> 2) * 32 + 8 * t + 2 * (ot & 3);
+            const int d = piece_dim<W>(ot / (W / 2), t) + 2 * (ot % (W / 2));
             o_s[g + 8 * r][d] = o[ot][2 * r];
             o_s[g + 8 * r][d + 1] = o[ot][2 * r + 1];
         }
+    }
+}
+
+// One warp's chunk in shared memory: each lane's pieces (and with int8 pools its rows' scales) at
+// [..][lane], so a lane reads back what it copied and the warp's 16-byte reads fall on distinct banks.
+template <int HD, typename T>
+struct Stage {
+    static constexpr int ROWS = Pool<T>::ROWS, PIECES = HD / (4 * Pool<T>::DIMS);
+    uint4 k[ROWS][PIECES][32], v[ROWS][PIECES][32];
+    float ks[ROWS][32], vs[ROWS][32];
+};
+
+// Starts the async copies of the chunk at key j into `st` (keys at or past `end` zero-filled: zero
+// pieces, zero scales), as one commit group.
+template <int HD, typename T>
+__device__ __forceinline__ void stage_chunk(Stage<HD, T>& st, const KvRows<T>& src, int j, int end) {
+    constexpr int W = Pool<T>::DIMS;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < Stage<HD, T>::ROWS; ++r) {
+        const int key = j + 8 * r + g;
+        const long long row = src.row(key, end);
+        const int bytes = key < end ? 16 : 0;
+#pragma unroll
+        for (int s = 0; s < Stage<HD, T>::PIECES; ++s) {
+            const long long at = row + piece_dim<W>(s, t);
+            cp_async_16(smem_addr(&st.k[r][s][lane]), src.k_cache + at, bytes);
+            cp_async_16(smem_addr(&st.v[r][s][lane]), src.v_cache + at, bytes);
+        }
+        if constexpr (IsInt8<T>::value) {
+            cp_async_4(smem_addr(&st.ks[r][lane]), src.k_scales + row / HD, bytes / 4);
+            cp_async_4(smem_addr(&st.vs[r][lane]), src.v_scales + row / HD, bytes / 4);
+        }
+    }
+    cp_async_commit();
+}
+
+// The warp's chunks through a ring of S stages in shared memory: S - 1 chunks' copies in flight
+// while one computes, with no registers held for them.
+template <int HD, typename T, int S>
+__device__ __forceinline__ void run_chunks_staged(
+    Stage<HD, T>* ring,  // [S]: this warp's stages
+    float (*o)[4], float* m, float* l, unsigned (*qa)[4], const KvRows<T>& src, int first, int end,
+    float scale_log2) {
+    constexpr int STEP = WARPS * 8 * Pool<T>::ROWS;
+    const int lane = threadIdx.x & 31;
+    const int n = first < end ? (end - first + STEP - 1) / STEP : 0;
+#pragma unroll
+    for (int c = 0; c < S - 1; ++c) {
+        if (c < n) {
+            stage_chunk<HD, T>(ring[c], src, first + c * STEP, end);
+        } else {
+            cp_async_commit();
+        }
+    }
+    for (int c = 0; c < n; ++c) {
+        const int ahead = c + S - 1;
+        if (ahead < n) {
+            stage_chunk<HD, T>(ring[ahead % S], src, first + ahead * STEP, end);
+        } else {
+            cp_async_commit();
+        }
+        cp_async_wait<S - 1>();
+        const Stage<HD, T>& st = ring[c % S];
+        Chunk<HD, T> regs;
+#pragma unroll
+        for (int r = 0; r < Chunk<HD, T>::ROWS; ++r) {
+#pragma unroll
+            for (int s = 0; s < Chunk<HD, T>::PIECES; ++s) {
+                regs.k[r][s] = st.k[r][s][lane];
+                regs.v[r][s] = st.v[r][s][lane];
+            }
+            regs.ks[r] = st.ks[r][lane];
+            regs.vs[r] = st.vs[r][lane];
+        }
+        chunk<HD, T>(o, m, l, qa, regs, scale_log2, first + c * STEP, end);
+    }
+}
+
+// The stages a warp's ring holds for a pool type: int8 pools stream through shared memory; bf16
+// ones load straight into registers (0).
+template <typename T>
+__host__ __device__ constexpr int ring_stages() {
+    return IsInt8<T>::value ? INT8_RING_STAGES : 0;
+}
+
+// The warp's chunks with two in registers: the next one's loads are in flight while this one
+// computes (bf16 pools at head_dim 128 without sink windows, whose 2 blocks an SM then hold 16 KiB
+// of loads a warp).
+template <int HD, typename T>
+__device__ __forceinline__ void run_chunks_double(
+    float (*o)[4], float* m, float* l, unsigned (*qa)[4], const KvRows<T>& src, int first, int end,
+    float scale_log2) {
+    constexpr int STEP = WARPS * 8 * Pool<T>::ROWS;
+    Chunk<HD, T> c[2];
+    if (first < end) {
+        load_chunk<HD, T>(c[0], src, first, end);
+    }
+    for (int j = first; j < end; j += 2 * STEP) {
+        if (j + STEP < end) {
+            load_chunk<HD, T>(c[1], src, j + STEP, end);
+        }
+        chunk<HD, T>(o, m, l, qa, c[0], scale_log2, j, end);
+        if (j + STEP >= end) {
+            break;
+        }
+        if (j + 2 * STEP < end) {
+            load_chunk<HD, T>(c[0], src, j + 2 * STEP, end);
+        }
+        chunk<HD, T>(o, m, l, qa, c[1], scale_log2, j + STEP, end);
+    }
+}
+
+// The warp's chunks one at a time, loaded straight into registers.
+template <int HD, typename T>
+__device__ __forceinline__ void run_chunks(
+    float (*o)[4], float* m, float* l, unsigned (*qa)[4], const KvRows<T>& src, int first, int end,
+    float scale_log2) {
+    constexpr int STEP = WARPS * 8 * Pool<T>::ROWS;
+    for (int j = first; j < end; j += STEP) {
+        Chunk<HD, T> c;
+        load_chunk<HD, T>(c, src, j, end);
+        chunk<HD, T>(o, m, l, qa, c, scale_log2, j, end);
     }
 }
 
@@ -248,11 +397,19 @@ __device__ void decode(
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale, int sink_part, int split_base, int splits) {
-    __shared__ float o_s[WARPS][MAX_GROUP][HD];
+    constexpr int S = ring_stages<T>();
+    // With a ring, the warps' stages fill the dynamic shared memory, and the warps' rows for the
+    // block's merge reuse it once every warp is done with the stages.
+    extern __shared__ uint4 dynamic_smem[];
     __shared__ float ml_s[WARPS][MAX_GROUP][2];
+    float (*o_s)[MAX_GROUP][HD] = reinterpret_cast<float (*)[MAX_GROUP][HD]>(dynamic_smem);
+    if constexpr (S == 0) {
+        __shared__ float o_static[WARPS][MAX_GROUP][HD];
+        o_s = o_static;
+    }
     allow_next_grid();  // the merge, or the output product, may start
     wait_for_previous_grid();  // q and the new keys come from the kernel before
-    const int sp = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+    const int kvh = blockIdx.x, sp = blockIdx.y, s = blockIdx.z;
     const int warp = threadIdx.x >> 5, group = num_heads / num_kv_heads;
     Window win{block_table + (long long)s * max_blocks_per_seq, block_size, 0, 0};
     // The keys this launch reads: all of them; or under a sink window, the window (sink_part 0)
@@ -270,28 +427,28 @@ __device__ void decode(
         }
     }
     const int begin = lo + sp * split_len, end = min(hi, begin + split_len);
-    const int row_stride = num_kv_heads * HD, head_off = kvh * HD;
     const long long token = query_start_loc[s];
 
     unsigned qa[HD / 16][4];
-    load_q_permuted<HD>(qa, q + (token * num_heads + kvh * group) * HD, group);
+    load_q_permuted<HD, T>(qa, q + (token * num_heads + kvh * group) * HD, group);
     float o[HD / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < HD / 8; ++i) {
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     }
     const float scale_log2 = scale * 1.4426950408889634f;
-    constexpr bool INT8 = IsInt8<T>::value;
-    constexpr int ROWS = ChunkRows<T>::value, CHUNK = 8 * ROWS;
-    using Piece = typename LoadPiece<T>::type;
-    for (int j = begin + warp * CHUNK; j < end; j += WARPS * CHUNK) {
-        Piece kr[ROWS][HD / 32], vr[ROWS][HD / 32];
-        float ks[ROWS], vs[ROWS];
-        load_rows<HD, ROWS>(kr, ks, k_cache, k_scales, win, row_stride, head_off, j, end);
-        load_rows<HD, ROWS>(vr, vs, v_cache, v_scales, win, row_stride, head_off, j, end);
-        chunk<HD, ROWS, INT8>(o, m, l, qa, kr, vr, ks, vs, scale_log2, j, end);
+    const int first = begin + warp * 8 * Pool<T>::ROWS;
+    const KvRows<T> src{k_cache, v_cache, k_scales, v_scales, win, num_kv_heads * HD, kvh * HD};
+    if constexpr (S > 0) {
+        Stage<HD, T>* ring = reinterpret_cast<Stage<HD, T>*>(dynamic_smem) + warp * S;
+        run_chunks_staged<HD, T, S>(ring, o, m, l, qa, src, first, end, scale_log2);
+        __syncthreads();  // every warp's stages are read before the merge's rows overwrite them
+    } else if constexpr (HD == 128 && !WINDOWED) {
+        run_chunks_double<HD, T>(o, m, l, qa, src, first, end, scale_log2);
+    } else {
+        run_chunks<HD, T>(o, m, l, qa, src, first, end, scale_log2);
     }
-    stash<HD>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
+    stash<HD, Pool<T>::DIMS>(o_s[warp], ml_s[warp], o, m, l, scale_log2);
     __syncthreads();
     for (int e = threadIdx.x; e < group * HD; e += blockDim.x) {
         const int row = e / HD, d = e % HD;
@@ -315,13 +472,13 @@ __device__ void decode(
     }
 }
 
-// Entry points: grid (splits, num_kv_heads, num_seqs), 128 threads; split_len a multiple of 64 (bf16
+// Entry points: grid (num_kv_heads, splits, num_seqs), 128 threads; split_len a multiple of 64 (bf16
 // pools) or 128 (int8: one step of the block's warps) keeps every warp busy;
 // at most 16 query heads per KV head. The `_windowed` ones take sequences that may stream through
 // sink windows, in two launches into one set of splits: the window (q, sink_part 0, splits
 // [0, n)), then the sinks (q_sinks, sink_part 1, split n); `splits` counts both. At head_dim 128
-// the int8 and windowed variants' registers do not fit the 3-blocks-per-SM budget without
-// spilling: 2 there.
+// every variant runs 2 blocks an SM: the bf16 one's two chunks in registers, the windowed ones'
+// registers, and the int8 ones' rings (dynamic shared memory, sized by the host) do not fit 3.
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]: one row per sequence
     const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 64]
@@ -333,10 +490,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<64, bf16_t, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
+    decode<64, bf16_t, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.y);
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd128(
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_bf16_hd128(
     const float* q,                   // [num_tokens, num_heads, 128]: one row per sequence
     const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 128]
     const bf16_t* v_cache,             // [num_blocks, block_size, num_kv_heads, 128]
@@ -347,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_bf16_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<128, bf16_t, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
+    decode<128, bf16_t, false>(q, k_cache, v_cache, nullptr, nullptr, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.y);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_windowed_bf16_hd64(
@@ -393,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_int8_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<64, signed char, false>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
+    decode<64, signed char, false>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.y);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_int8_hd128(
@@ -409,7 +566,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, 2) flash_decode_int8_hd
     float* part_ml,                   // [num_seqs, splits, num_heads, 2]
     int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq, int split_len,
     float scale) {
-    decode<128, signed char, false>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.x);
+    decode<128, signed char, false>(q, k_cache, v_cache, k_scales, v_scales, query_start_loc, seq_lens, block_table, nullptr, part_o, part_ml, num_heads, num_kv_heads, block_size, max_blocks_per_seq, split_len, scale, 0, 0, (int)gridDim.y);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) flash_decode_windowed_int8_hd64(

@@ -390,8 +390,8 @@ pub(super) fn decode(
     };
     let stream = &be.dev.stream;
     let mut a = PdlArgs::new();
-    a.buf(&*part_o, stream)
-        .buf(&*part_ml, stream)
+    a.buf(part_o, stream)
+        .buf(part_ml, stream)
         .buf(meta.query_start_loc, stream)
         .buf(out, stream);
     for i in [total, shape.num_heads, shape.head_dim] {
@@ -451,7 +451,20 @@ struct WindowPart {
     splits: usize,
 }
 
-/// The decode kernel: each (split, KV head, sequence) block writes its normalized rows of `part_o`
+/// Dynamic shared memory of a decode block: with int8 pools, its four warps' rings of
+/// [`INT8_RING_STAGES`] stages (`Stage` in `kernels/cuda/flash_decode.cu`: a chunk's K and V
+/// pieces, `head_dim · 64` bytes, and the two scales of its 32 key rows); none with bf16 pools.
+fn decode_ring_bytes(int8: bool, head_dim: usize) -> usize {
+    match int8 {
+        true => INT8_RING_STAGES * 4 * (head_dim * 64 + 2 * 4 * 32 * 4),
+        false => 0,
+    }
+}
+
+/// Stages of an int8 decode warp's ring (`INT8_RING_STAGES` in `kernels/cuda/flash_decode.cu`).
+const INT8_RING_STAGES: usize = 3;
+
+/// The decode kernel: each (KV head, split, sequence) block writes its normalized rows of `part_o`
 /// and their (max, sum) pairs.
 fn launch_decode(
     be: &CudaBackend,
@@ -459,7 +472,7 @@ fn launch_decode(
     meta: &PagedAttnMeta<'_, CudaBackend>,
     shape: AttnShape,
     launch: DecodeLaunch,
-    (part_o, part_ml): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
 ) -> Result<()> {
     let kind = match launch.part {
         Some(_) => "_windowed",
@@ -470,14 +483,23 @@ fn launch_decode(
         pools::shared_dtype(kc, vc)?,
         shape.head_dim
     );
+    let dtype = pools::shared_dtype(kc, vc)?;
+    let f = be.kernels.get(&name)?;
+    let smem = decode_ring_bytes(dtype == "int8", shape.head_dim);
+    if smem > 0 {
+        f.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
+            .map_err(cuda_err)?;
+    }
     let cfg = LaunchConfig {
+        // The KV heads fastest: the blocks reading one range of keys for all of a sequence's heads
+        // run together, and those heads' rows lie side by side in the pool.
         grid_dim: (
-            launch.splits as u32,
             shape.num_kv_heads as u32,
+            launch.splits as u32,
             meta.num_seqs as u32,
         ),
         block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: smem as u32,
     };
     let ints = [
         shape.num_heads,
@@ -507,7 +529,6 @@ fn launch_decode(
             .int(p.split_base as i32)
             .int(p.splits as i32);
     }
-    let f = be.kernels.get(&name)?;
     // SAFETY: arguments match the kernel's signature; the partial buffers hold
     // num_seqs · splits · num_heads rows (with one split, `part_o` is the output, which holds
     // num_seqs · num_heads rows); the caller checked the other sizes; every thread waits for the

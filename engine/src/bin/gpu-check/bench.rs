@@ -166,6 +166,42 @@ pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
 /// Prints the kernel timings, then (with `end_to_end_too`) the end-to-end ones.
 pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()> {
     prefill_timings(gpu, rng)?;
+    decode_attention_timings(gpu, rng)?;
+    int8_prefill_timings(gpu, rng)?;
+    int8_decode_timings(gpu, rng)?;
+    decode_split_timings(gpu, rng)?;
+    crate::products::run(gpu, rng)?;
+    pick_timings(gpu, rng)?;
+    match end_to_end_too {
+        true => end_to_end(rng),
+        false => Ok(()),
+    }
+}
+
+/// Decode alone (`DOCQA_BENCH_DECODE=1`): the attention kernel over bf16 and int8 pools and under
+/// the split targets, then decode end to end at batch 1 and 8 (CUDA graphs on) of random models of
+/// SmolLM2-135M's and Llama-3.2-1B's shapes.
+pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    decode_attention_timings(gpu, rng)?;
+    int8_decode_timings(gpu, rng)?;
+    decode_split_timings(gpu, rng)?;
+    for shape in [SMOLLM2, LLAMA32_1B] {
+        let dir = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
+        write_llama(dir.path(), shape, rng)?;
+        let model = Llama::load(CudaBackend::new(0)?, dir.path())?;
+        println!(
+            "bench: decode end to end, random {}-shaped model, bf16 weights, bf16 KV",
+            shape.name
+        );
+        for seqs in [1, 8] {
+            decode::report(&model, rng, seqs, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// Decode attention of 8 sequences over bf16 pools (Llama-3.1-8B's heads) at contexts of 4K to 128K.
+fn decode_attention_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     println!(
         "bench: paged_attention decode, 8 sequences, 1 new token each, bf16 KV, head_dim 128, 32/8 heads"
     );
@@ -177,14 +213,7 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
             bytes / ms * 1e-9
         );
     }
-    int8_timings(gpu, rng)?;
-    decode_split_timings(gpu, rng)?;
-    crate::products::run(gpu, rng)?;
-    pick_timings(gpu, rng)?;
-    match end_to_end_too {
-        true => end_to_end(rng),
-        false => Ok(()),
-    }
+    Ok(())
 }
 
 /// Decode at real models' shapes (`DOCQA_BENCH_SHAPES=llama-3.1-8b,qwen2.5-7b`): each shape written by
@@ -274,10 +303,9 @@ pub fn profile_prefill(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
-/// The tensor-core kernels over int8 pools (dequantised to bf16 as they load): prefill TFLOP/s and
-/// decode bandwidth, the bytes counting each int8 element and each (slot, head) scale once.
-fn int8_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    println!("bench: paged_attention over int8 KV pools, head_dim 128, 32/8 heads");
+/// Prefill attention over int8 pools (dequantised to bf16 as they load), TFLOP/s.
+fn int8_prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    println!("bench: paged_attention prefill over int8 KV pools, head_dim 128, 32/8 heads");
     for n in [4096, 16384] {
         let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, 128), (KvDtype::Int8, 5))?;
         let flops = 4.0 * 32.0 * 128.0 * (n as f64) * (n as f64 + 1.0) / 2.0;
@@ -286,6 +314,13 @@ fn int8_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
             flops / ms * 1e-9
         );
     }
+    Ok(())
+}
+
+/// Decode attention of 8 sequences over int8 pools, the bytes counting each int8 element and each
+/// (slot, head) scale once.
+fn int8_decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    println!("bench: paged_attention decode over int8 KV pools, head_dim 128, 32/8 heads");
     for ctx in [32768, 131072] {
         let ms = paged_ms(gpu, rng, (8, 1, ctx), (32, 8, 128), (KvDtype::Int8, 11))?;
         let bytes = 8.0 * ctx as f64 * 8.0 * (128.0 + 4.0) * 2.0;

@@ -11,7 +11,8 @@
 //! `DOCQA_BENCH_TP=llama-3.1-8b,...` prefill and decode whole against split over the GPUs and NCCL's sum;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
-//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
+//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone),
+//! `DOCQA_BENCH_DECODE=1` decode alone (the attention kernel, then end to end at two shapes), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
 //! runs one prefill and one decode step of a random model of that shape under
 //! cuProfilerStart/Stop (for ncu). Exit status 0 when every check passes, 1 when one fails, 2 when
 //! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
@@ -89,6 +90,10 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     }
     if std::env::var_os("DOCQA_PROFILE_PREFILL").is_some() {
         bench::profile_prefill(&pair.gpu, &mut rng)?;
+        return Ok(true);
+    }
+    if std::env::var_os("DOCQA_BENCH_DECODE").is_some() {
+        bench::decode_timings(&pair.gpu, &mut rng)?;
         return Ok(true);
     }
     if std::env::var_os("DOCQA_BENCH_PREFILL").is_some() {
