@@ -18,13 +18,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use docqa_engine::backend::cpu::CpuBackend;
+use docqa_engine::backend::{KvDtype, KvShape};
 use docqa_engine::kv::manager::SinkWindow;
-use docqa_engine::models::llama::Llama;
+use docqa_engine::models::llama::{Llama, WorkspaceSize};
 use docqa_engine::models::split::load_ranks;
+use docqa_engine::models::{Batch, KvPool, LogitsMode, SeqInput};
 use docqa_engine::parallel::{Collective, ThreadGroup};
 use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{
-    EngineConfig, EngineCore, GenerateRequest, GenerationEvent, KvBudget, Usage,
+    EngineConfig, EngineCore, EngineHandle, GenerateRequest, GenerationEvent, KvBudget, Usage,
 };
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 use docqa_engine::weights::Weights;
@@ -167,6 +169,68 @@ fn a_split_the_heads_do_not_divide_fails_on_every_rank_with_the_reason() {
     }
 }
 
+/// One forward pass of a 20-token prompt in blocks 0 and 1 of a pool of `pool_blocks` 16-token blocks:
+/// the error it ended with, or "ran".
+fn one_pass(model: &Llama<CpuBackend>, pool_blocks: usize) -> String {
+    let shape = KvShape {
+        num_blocks: pool_blocks,
+        block_size: 16,
+        num_kv_heads: model.part_config().num_key_value_heads,
+        head_dim: model.config.head_dim,
+        dtype: KvDtype::F32,
+    };
+    let mut kv = KvPool::new(&model.backend, model.config.num_hidden_layers, shape).expect("pool");
+    let size = WorkspaceSize {
+        max_num_batched_tokens: 32,
+        max_num_seqs: 1,
+        max_blocks_per_seq: 2,
+        max_logit_rows: 1,
+    };
+    let mut ws = model.workspace(size).expect("workspace");
+    let tokens: Vec<u32> = (1..=20).collect();
+    let seq = SeqInput {
+        tokens: &tokens,
+        num_computed_tokens: 0,
+        blocks: &[0, 1],
+        sink_window: None,
+    };
+    let batch = Batch::build(&[seq], 16, LogitsMode::LastPerSequence).expect("batch");
+    match model.forward(&batch, &mut kv, &mut ws) {
+        Ok(_) => "ran".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_rank_whose_pass_fails_stops_the_group_and_the_other_ranks_fail_with_its_reason() {
+    // Rank 1's pool holds one block, so the batch's block 1 fails its pass before the first
+    // collective; rank 0 is then waiting in the sum after the embedding. A group that did
+    // not stop would leave it there, so the test gives up after a minute rather than hang.
+    let dir = golden().join("llama3");
+    let (sender, results) = std::sync::mpsc::channel();
+    for rank in ThreadGroup::new(2) {
+        let (dir, sender) = (dir.clone(), sender.clone());
+        std::thread::spawn(move || {
+            let r = rank.shard().rank;
+            let group: Arc<dyn Collective<CpuBackend>> = Arc::new(rank);
+            let model = Llama::load_part(CpuBackend::new(), &dir, None, Some(group)).expect("part");
+            let _ = sender.send((r, one_pass(&model, if r == 1 { 1 } else { 4 })));
+        });
+    }
+    let mut errors = vec![String::new(); 2];
+    for _ in 0..2 {
+        let wait = std::time::Duration::from_secs(60);
+        let (rank, error) = results.recv_timeout(wait).expect("every rank's pass ends");
+        errors[rank] = error;
+    }
+    assert!(errors[1].contains("block"), "rank 1: {}", errors[1]);
+    assert!(
+        errors[0].contains("tensor-parallel group has stopped: rank 1 failed"),
+        "rank 0: {}",
+        errors[0]
+    );
+}
+
 /// Every request's tokens and usage, run together to the end.
 fn serve(
     core: &mut EngineCore<CpuBackend>,
@@ -258,6 +322,47 @@ fn an_engine_over_three_ranks_serves_what_the_whole_model_serves_sink_windows_in
         again[0].1.cached_prompt_tokens,
         prompts[0].len()
     );
+}
+
+#[test]
+fn an_engine_whose_group_stopped_fails_the_request_with_the_reason_and_stops() {
+    let dir = &common::models().generator;
+    let tokenizer = TextTokenizer::from_model_dir(dir).expect("tokenizer");
+    let cfg = EngineConfig {
+        kv_cache: KvBudget::Bytes(16 << 20),
+        max_num_batched_tokens: 64,
+        ..EngineConfig::default()
+    };
+    let backends = vec![CpuBackend::new(), CpuBackend::new(), CpuBackend::new()];
+    let ranks = load_ranks(backends, dir, None).expect("ranks");
+    // As if rank 1 had failed in an earlier pass.
+    ranks[1].stop_group("rank 1 failed: device lost");
+    let core = EngineCore::with_ranks(ranks, tokenizer, &cfg).expect("engine");
+    let engine = EngineHandle::spawn(core, None).expect("engine thread");
+    let params = SamplingParams {
+        max_tokens: 4,
+        ..SamplingParams::default()
+    };
+    let mut stream = engine
+        .generate_blocking(GenerateRequest::new(vec![1, 2, 3, 4, 5], params))
+        .expect("admitted");
+    let mut failed = None;
+    while let Some(event) = stream.blocking_next() {
+        if let GenerationEvent::Failed { message } = event {
+            failed = Some(message);
+        }
+    }
+    let message = failed.expect("the request fails");
+    assert!(message.contains("rank 1 failed: device lost"), "{message}");
+    // The engine thread ends: readiness reports it, and a new request is refused at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while engine.is_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!engine.is_running(), "the engine thread still runs");
+    let again =
+        engine.generate_blocking(GenerateRequest::new(vec![1, 2], SamplingParams::default()));
+    assert!(again.is_err(), "a request after the stop is refused");
 }
 
 #[test]

@@ -125,11 +125,6 @@ impl<B: Backend> Llama<B> {
         &self.part
     }
 
-    /// This rank's place in its tensor-parallel group.
-    pub fn shard(&self) -> Shard {
-        self.group.as_ref().map_or(Shard::WHOLE, |g| g.shard())
-    }
-
     /// Lets attention span `max_context` tokens with positions encoded by `scaling` (linear interpolation,
     /// NTK-aware dynamic scaling, YaRN, or plain RoPE to extrapolate), for experiments past the trained
     /// context; `config.max_position_embeddings` stays the trained context the scalings refer to.
@@ -150,12 +145,44 @@ impl<B: Backend> Llama<B> {
         LlamaWorkspace::new(&self.backend, &self.part, size, group)
     }
 
+    /// This rank's place in its tensor-parallel group.
+    pub fn shard(&self) -> Shard {
+        self.group.as_ref().map_or(Shard::WHOLE, |g| g.shard())
+    }
+
+    /// Stops this rank's tensor-parallel group (nothing for a whole model): the other ranks' passes
+    /// fail with `why` instead of waiting for this one.
+    pub fn stop_group(&self, why: &str) {
+        if let Some(group) = &self.group {
+            group.abort(why);
+        }
+    }
+
+    /// Why this rank's tensor-parallel group stopped, once it has (never for a whole model).
+    pub fn group_stopped(&self) -> Option<String> {
+        self.group.as_ref().and_then(|g| g.stopped())
+    }
+
     /// Runs one forward pass: writes the new tokens' K/V into `kv` and leaves `rows × vocab` logits in
     /// `ws.logits`, one row per position the batch's [`crate::models::LogitsMode`] selects. Returns `rows`.
     ///
     /// On a backend that records graphs, a decode step (one token per sequence, dense attention, fixed
-    /// RoPE) replays a recorded graph when one fits (see [`crate::models::graphs`]).
+    /// RoPE) replays a recorded graph when one fits (see [`crate::models::graphs`]). A rank of a
+    /// tensor-parallel group whose pass fails stops the group, so the others fail too, not wait.
     pub fn forward(
+        &self,
+        batch: &Batch,
+        kv: &mut KvPool<B>,
+        ws: &mut LlamaWorkspace<B>,
+    ) -> Result<usize> {
+        let rows = self.forward_pass(batch, kv, ws);
+        if let Err(e) = &rows {
+            self.stop_group(&format!("rank {} failed: {e}", self.shard().rank));
+        }
+        rows
+    }
+
+    fn forward_pass(
         &self,
         batch: &Batch,
         kv: &mut KvPool<B>,

@@ -9,7 +9,8 @@ use crate::error::Result;
 /// One rank's end of a group of ranks that run the same forward pass on their parts of a model.
 ///
 /// Every rank calls the same collectives in the same order; a call returns (or, on a device, is
-/// ordered on the rank's stream) once every rank has contributed.
+/// ordered on the rank's stream) once every rank has contributed. A rank that cannot go on stops the
+/// group ([`Collective::abort`]) instead of leaving the others waiting for it.
 pub trait Collective<B: Backend>: Send + Sync {
     /// This rank and the size of its group.
     fn shard(&self) -> Shard;
@@ -28,4 +29,16 @@ pub trait Collective<B: Backend>: Send + Sync {
         stacked: &mut B::Buf,
         out: &mut B::Buf,
     ) -> Result<()>;
+
+    /// Stops the whole group for good: every rank's collective that is waiting, and every later
+    /// one, fails with an error that gives `why` (the first reason given wins).
+    fn abort(&self, why: &str);
+
+    /// Why the group stopped, once it has.
+    fn stopped(&self) -> Option<String>;
+}
+
+/// The error a collective of a stopped group fails with.
+pub(crate) fn stopped(why: &str) -> crate::error::EngineError {
+    crate::error::EngineError::Internal(format!("the tensor-parallel group has stopped: {why}"))
 }

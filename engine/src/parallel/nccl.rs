@@ -3,16 +3,20 @@
 //! the rank's kernels and can be recorded into its graphs. The residual stream is summed in place; the
 //! LM head's vocabulary parts are gathered, then placed side by side with one 2-D copy a rank.
 //!
+//! A rank that stops the group aborts every rank's communicator, which ends the collectives the
+//! others wait in; later ones fail at once with the reason.
+//!
 //! NCCL is loaded when a group is made (`libnccl.so.2`, from NVIDIA's NCCL packages or the
 //! `nvidia-nccl` wheel); without it the group fails and names the library. NVLink multicast stays off
 //! ([`keep_nvlink_multicast_off`]).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys::{CUDA_MEMCPY2D, CUmemorytype, cuMemcpy2DAsync_v2};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nccl::{Comm, ReduceOp};
 
+use super::collective::stopped;
 use super::{Collective, Grouped, Shard};
 use crate::backend::cuda::{CudaBackend, check_len, cuda_err};
 use crate::error::{EngineError, Result};
@@ -45,7 +49,14 @@ unsafe impl Send for RankComm {}
 /// One rank's end of an NCCL group (see the module header).
 pub struct NcclGroup {
     shard: Shard,
-    comm: Mutex<RankComm>,
+    comms: Arc<GroupComms>,
+}
+
+/// Every rank's communicator (None once the group has stopped: dropping a communicator aborts it,
+/// which ends the collectives its peers wait in), and why the group stopped.
+struct GroupComms {
+    ranks: Vec<Mutex<Option<RankComm>>>,
+    stopped: Mutex<Option<String>>,
 }
 
 impl NcclGroup {
@@ -65,18 +76,32 @@ impl NcclGroup {
         let streams = backends.iter().map(|b| b.stream().clone()).collect();
         let comms = Comm::from_devices(streams).map_err(nccl_err)?;
         let world = comms.len();
-        Ok(comms
-            .into_iter()
-            .enumerate()
-            .map(|(rank, comm)| NcclGroup {
+        let shared = Arc::new(GroupComms {
+            ranks: comms
+                .into_iter()
+                .map(|c| Mutex::new(Some(RankComm(c))))
+                .collect(),
+            stopped: Mutex::new(None),
+        });
+        Ok((0..world)
+            .map(|rank| NcclGroup {
                 shard: Shard { rank, world },
-                comm: Mutex::new(RankComm(comm)),
+                comms: Arc::clone(&shared),
             })
             .collect())
     }
 
-    fn comm(&self) -> std::sync::MutexGuard<'_, RankComm> {
-        self.comm.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` with this rank's communicator, or fails with the reason the group stopped.
+    fn with_comm<T>(&self, f: impl FnOnce(&Comm) -> T) -> Result<T> {
+        let comm = lock(&self.comms.ranks[self.shard.rank]);
+        match comm.as_ref() {
+            Some(RankComm(c)) => Ok(f(c)),
+            None => Err(stopped(
+                lock(&self.comms.stopped)
+                    .as_deref()
+                    .unwrap_or("a rank failed"),
+            )),
+        }
     }
 }
 
@@ -87,6 +112,10 @@ impl Grouped for CudaBackend {
             .map(|g| std::sync::Arc::new(g) as std::sync::Arc<dyn Collective<Self>>)
             .collect())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn nccl_err(e: impl std::fmt::Debug) -> EngineError {
@@ -100,10 +129,8 @@ impl Collective<CudaBackend> for NcclGroup {
 
     fn all_reduce_sum(&self, _: &CudaBackend, x: &mut CudaSlice<f32>, n: usize) -> Result<()> {
         check_len("all-reduce", x.len(), n)?;
-        let comm = self.comm();
-        let sum = comm
-            .0
-            .all_reduce_in_place(&mut x.slice_mut(..n), &ReduceOp::Sum);
+        let sum =
+            self.with_comm(|c| c.all_reduce_in_place(&mut x.slice_mut(..n), &ReduceOp::Sum))?;
         sum.map(drop).map_err(nccl_err)
     }
 
@@ -118,20 +145,30 @@ impl Collective<CudaBackend> for NcclGroup {
         let (n, world) = (rows * width, self.shard.world);
         check_len("all-gather part", part.len(), n)?;
         check_len("all-gather out", out.len(), world * n)?;
-        let comm = self.comm();
         if rows == 1 {
             // One row: the ranks' parts stacked are the row.
-            let gathered = comm
-                .0
-                .all_gather(&part.slice(..n), &mut out.slice_mut(..world * n));
+            let gathered = self
+                .with_comm(|c| c.all_gather(&part.slice(..n), &mut out.slice_mut(..world * n)))?;
             return gathered.map(drop).map_err(nccl_err);
         }
         check_len("all-gather stacked parts", stacked.len(), world * n)?;
-        let gathered = comm
-            .0
-            .all_gather(&part.slice(..n), &mut stacked.slice_mut(..world * n));
+        let gathered = self
+            .with_comm(|c| c.all_gather(&part.slice(..n), &mut stacked.slice_mut(..world * n)))?;
         gathered.map_err(nccl_err)?;
         place_columns(backend.stream(), stacked, (world, rows, width), out)
+    }
+
+    /// Records why, then aborts every rank's communicator (`ncclCommAbort`, by dropping it): the
+    /// collectives the other ranks' devices wait in end, and later ones fail at once.
+    fn abort(&self, why: &str) {
+        lock(&self.comms.stopped).get_or_insert_with(|| why.to_string());
+        for rank in &self.comms.ranks {
+            drop(lock(rank).take());
+        }
+    }
+
+    fn stopped(&self) -> Option<String> {
+        lock(&self.comms.stopped).clone()
     }
 }
 

@@ -55,6 +55,16 @@ pub struct EngineCore<B: Backend> {
     stats: EngineStats,
 }
 
+impl<B: Backend> Drop for EngineCore<B> {
+    /// An engine dropped while its thread unwinds from a panic may leave its other ranks inside a
+    /// collective of the pass it was running; stopping the group lets them go before they are joined.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.model.stop_group("rank 0 panicked");
+        }
+    }
+}
+
 impl<B: Backend> EngineCore<B> {
     /// An engine over `model`, with a KV cache sized by `cfg.kv_cache` (after the workspace, so a
     /// budget by device share counts it).
@@ -298,6 +308,12 @@ impl<B: Backend> EngineCore<B> {
             return Ok(None);
         }
         self.finish(id, FinishReason::Cancelled).map(Some)
+    }
+
+    /// Why the engine's tensor-parallel group stopped (a rank's pass failed), once it has: every
+    /// later step would fail, so the engine should stop.
+    pub fn group_stopped(&self) -> Option<String> {
+        self.model.group_stopped()
     }
 
     /// Run one step; returns each request's events of this step, in batch order. Each step logs where

@@ -314,6 +314,12 @@ fn run_engine<B: Backend>(
                 Ok(events) => deliver(&mut core, &mut streams, events),
                 Err(e) => fail_all(&mut core, &mut streams, &e),
             }
+            if let Some(why) = core.group_stopped() {
+                // Every later step would fail the same way: the thread ends, so the handles report
+                // the engine stopped (readiness fails) and new requests are refused at once.
+                tracing::error!(%why, "the tensor-parallel group has stopped; the engine stops");
+                return;
+            }
         }
         copies_pending = !core.has_work() && core.copies_pending();
         publish(&stats, &core);

@@ -111,10 +111,15 @@ fn follow<B: Backend>(
         }
     };
     for batch in inbox {
-        if report
-            .send(model.forward(&batch, &mut kv, &mut ws))
-            .is_err()
-        {
+        let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            model.forward(&batch, &mut kv, &mut ws)
+        }));
+        let pass = pass.unwrap_or_else(|_| {
+            let why = format!("rank {} panicked in a forward pass", model.shard().rank);
+            model.stop_group(&why);
+            Err(EngineError::Internal(why))
+        });
+        if report.send(pass).is_err() {
             return;
         }
     }

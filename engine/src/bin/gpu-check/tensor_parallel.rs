@@ -57,6 +57,7 @@ fn on_ranks<T: Send>(
 pub fn run(rng: &mut Rng, r: &mut Report) -> Result<()> {
     let world = visible_devices().min(2);
     collectives(world, rng, r)?;
+    stopped_group(world, r)?;
     families(world, r)?;
     if let Ok(shapes) = std::env::var("DOCQA_TP_SHAPES") {
         for shape in shapes.split(',').filter(|s| !s.is_empty()) {
@@ -100,6 +101,31 @@ fn collectives(world: usize, rng: &mut Rng, r: &mut Report) -> Result<()> {
         })?;
         let shape = format!("{world} ranks, {rows} rows of {width} a rank");
         r.check("nccl all-gather columns", &shape, &gathered[0], &want, 0.0);
+    }
+    Ok(())
+}
+
+/// A group its last rank stops (every communicator aborted): each rank's next sum fails, naming why.
+fn stopped_group(world: usize, r: &mut Report) -> Result<()> {
+    let ranks = group(world)?;
+    ranks[world - 1].1.abort("gpu-check stopped the group");
+    let errors = on_ranks(ranks, |b, g| {
+        let mut x = b.alloc(16)?;
+        Ok(g.all_reduce_sum(&b, &mut x, 16)
+            .err()
+            .map(|e| e.to_string()))
+    })?;
+    for (rank, e) in errors.iter().enumerate() {
+        let named = e
+            .as_deref()
+            .is_some_and(|e| e.contains("gpu-check stopped the group"));
+        let shape = format!("{world} ranks, rank {rank}");
+        r.note(
+            "nccl sum after the group stopped",
+            &shape,
+            "fails, naming why",
+            named,
+        );
     }
     Ok(())
 }
