@@ -1,6 +1,8 @@
 //! The tiered KV cache on the real SmolLM2 model and the CPU backend: a document pushed out of a small
 //! device pool comes back from host memory or disk with logits equal bit for bit to a cache that never
-//! lost it, survives a restart on disk, and a damaged file is recomputed rather than believed.
+//! lost it, survives a restart on disk, and a damaged file is recomputed rather than believed. The same
+//! holds over a tensor-parallel group of three ranks (a record joins the ranks' shares), and a disk
+//! tier written by the group is not taken for a whole model's.
 
 mod common;
 
@@ -10,6 +12,7 @@ use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
 use docqa_engine::kv::tiers::TierSettings;
 use docqa_engine::models::llama::Llama;
+use docqa_engine::models::split::load_ranks;
 use docqa_engine::sampling::SamplingParams;
 use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, KvBudget};
 use docqa_engine::text::{ChatMessage, TextTokenizer};
@@ -25,15 +28,29 @@ fn generator_dir() -> PathBuf {
 
 /// An engine whose device pool holds `blocks` KV blocks, with `tiers` behind it.
 fn engine(blocks: usize, tiers: &TierSettings) -> EngineCore<CpuBackend> {
+    engine_over(1, blocks, tiers)
+}
+
+/// An engine over SmolLM2 split over `world` ranks (whole for 1) whose pools hold `blocks` KV blocks
+/// each (a rank's block is its share of the KV heads), with `tiers` behind it.
+fn engine_over(world: usize, blocks: usize, tiers: &TierSettings) -> EngineCore<CpuBackend> {
     let dir = generator_dir();
-    let model = Llama::load(CpuBackend::new(), &dir).unwrap();
+    let ranks = match world {
+        1 => vec![Llama::load(CpuBackend::new(), &dir).unwrap()],
+        _ => load_ranks((0..world).map(|_| CpuBackend::new()).collect(), &dir, None).unwrap(),
+    };
     let tokenizer = TextTokenizer::from_model_dir(&dir).unwrap();
     let cfg = EngineConfig {
-        kv_cache: KvBudget::Bytes(blocks * BLOCK_BYTES),
+        kv_cache: KvBudget::Bytes(blocks * BLOCK_BYTES / world),
         ..EngineConfig::default()
     };
-    let mut core = EngineCore::new(model, tokenizer, &cfg).unwrap();
+    let mut core = EngineCore::with_ranks(ranks, tokenizer, &cfg).unwrap();
     assert_eq!(core.stats().total_blocks, blocks);
+    assert_eq!(
+        core.kv_block_bytes(),
+        BLOCK_BYTES,
+        "a record holds every rank's share"
+    );
     core.attach_tiers(tiers).unwrap();
     core
 }
@@ -106,7 +123,12 @@ fn run(core: &mut EngineCore<CpuBackend>, prompt: Vec<u32>) -> Outcome {
 
 /// The second question about document 0, asked after the first on a pool large enough to keep it.
 fn reference() -> Outcome {
-    let mut core = engine(256, &TierSettings::default());
+    reference_over(1)
+}
+
+/// [`reference`] on an engine over `world` ranks.
+fn reference_over(world: usize) -> Outcome {
+    let mut core = engine_over(world, 256, &TierSettings::default());
     ask(&mut core, 0, "What is discussed?");
     let second = ask(&mut core, 0, "Who speaks first?");
     assert!(second.cached >= 16 * 14, "the document came from the cache");
@@ -130,12 +152,23 @@ fn read_four_documents(core: &mut EngineCore<CpuBackend>) {
 
 #[test]
 fn a_document_pushed_out_to_host_memory_comes_back_with_bit_identical_logits() {
-    let expected = reference();
+    pushed_out_to_host_memory_and_back(1);
+}
+
+#[test]
+fn over_three_ranks_a_document_pushed_out_to_host_memory_comes_back_as_the_group_computed_it() {
+    pushed_out_to_host_memory_and_back(3);
+}
+
+/// A document pushed out of an engine over `world` ranks comes back from host memory with the logits
+/// of an engine over as many ranks that kept it.
+fn pushed_out_to_host_memory_and_back(world: usize) {
+    let expected = reference_over(world);
     let host = TierSettings {
         host_bytes: 256 << 20,
         ..TierSettings::default()
     };
-    let mut core = engine(48, &host);
+    let mut core = engine_over(world, 48, &host);
     read_four_documents(&mut core);
     let before = core.stats().tiers;
     assert!(
@@ -152,13 +185,19 @@ fn a_document_pushed_out_to_host_memory_comes_back_with_bit_identical_logits() {
 /// reference question on an engine started later on the same tiers; returns what it answered and how
 /// many blocks came back from disk.
 fn ask_after_a_restart(tiers: &TierSettings) -> (Outcome, u64) {
+    ask_after_a_restart_over((1, 1), tiers)
+}
+
+/// [`ask_after_a_restart`] with the first engine over `world.0` ranks and the later one over
+/// `world.1`.
+fn ask_after_a_restart_over(world: (usize, usize), tiers: &TierSettings) -> (Outcome, u64) {
     {
-        let mut core = engine(256, tiers);
+        let mut core = engine_over(world.0, 256, tiers);
         ask(&mut core, 0, "What is discussed?");
         assert!(core.persist_kv().unwrap() >= 14);
         assert!(core.stats().tiers.disk_blocks >= 14);
     }
-    let mut restarted = engine(256, tiers);
+    let mut restarted = engine_over(world.1, 256, tiers);
     let got = ask(&mut restarted, 0, "Who speaks first?");
     (got, restarted.stats().tiers.disk_hits)
 }
@@ -170,6 +209,26 @@ fn a_document_on_disk_is_found_by_an_engine_started_later_on_the_same_directory(
     let (got, disk_hits) = ask_after_a_restart(&disk_tier(dir.path(), 64 << 20));
     assert!(disk_hits >= 14, "{disk_hits} blocks from disk");
     assert_eq!(got, expected);
+}
+
+#[test]
+fn a_group_finds_its_own_blocks_on_disk_after_a_restart_and_a_whole_model_does_not_take_them() {
+    let expected = reference_over(3);
+    let dir = tempfile::tempdir().unwrap();
+    // Eight records in transit: the document's blocks come back from disk in batches.
+    let tiers = TierSettings {
+        transit_bytes: 8 * BLOCK_BYTES,
+        ..disk_tier(dir.path(), 0)
+    };
+    let (got, disk_hits) = ask_after_a_restart_over((3, 3), &tiers);
+    assert!(disk_hits >= 14, "{disk_hits} blocks from disk");
+    assert_eq!(got, expected);
+    // The same directory under a whole model: the group's records (its ranks' shares in turn) are not
+    // found, and the document is read again.
+    let mut whole = engine(256, &disk_tier(dir.path(), 0));
+    let answer = ask(&mut whole, 0, "Who speaks first?");
+    assert_eq!(whole.stats().tiers.disk_hits, 0);
+    assert_eq!(answer.cached, 0);
 }
 
 #[test]

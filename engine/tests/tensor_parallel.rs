@@ -21,6 +21,7 @@ use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::backend::{KvDtype, KvShape};
 use docqa_engine::kv::manager::SinkWindow;
 use docqa_engine::models::llama::{Llama, WorkspaceSize};
+use docqa_engine::models::perplexity::{PerplexityOptions, perplexity, perplexity_split};
 use docqa_engine::models::split::load_ranks;
 use docqa_engine::models::{Batch, KvPool, LogitsMode, SeqInput};
 use docqa_engine::parallel::{Collective, ThreadGroup};
@@ -363,6 +364,44 @@ fn an_engine_whose_group_stopped_fails_the_request_with_the_reason_and_stops() {
     let again =
         engine.generate_blocking(GenerateRequest::new(vec![1, 2], SamplingParams::default()));
     assert!(again.is_err(), "a request after the stop is refused");
+}
+
+#[test]
+fn perplexity_over_three_ranks_is_the_whole_models_dense_and_through_a_sink_window() {
+    let dir = f32_copy(&common::models().generator);
+    let tokenizer = TextTokenizer::from_model_dir(dir.path()).expect("tokenizer");
+    let text = common::fixture_text("qmsum_val.jsonl");
+    let mut tokens = tokenizer.encode(&text, false).expect("encode");
+    tokens.truncate(600);
+    let window = SinkWindow {
+        num_sink_tokens: 4,
+        window: 128,
+    };
+    for sink_window in [None, Some(window)] {
+        let opts = PerplexityOptions {
+            sink_window,
+            chunk: 96,
+            segment: 200,
+            kv_dtype: KvDtype::F32,
+        };
+        let whole = Llama::load(CpuBackend::new(), dir.path()).expect("whole model");
+        let want = perplexity(&whole, &tokens, &opts).expect("whole");
+        let backends = vec![CpuBackend::new(), CpuBackend::new(), CpuBackend::new()];
+        let ranks = load_ranks(backends, dir.path(), None).expect("ranks");
+        let got = perplexity_split(ranks, &tokens, &opts).expect("split");
+        assert_eq!(got.segments.len(), want.segments.len());
+        for (g, w) in got.segments.iter().zip(&want.segments) {
+            assert_eq!((g.end, g.tokens), (w.end, w.tokens));
+            assert!(
+                (g.nll - w.nll).abs() < 1e-4,
+                "{sink_window:?}: segment ending at {}: {} against {}",
+                g.end,
+                g.nll,
+                w.nll
+            );
+        }
+        assert_eq!(got.peak_blocks, want.peak_blocks);
+    }
 }
 
 #[test]

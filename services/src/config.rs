@@ -80,7 +80,8 @@ pub struct ServeConfig {
     pub device: Device,
     /// Split the generator over this many ranks (tensor parallelism): on CUDA one GPU a rank (GPUs
     /// 0..N, joined by NCCL), on the CPU threads. N must divide the model's attention and KV heads,
-    /// MLP width and vocabulary. The KV cache's host-memory and disk tiers are off under it.
+    /// MLP width and vocabulary. A KV block's record in the host-memory and disk tiers holds every
+    /// rank's share; a disk tier written under one N is not read under another.
     #[arg(long, env = "DOCQA_TENSOR_PARALLEL", value_name = "N")]
     pub tensor_parallel: Option<usize>,
     /// Element type of the generator's KV cache: bf16 (the default), f32 (exact, twice the memory), or

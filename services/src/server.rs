@@ -280,12 +280,7 @@ fn spawn_engine<B: Grouped>(
         TextTokenizer::from_model_dir(generator)?,
         &engine_config,
     )?;
-    match split {
-        true => eprintln!(
-            "docqa: the KV cache's host-memory and disk tiers are off under --tensor-parallel"
-        ),
-        false => core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?,
-    }
+    core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?;
     let max_context = core.max_context();
     let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
     Ok(StartedEngine {

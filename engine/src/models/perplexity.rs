@@ -1,8 +1,10 @@
 //! Perplexity of a long token stream, read in chunks through the KV cache manager as a serving request
 //! would be: dense, or streaming through a sink window. Reported per segment of the stream (e.g. every
 //! 1,000 tokens), so a curve shows where a model degrades past its trained context and whether a window
-//! keeps it flat, together with the KV blocks the stream held at its peak.
+//! keeps it flat, together with the KV blocks the stream held at its peak. A model split over a
+//! tensor-parallel group reads the stream with every rank, rank 0 scoring ([`perplexity_split`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{Backend, KvDtype, KvShape};
@@ -10,6 +12,7 @@ use crate::error::{EngineError, Result};
 use crate::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, SinkWindow};
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::{Batch, FREED_BLOCK, KvPool, LogitsMode, SeqInput};
+use crate::serving::ranks::Followers;
 
 /// Tokens per KV block of the perplexity driver (the engine's default).
 const BLOCK_SIZE: usize = 16;
@@ -80,7 +83,45 @@ pub fn perplexity<B: Backend>(
     tokens: &[u32],
     opts: &PerplexityOptions,
 ) -> Result<PerplexityReport> {
-    let started = Instant::now();
+    read_stream(model, None, tokens, opts)
+}
+
+/// [`perplexity`] of a model split over the ranks of a tensor-parallel group, rank 0 first (as
+/// [`crate::models::split::load_ranks`] loads them): rank 0 reads and scores in the caller's thread,
+/// the others each read in a thread of their own, with a KV pool and workspace of their own.
+pub fn perplexity_split<B: Backend + 'static>(
+    ranks: Vec<Llama<B>>,
+    tokens: &[u32],
+    opts: &PerplexityOptions,
+) -> Result<PerplexityReport> {
+    let mut ranks = ranks.into_iter();
+    let model = ranks
+        .next()
+        .ok_or_else(|| EngineError::InvalidConfig("perplexity needs a model".into()))?;
+    let others: Vec<Llama<B>> = ranks.collect();
+    if others.len() + 1 != model.shard().world {
+        return Err(EngineError::InvalidConfig(format!(
+            "{} ranks given for a tensor-parallel group of {}",
+            others.len() + 1,
+            model.shard().world
+        )));
+    }
+    let followers = match others.is_empty() {
+        true => None,
+        false => {
+            let (shape, size) = pool_and_workspace(&model, tokens, opts)?;
+            Some(Followers::spawn(others, shape, size)?)
+        }
+    };
+    read_stream(&model, followers.as_ref(), tokens, opts)
+}
+
+/// The KV pool (a rank's share of the KV heads) and workspace the stream needs.
+fn pool_and_workspace<B: Backend>(
+    model: &Llama<B>,
+    tokens: &[u32],
+    opts: &PerplexityOptions,
+) -> Result<(KvShape, WorkspaceSize)> {
     if tokens.len() < 2 || opts.chunk == 0 || opts.segment == 0 {
         return Err(EngineError::InvalidBatch(
             "perplexity needs two tokens, a chunk and a segment".into(),
@@ -91,6 +132,33 @@ pub fn perplexity<B: Backend>(
         None => tokens.len() + BLOCK_SIZE,
     };
     let num_blocks = held.div_ceil(BLOCK_SIZE) + 1;
+    let part = model.part_config();
+    let shape = KvShape {
+        num_blocks,
+        block_size: BLOCK_SIZE,
+        num_kv_heads: part.num_key_value_heads,
+        head_dim: part.head_dim,
+        dtype: opts.kv_dtype,
+    };
+    let size = WorkspaceSize {
+        max_num_batched_tokens: opts.chunk,
+        max_num_seqs: 1,
+        max_blocks_per_seq: num_blocks,
+        max_logit_rows: opts.chunk,
+    };
+    Ok((shape, size))
+}
+
+/// Reads the stream chunk by chunk, every pass run by rank 0 and (over a group) the `followers`.
+fn read_stream<B: Backend>(
+    model: &Llama<B>,
+    followers: Option<&Followers>,
+    tokens: &[u32],
+    opts: &PerplexityOptions,
+) -> Result<PerplexityReport> {
+    let started = Instant::now();
+    let (shape, size) = pool_and_workspace(model, tokens, opts)?;
+    let num_blocks = shape.num_blocks;
     let mut manager = KvCacheManager::new(KvCacheConfig {
         block_size: BLOCK_SIZE,
         num_blocks,
@@ -98,20 +166,8 @@ pub fn perplexity<B: Backend>(
         cache_salt: 0,
     })?;
     let cfg = &model.config;
-    let shape = KvShape {
-        num_blocks,
-        block_size: BLOCK_SIZE,
-        num_kv_heads: cfg.num_key_value_heads,
-        head_dim: cfg.head_dim,
-        dtype: opts.kv_dtype,
-    };
     let mut pool = KvPool::new(&model.backend, cfg.num_hidden_layers, shape)?;
-    let mut ws = model.workspace(WorkspaceSize {
-        max_num_batched_tokens: opts.chunk,
-        max_num_seqs: 1,
-        max_blocks_per_seq: num_blocks,
-        max_logit_rows: opts.chunk,
-    })?;
+    let mut ws = model.workspace(size)?;
     let scope = CacheScope {
         namespace: 0,
         sink_window: opts.sink_window,
@@ -142,8 +198,13 @@ pub fn perplexity<B: Backend>(
             blocks: &table,
             sink_window: opts.sink_window,
         };
-        let batch = Batch::build(&[input], BLOCK_SIZE, LogitsMode::All)?;
-        let rows = model.forward(&batch, &mut pool, &mut ws)?;
+        let batch = Arc::new(Batch::build(&[input], BLOCK_SIZE, LogitsMode::All)?);
+        if let Some(followers) = followers {
+            followers.start(&batch)?;
+        }
+        let led = model.forward(&batch, &mut pool, &mut ws);
+        let followed = followers.map_or(Ok(()), Followers::finish);
+        let rows = led.and_then(|rows| followed.map(|()| rows))?;
         model
             .backend
             .read(&ws.logits, &mut logits[..rows * vocab])?;

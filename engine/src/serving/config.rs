@@ -89,14 +89,19 @@ impl EngineConfig {
             * self.kv_dtype.bytes_per_head(model.head_dim)
     }
 
-    /// The salt of every KV block hash of an engine with this configuration over `model`: the KV
-    /// dtype, the model's whole configuration (architecture, RoPE settings and their scaling) and the
-    /// weights fingerprint, so no block is reused across any of them.
-    pub fn cache_salt(&self, model: &LlamaConfig) -> u64 {
+    /// The salt of every KV block hash of an engine with this configuration over `model` split over
+    /// `world` tensor-parallel ranks: the KV dtype, the model's whole configuration (architecture,
+    /// RoPE settings and their scaling), the weights fingerprint and, for a group of more than one
+    /// rank, its size (a block's record on disk holds the ranks' shares in turn), so no block is
+    /// reused across any of them. A group of one lays blocks out as the whole model does.
+    pub fn cache_salt(&self, model: &LlamaConfig, world: usize) -> u64 {
         let mut h = xxhash_rust::xxh3::Xxh3::new();
         h.update(format!("{:?}", self.kv_dtype).as_bytes());
         h.update(format!("{model:?}").as_bytes());
         h.update(&self.weights_fingerprint.to_le_bytes());
+        if world > 1 {
+            h.update(format!("tensor-parallel {world}").as_bytes());
+        }
         h.digest()
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::EngineConfig;
+use super::group_blocks::GroupBlocks;
 use super::ranks::Followers;
 use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 use super::stats::EngineStats;
@@ -122,7 +123,7 @@ impl<B: Backend> EngineCore<B> {
             block_size: cfg.block_size,
             num_blocks,
             enable_prefix_caching: cfg.enable_prefix_caching,
-            cache_salt: cfg.cache_salt(&model.config),
+            cache_salt: cfg.cache_salt(&model.config, model.shard().world),
         })?;
         let shape = KvShape {
             num_blocks,
@@ -164,19 +165,15 @@ impl<B: Backend> EngineCore<B> {
     /// Puts host-memory and disk tiers behind the KV pool ([`crate::kv::tiers`]): cached blocks the
     /// pool evicts are copied down instead of lost, and found there by later requests. The disk tier's
     /// directory may hold blocks from an earlier run, which are found again by the same model.
+    ///
+    /// Over a tensor-parallel group a block's record holds every rank's share of it
+    /// ([`super::group_blocks`]).
     pub fn attach_tiers(&mut self, settings: &TierSettings) -> Result<()> {
-        if settings.enabled() && self.followers.is_some() {
-            return Err(EngineError::InvalidConfig(
-                "the KV cache's host-memory and disk tiers do not work with tensor parallelism yet: \
-                 --kv-host-mib 0 --kv-disk-mib 0"
-                    .into(),
-            ));
-        }
         if settings.enabled() {
             let mut tiers = KvTiers::open(settings)?;
             let backend = &self.model.backend;
             tiers.use_host_memory(
-                self.kv_pool.block_bytes(),
+                self.kv_block_bytes(),
                 backend.host_allocator(),
                 backend.host_memory_is_pinned(),
             );
@@ -191,7 +188,7 @@ impl<B: Backend> EngineCore<B> {
     pub fn persist_kv(&mut self) -> Result<usize> {
         self.kv.offload_all_cached();
         // Only offloads are queued outside a step: no request can be waiting on a reload.
-        tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+        self.move_blocks()?;
         self.kv.persist_host_tier();
         Ok(self.kv.tier_stats().map_or(0, |s| s.disk_blocks as usize))
     }
@@ -208,10 +205,10 @@ impl<B: Backend> EngineCore<B> {
     pub fn copy_down_while_idle(&mut self) -> Result<bool> {
         let (queued, waiting) = self
             .kv
-            .copy_down_idle(tier_moves::copies_per_step(&self.kv_pool));
+            .copy_down_idle(tier_moves::copies_per_step(self.kv_block_bytes()));
         if queued > 0 {
             // Only offloads are queued outside a step: no request can be waiting on a reload.
-            tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+            self.move_blocks()?;
         }
         Ok(waiting)
     }
@@ -227,9 +224,10 @@ impl<B: Backend> EngineCore<B> {
         self.kv.flush_tiers();
     }
 
-    /// Bytes of one KV block over all layers (what a lower tier stores per block).
+    /// Bytes of one KV block over all layers and, over a tensor-parallel group, all ranks (what a
+    /// lower tier stores per block).
     pub fn kv_block_bytes(&self) -> usize {
-        self.kv_pool.block_bytes()
+        self.model.shard().world * self.kv_pool.block_bytes()
     }
 
     /// The tokenizer the engine detokenises with.
@@ -285,6 +283,17 @@ impl<B: Backend> EngineCore<B> {
         Ok(id)
     }
 
+    /// Carries out the copies between the pool (every rank's) and the lower tiers that the KV cache
+    /// manager queued ([`tier_moves::move_blocks`]).
+    fn move_blocks(&mut self) -> Result<Vec<RequestId>> {
+        let mut group = GroupBlocks {
+            pool: &mut self.kv_pool,
+            backend: &self.model.backend,
+            followers: self.followers.as_ref(),
+        };
+        tier_moves::move_blocks(&mut self.kv, &mut group)
+    }
+
     /// A sink window must fit the model's context (so no distance exceeds what it was trained on) and hold
     /// at least one KV block.
     fn check_window(&self, w: &SinkWindow) -> Result<()> {
@@ -322,12 +331,13 @@ impl<B: Backend> EngineCore<B> {
     /// unless an op waits on the device), and the picks (waiting for the device, then sampling).
     pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
         let entered = std::time::Instant::now();
+        let record_bytes = self.kv_block_bytes();
         self.kv
-            .copy_down_fresh(tier_moves::copies_per_step(&self.kv_pool));
+            .copy_down_fresh(tier_moves::copies_per_step(record_bytes));
         self.kv
-            .offload_above_high_water(tier_moves::offload_blocks_per_step(&self.kv_pool));
+            .offload_above_high_water(tier_moves::offload_blocks_per_step(record_bytes));
         let mut plan = self.scheduler.schedule(&mut self.kv)?;
-        let again = tier_moves::move_blocks(&mut self.kv, &mut self.kv_pool, &self.model.backend)?;
+        let again = self.move_blocks()?;
         self.scheduler
             .admit_again(&again, &mut plan, &mut self.kv)?;
         self.stats.preemptions += plan.preempted.len() as u64;

@@ -4,8 +4,9 @@
 
 pub mod config;
 pub mod core;
+mod group_blocks;
 pub mod handle;
-mod ranks;
+pub(crate) mod ranks;
 pub mod request;
 pub mod stats;
 mod tier_moves;

@@ -3,6 +3,9 @@
 //! and runs every forward pass rank 0 runs, on the same batch; the collectives inside the passes join
 //! them. Rank 0 stays in the engine's thread and its logits are the ones sampled, so the scheduler,
 //! the prefix cache and the samplers above see one model. A whole model has no followers.
+//!
+//! Between passes a follower also reads and writes whole KV blocks of its pool when the tiered cache
+//! copies blocks down or brings them back ([`super::group_blocks`]).
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -10,17 +13,31 @@ use std::thread::JoinHandle;
 
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
+use crate::kv::tiers::{BlockBuf, BlockBytes};
 use crate::models::llama::{Llama, WorkspaceSize};
 use crate::models::{Batch, KvPool};
 
-/// Ranks 1.. of a group, each waiting for the next batch.
+/// Ranks 1.. of a group, each waiting for the next command.
 pub(crate) struct Followers {
     ranks: Vec<Follower>,
 }
 
+/// What the engine asks of a follower.
+enum Command {
+    /// One forward pass over the batch.
+    Pass(Arc<Batch>),
+    /// The rank's share of these KV blocks, one heap record each.
+    Read(Vec<u32>),
+    /// Writes the rank's share of these KV blocks from the records, waiting until they are written.
+    Write(Vec<u32>, Vec<BlockBytes>),
+}
+
+/// A follower's answer to a command: the records it read (none for the other commands).
+type Reply = Result<Vec<BlockBuf>>;
+
 struct Follower {
-    batches: Option<Sender<Arc<Batch>>>,
-    done: Receiver<Result<usize>>,
+    commands: Option<Sender<Command>>,
+    done: Receiver<Reply>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -41,10 +58,42 @@ impl Followers {
         Ok(followers)
     }
 
+    /// How many followers there are (the group's size less rank 0).
+    pub(crate) fn len(&self) -> usize {
+        self.ranks.len()
+    }
+
     /// Hands `batch` to every follower; each starts its forward pass at once.
     pub(crate) fn start(&self, batch: &Arc<Batch>) -> Result<()> {
+        self.send_each(|| Command::Pass(Arc::clone(batch)))
+    }
+
+    /// Waits until every follower has issued its pass (or set up, after [`Followers::spawn`]); the
+    /// first error any of them met.
+    pub(crate) fn finish(&self) -> Result<()> {
+        self.replies().map(|_| ())
+    }
+
+    /// Asks every follower for its share of `blocks` (answered by [`Followers::records_read`]).
+    pub(crate) fn start_reading(&self, blocks: &[u32]) -> Result<()> {
+        self.send_each(|| Command::Read(blocks.to_vec()))
+    }
+
+    /// The records each follower read, ranks 1.. in order, each in the order of the blocks asked for.
+    pub(crate) fn records_read(&self) -> Result<Vec<Vec<BlockBuf>>> {
+        self.replies()
+    }
+
+    /// Has follower `r` (rank `r + 1`) write `shares[r][i]` into block `blocks[i]`, all of them at
+    /// once ([`Followers::finish`] waits until every share is written).
+    pub(crate) fn start_writing(&self, blocks: &[u32], shares: Vec<Vec<BlockBytes>>) -> Result<()> {
+        let mut shares = shares.into_iter();
+        self.send_each(|| Command::Write(blocks.to_vec(), shares.next().unwrap_or_default()))
+    }
+
+    fn send_each(&self, mut command: impl FnMut() -> Command) -> Result<()> {
         for rank in &self.ranks {
-            let sent = rank.batches.as_ref().map(|b| b.send(Arc::clone(batch)));
+            let sent = rank.commands.as_ref().map(|c| c.send(command()));
             if !matches!(sent, Some(Ok(()))) {
                 return Err(gone());
             }
@@ -52,14 +101,16 @@ impl Followers {
         Ok(())
     }
 
-    /// Waits until every follower has issued its pass (or set up, after [`Followers::spawn`]); the
-    /// first error any of them met.
-    pub(crate) fn finish(&self) -> Result<()> {
-        let mut first = Ok(());
+    /// Every follower's reply to the last command, in rank order; the first error any of them met
+    /// (after all have answered, so none is left mid-command).
+    fn replies(&self) -> Result<Vec<Vec<BlockBuf>>> {
+        let mut first = Ok(Vec::with_capacity(self.ranks.len()));
         for rank in &self.ranks {
-            let done = rank.done.recv().unwrap_or_else(|_| Err(gone()));
-            if let (Ok(()), Err(e)) = (&first, done) {
-                first = Err(e);
+            let reply = rank.done.recv().unwrap_or_else(|_| Err(gone()));
+            match (&mut first, reply) {
+                (Ok(all), Ok(records)) => all.push(records),
+                (Ok(_), Err(e)) => first = Err(e),
+                (Err(_), _) => {}
             }
         }
         first
@@ -76,7 +127,7 @@ impl Follower {
         shape: KvShape,
         size: WorkspaceSize,
     ) -> Result<Self> {
-        let (batches, inbox) = channel::<Arc<Batch>>();
+        let (commands, inbox) = channel::<Command>();
         let (report, done) = channel();
         let rank = model.shard().rank;
         let thread = std::thread::Builder::new()
@@ -84,25 +135,25 @@ impl Follower {
             .spawn(move || follow(model, (shape, size), inbox, report))
             .map_err(|e| EngineError::Internal(format!("starting rank {rank}'s thread: {e}")))?;
         Ok(Follower {
-            batches: Some(batches),
+            commands: Some(commands),
             done,
             thread: Some(thread),
         })
     }
 }
 
-/// A follower's thread: set up, say so, then one forward pass per batch until the engine goes.
+/// A follower's thread: set up, say so, then carry out commands until the engine goes.
 fn follow<B: Backend>(
     model: Llama<B>,
     (shape, size): (KvShape, WorkspaceSize),
-    inbox: Receiver<Arc<Batch>>,
-    report: Sender<Result<usize>>,
+    inbox: Receiver<Command>,
+    report: Sender<Reply>,
 ) {
     let setup = KvPool::new(&model.backend, model.config.num_hidden_layers, shape)
         .and_then(|kv| Ok((kv, model.workspace(size)?)));
     let (mut kv, mut ws) = match setup {
         Ok(parts) => {
-            let _ = report.send(Ok(0));
+            let _ = report.send(Ok(Vec::new()));
             parts
         }
         Err(e) => {
@@ -110,25 +161,62 @@ fn follow<B: Backend>(
             return;
         }
     };
-    for batch in inbox {
-        let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            model.forward(&batch, &mut kv, &mut ws)
-        }));
-        let pass = pass.unwrap_or_else(|_| {
-            let why = format!("rank {} panicked in a forward pass", model.shard().rank);
-            model.stop_group(&why);
-            Err(EngineError::Internal(why))
-        });
-        if report.send(pass).is_err() {
+    for command in inbox {
+        let reply = match command {
+            Command::Pass(batch) => pass(&model, &batch, &mut kv, &mut ws).map(|_| Vec::new()),
+            Command::Read(blocks) => read_share(&model.backend, &kv, &blocks),
+            Command::Write(blocks, records) => kv
+                .write_blocks(&model.backend, &blocks, &records)
+                .and_then(|()| model.backend.wait_kv_writes(0))
+                .map(|()| Vec::new()),
+        };
+        if report.send(reply).is_err() {
             return;
         }
+    }
+}
+
+/// One forward pass; a panic in it stops the group (so rank 0 is not left waiting in a collective)
+/// and is reported as an error.
+fn pass<B: Backend>(
+    model: &Llama<B>,
+    batch: &Batch,
+    kv: &mut KvPool<B>,
+    ws: &mut crate::models::workspace::LlamaWorkspace<B>,
+) -> Result<usize> {
+    let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        model.forward(batch, kv, ws)
+    }));
+    pass.unwrap_or_else(|_| {
+        let why = format!("rank {} panicked in a forward pass", model.shard().rank);
+        model.stop_group(&why);
+        Err(EngineError::Internal(why))
+    })
+}
+
+/// This rank's share of `blocks`, in heap records whose bytes are all there on return.
+pub(super) fn read_share<B: Backend>(
+    backend: &B,
+    kv: &KvPool<B>,
+    blocks: &[u32],
+) -> Result<Vec<BlockBuf>> {
+    let mut records: Vec<BlockBuf> = blocks
+        .iter()
+        .map(|_| BlockBuf::from(vec![0; kv.block_bytes()]))
+        .collect();
+    kv.read_blocks(backend, blocks, &mut records)?;
+    match records.iter().all(BlockBuf::settle) {
+        true => Ok(records),
+        false => Err(EngineError::Internal(
+            "reading KV blocks from the device failed".into(),
+        )),
     }
 }
 
 impl Drop for Followers {
     fn drop(&mut self) {
         for rank in &mut self.ranks {
-            rank.batches = None; // closes the inbox: the thread's loop ends
+            rank.commands = None; // closes the inbox: the thread's loop ends
         }
         for rank in &mut self.ranks {
             if let Some(thread) = rank.thread.take() {

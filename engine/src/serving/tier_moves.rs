@@ -8,11 +8,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::group_blocks::GroupBlocks;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::kv::manager::{KvCacheManager, KvTransfer, Reload, RequestId};
-use crate::kv::tiers::{BlockBuf, BlockBytes};
-use crate::models::KvPool;
+use crate::kv::tiers::BlockBytes;
 
 /// Bytes copied down ahead of eviction per step at most, so a step above the high-water mark is not
 /// held up long.
@@ -26,14 +26,14 @@ const COPY_BYTES_PER_STEP: usize = 1 << 30;
 /// batch then lands in heap memory).
 const MIN_READ_BATCH: usize = 4;
 
-/// Blocks of `pool` copied down ahead of eviction per step at most.
-pub(super) fn offload_blocks_per_step<B: Backend>(pool: &KvPool<B>) -> usize {
-    (OFFLOAD_BYTES_PER_STEP / pool.block_bytes().max(1)).max(1)
+/// Blocks whose records are `record_bytes` long copied down ahead of eviction per step at most.
+pub(super) fn offload_blocks_per_step(record_bytes: usize) -> usize {
+    (OFFLOAD_BYTES_PER_STEP / record_bytes.max(1)).max(1)
 }
 
-/// Blocks of `pool` copied down as they are computed per step at most.
-pub(super) fn copies_per_step<B: Backend>(pool: &KvPool<B>) -> usize {
-    (COPY_BYTES_PER_STEP / pool.block_bytes().max(1)).max(1)
+/// Blocks whose records are `record_bytes` long copied down as they are computed per step at most.
+pub(super) fn copies_per_step(record_bytes: usize) -> usize {
+    (COPY_BYTES_PER_STEP / record_bytes.max(1)).max(1)
 }
 
 /// Carries out every queued copy: runs of offloads are read from the device in one go and handed to
@@ -41,8 +41,7 @@ pub(super) fn copies_per_step<B: Backend>(pool: &KvPool<B>) -> usize {
 /// turned out unreadable, to be admitted again ([`KvCacheManager::reloads_failed`]).
 pub(super) fn move_blocks<B: Backend>(
     kv: &mut KvCacheManager,
-    pool: &mut KvPool<B>,
-    backend: &B,
+    group: &mut GroupBlocks<'_, B>,
 ) -> Result<Vec<RequestId>> {
     let transfers = kv.take_transfers();
     let same_kind = |a: &KvTransfer, b: &KvTransfer| {
@@ -55,13 +54,13 @@ pub(super) fn move_blocks<B: Backend>(
     let mut again = Vec::new();
     for run in transfers.chunk_by(same_kind) {
         match &run[0] {
-            KvTransfer::Offload { .. } => offload(kv, pool, backend, run)?,
+            KvTransfer::Offload { .. } => offload(kv, group, run)?,
             KvTransfer::Reload(_) => {
                 let reloads = run.iter().filter_map(|t| match t {
                     KvTransfer::Reload(r) => Some(r.clone()),
                     KvTransfer::Offload { .. } => None,
                 });
-                again.extend(reload(kv, pool, backend, reloads.collect())?);
+                again.extend(reload(kv, group, reloads.collect())?);
             }
         }
     }
@@ -72,8 +71,7 @@ pub(super) fn move_blocks<B: Backend>(
 
 fn offload<B: Backend>(
     kv: &mut KvCacheManager,
-    pool: &KvPool<B>,
-    backend: &B,
+    group: &GroupBlocks<'_, B>,
     run: &[KvTransfer],
 ) -> Result<()> {
     let blocks: Vec<_> = run
@@ -87,11 +85,7 @@ fn offload<B: Backend>(
         })
         .collect();
     let ids: Vec<u32> = blocks.iter().map(|(b, _)| b.block).collect();
-    let mut contents: Vec<BlockBuf> = ids
-        .iter()
-        .map(|_| kv.block_buffer(pool.block_bytes()))
-        .collect();
-    pool.read_blocks(backend, &ids, &mut contents)?;
+    let contents = group.read(kv, &ids)?;
     for ((block, still_cached), bytes) in blocks.into_iter().zip(contents) {
         kv.offloaded(block, still_cached, Arc::new(bytes));
     }
@@ -104,17 +98,16 @@ fn offload<B: Backend>(
 /// unreadable one are returned to the manager, which says who must be admitted again.
 fn reload<B: Backend>(
     kv: &mut KvCacheManager,
-    pool: &mut KvPool<B>,
-    backend: &B,
+    group: &mut GroupBlocks<'_, B>,
     mut reloads: Vec<Reload>,
 ) -> Result<Vec<RequestId>> {
     let mut failed = Failed::default();
     let mut start = 0;
     while start < reloads.len() {
-        backend.wait_kv_writes(1)?;
+        group.wait_writes(1)?;
         let mut room = kv.room_for_reads();
         if room == 0 {
-            backend.wait_kv_writes(0)?;
+            group.wait_writes(0)?;
             room = kv.room_for_reads();
         }
         let end = batch_end(&reloads, start, room);
@@ -122,7 +115,7 @@ fn reload<B: Backend>(
         kv.read_reloads(batch);
         let (ids, contents) = failed.keep_readable(batch);
         if !ids.is_empty() {
-            pool.write_blocks(backend, &ids, &contents)?;
+            group.write(&ids, &contents)?;
         }
         start = end;
     }

@@ -7,17 +7,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use docqa_engine::adapter::Adapter;
-use docqa_engine::backend::Backend;
 use docqa_engine::config::RopeScaling;
 use docqa_engine::kv::manager::SinkWindow;
-use docqa_engine::models::llama::Llama;
-use docqa_engine::models::perplexity::{PerplexityOptions, PerplexityReport, perplexity};
+use docqa_engine::models::perplexity::{PerplexityOptions, PerplexityReport, perplexity_split};
+use docqa_engine::parallel::Grouped;
 use docqa_engine::text::TextTokenizer;
 use serde_json::json;
 
 use super::generator::GeneratorArgs;
 use crate::adapter::AdapterInfo;
-use crate::device::{GeneratorBackend, KvType};
+use crate::device::{GeneratorBackend, KvType, load_generator};
 
 /// Position encodings to read past the trained context with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -65,48 +64,54 @@ pub struct PerplexityArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Split the generator over this many ranks (tensor parallelism): on CUDA one GPU a rank (GPUs
+    /// 0..N, joined by NCCL), on the CPU threads. N must divide the model's attention and KV heads,
+    /// MLP width and vocabulary.
+    #[arg(long, value_name = "N")]
+    tensor_parallel: Option<usize>,
     #[command(flatten)]
     generator: GeneratorArgs,
 }
 
 /// Runs `docqa perplexity`.
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
-    let (backend, dir, adapter) = args.generator.resolve(None)?;
+    let (backend, dir, adapter) = args.generator.resolve(args.tensor_parallel)?;
     let adapter = adapter.as_ref();
     match backend {
-        GeneratorBackend::Cpu(mut cpu) => run_on(cpu.remove(0), &dir, adapter, &args),
+        GeneratorBackend::Cpu(cpu) => run_on(cpu, &dir, adapter, &args),
         #[cfg(feature = "cuda")]
-        GeneratorBackend::Cuda(mut cuda) => run_on(cuda.remove(0), &dir, adapter, &args),
+        GeneratorBackend::Cuda(cuda) => run_on(cuda, &dir, adapter, &args),
     }
 }
 
-fn run_on<B: Backend>(
-    backend: B,
+fn run_on<B: Grouped>(
+    backends: Vec<B>,
     dir: &Path,
     adapter: Option<&Adapter>,
     args: &PerplexityArgs,
 ) -> anyhow::Result<()> {
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
     let tokens = read_tokens(&args.text, &tokenizer, args.tokens)?;
-    let mut model = Llama::load_with(backend, dir, adapter)
-        .with_context(|| format!("loading {}", dir.display()))?;
-    let trained = model.config.max_position_embeddings;
+    let mut ranks = load_generator(backends, args.tensor_parallel.is_some(), dir, adapter)?;
+    let trained = ranks[0].config.max_position_embeddings;
     let sink_window = (args.window > 0).then_some(SinkWindow {
         num_sink_tokens: args.sinks,
         window: args.window,
     });
     let span = sink_window.map_or(tokens.len(), |w| w.dense_prefix());
-    model.extend_context(
-        rope_scaling(args.rope, args.rope_factor, trained),
-        span.max(trained),
-    );
+    for model in &mut ranks {
+        model.extend_context(
+            rope_scaling(args.rope, args.rope_factor, trained),
+            span.max(trained),
+        );
+    }
     let opts = PerplexityOptions {
         sink_window,
         chunk: args.chunk,
         segment: args.segment,
         kv_dtype: args.kv_dtype.dtype(),
     };
-    let report = perplexity(&model, &tokens, &opts)?;
+    let report = perplexity_split(ranks, &tokens, &opts)?;
     print_report(&report);
     if let Some(path) = &args.json {
         let mut value = report_json(&report, args, tokens.len(), trained);
@@ -187,6 +192,7 @@ fn report_json(
         "rope_factor": args.rope_factor,
         "kv_dtype": format!("{:?}", args.kv_dtype).to_lowercase(),
         "chunk": args.chunk,
+        "tensor_parallel": args.tensor_parallel.unwrap_or(1),
         "perplexity": report.perplexity(),
         "peak_blocks": report.peak_blocks,
         "peak_blocks_between_steps": report.peak_blocks_between_steps,

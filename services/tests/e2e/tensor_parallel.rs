@@ -1,8 +1,8 @@
 //! `docqa serve --tensor-parallel 3` on the CPU (SmolLM2-135M split over three ranks, one thread
 //! each): the service above the engine does not change. A question is answered and cited on the RAG
-//! path, a long read's KV, written by the three ranks, serves the next question from the cache, and
-//! the KV tiers, which do not work under it yet, are reported off rather than failing the start;
-//! `/v1/info` says how many ranks the generator runs on.
+//! path, a long read's KV, written by the three ranks, serves the next question from the cache and,
+//! kept on the disk tier at a clean exit (each block's record holding the three ranks' shares), the
+//! first question after a restart; `/v1/info` says how many ranks the generator runs on.
 
 use crate::support;
 
@@ -51,8 +51,29 @@ fn a_server_over_three_ranks_answers_cites_and_reuses_a_long_reads_kv() {
 
     let log = server.log_text();
     assert!(log.contains("3 tensor-parallel ranks"), "{log}");
+
+    let mut server = server;
+    assert!(server.terminate(), "a clean exit: {}", server.log_text());
     assert!(
-        log.contains("tiers are off under --tensor-parallel"),
-        "{log}"
+        server
+            .log_text()
+            .contains("cached KV blocks kept for the next start"),
+        "{}",
+        server.log_text()
+    );
+    server.restart();
+    let third = server.ask(&key, (&doc, "long"), "Who leads the audit?", 24);
+    let cached = third["usage"]["cached_prompt_tokens"]
+        .as_u64()
+        .expect("cached");
+    assert!(cached >= 64, "{cached} prompt tokens cached: {third}");
+    let stats: serde_json::Value = server.get("/v1/stats", &key).json().expect("stats");
+    assert!(
+        stats["kv_cache"]["disk_hits"].as_u64().expect("disk hits") >= cached / 16,
+        "{stats}"
+    );
+    assert!(
+        third["answer"].as_str().expect("answer").contains("Maria"),
+        "{third}"
     );
 }
