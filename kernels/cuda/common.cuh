@@ -169,6 +169,20 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const void* src, int sr
                  "r"(src_bytes));
 }
 
+// Division of ints in [0, 2^31) by a divisor known at run time (a block size): a multiply-high, an
+// add and a shift (Granlund and Montgomery's round-up method) where the integer division sequence
+// takes about twenty instructions. The constructor's 64-bit division runs once.
+struct FastDiv {
+    unsigned d, mul, shift;
+    __device__ __forceinline__ explicit FastDiv(int divisor) : d((unsigned)divisor) {
+        shift = 32 - __clz(d - 1);  // ceil(log2 d); 0 for d = 1
+        mul = (unsigned)((((1ull << 32) * ((1ull << shift) - d)) / d) + 1);
+    }
+    __device__ __forceinline__ unsigned div(unsigned n) const {
+        return (__umulhi(n, mul) + n) >> shift;
+    }
+};
+
 // Where a sequence's keys live: its block-table row, the block size (and its log2 when a power of
 // two, else -1), and under a sink window its sink blocks and the offset of the blocks after them in
 // the row (both 0 for dense attention); or, without a table, consecutive rows of a packed batch.

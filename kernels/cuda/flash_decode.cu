@@ -15,7 +15,9 @@
 //   while this one computes (2 blocks an SM);
 // - int8: a ring of 3 chunks a warp in shared memory filled by cp.async, 2 in flight while one
 //   computes, with no registers held for them (the int8 chunk's widening and scaling leave no
-//   registers for a second chunk);
+//   registers for a second chunk). The kernel issues instructions at about half the schedulers'
+//   rate with 2 warps each, so the copies' addressing is kept short: a key's block by a
+//   multiply-high (FastDiv) and every offset within a row or a stage an immediate of the copy;
 // - otherwise one chunk at a time, straight into registers.
 // Each warp keeps its own online softmax; the block merges its 4 warps and writes the split's
 // normalized output and (max, sum). flash_decode_reduce merges the splits of each (sequence, head).
@@ -93,14 +95,13 @@ __device__ __forceinline__ void load_q_permuted(
 // after them (both 0 for dense attention, where the mapping folds away).
 struct Window {
     const unsigned* blocks;  // [max_blocks_per_seq]
-    int block_size, sink_blocks, offset;
-    // The pool slot of key j (a key the window still sees).
-    __device__ __forceinline__ long long slot(int j) const {
-        int b = j / block_size;
-        if (offset != 0 && b >= sink_blocks) {
-            b -= offset;
-        }
-        return (long long)blocks[b] * block_size + j % block_size;
+    FastDiv block_size;
+    int sink_blocks, offset;
+    // The pool slot of key j (a key the window still sees; a pool holds fewer than 2^32 slots).
+    __device__ __forceinline__ unsigned slot(int j) const {
+        const unsigned b = block_size.div((unsigned)j), within = (unsigned)j - b * block_size.d;
+        const int row = offset != 0 && (int)b >= sink_blocks ? (int)b - offset : (int)b;
+        return blocks[row] * block_size.d + within;
     }
 };
 
@@ -117,7 +118,11 @@ struct KvRows {
     // The element offset of key `key`'s row for this head (the head's offset alone past `end`,
     // where nothing is read).
     __device__ __forceinline__ long long row(int key, int end) const {
-        return key < end ? w.slot(key) * row_stride + head_off : head_off;
+        return row_at(key < end ? w.slot(key) : 0u);
+    }
+    // The element offset of pool slot `slot`'s row for this head.
+    __device__ __forceinline__ long long row_at(unsigned slot) const {
+        return (long long)slot * (unsigned)row_stride + head_off;
     }
 };
 
@@ -266,28 +271,39 @@ struct Stage {
     static constexpr int ROWS = Pool<T>::ROWS, PIECES = HD / (4 * Pool<T>::DIMS);
     uint4 k[ROWS][PIECES][32], v[ROWS][PIECES][32];
     float ks[ROWS][32], vs[ROWS][32];
+    // The fields' byte offsets, for copies addressed from the stage's shared address.
+    static constexpr unsigned K_AT = 0, V_AT = 16 * 32 * ROWS * PIECES, KS_AT = 2 * V_AT,
+                              VS_AT = KS_AT + 4 * 32 * ROWS;
 };
 
-// Starts the async copies of the chunk at key j into `st` (keys at or past `end` zero-filled: zero
-// pieces, zero scales), as one commit group.
+// Starts the async copies of the chunk at key j into the stage at shared address `st` (keys at or
+// past `end` zero-filled: zero pieces, zero scales), as one commit group. The offsets within the
+// stage and the pool row are constants the copy instructions carry.
 template <int HD, typename T>
-__device__ __forceinline__ void stage_chunk(Stage<HD, T>& st, const KvRows<T>& src, int j, int end) {
+__device__ __forceinline__ void stage_chunk(unsigned st, const KvRows<T>& src, int j, int end) {
+    using S = Stage<HD, T>;
+    static_assert(sizeof(S) == S::VS_AT + 4 * 32 * S::ROWS, "Stage's offsets match its layout");
     constexpr int W = Pool<T>::DIMS;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int heads = src.row_stride / HD, head = src.head_off / HD;
+    const unsigned pieces = st + 16 * lane, scales = st + 4 * lane;  // this lane's places
 #pragma unroll
-    for (int r = 0; r < Stage<HD, T>::ROWS; ++r) {
+    for (int r = 0; r < S::ROWS; ++r) {
         const int key = j + 8 * r + g;
-        const long long row = src.row(key, end);
-        const int bytes = key < end ? 16 : 0;
+        const bool in = key < end;
+        const unsigned slot = in ? src.w.slot(key) : 0u;
+        const long long row = src.row_at(slot) + piece_dim<W>(0, t);
+        const int bytes = in ? 16 : 0;
 #pragma unroll
-        for (int s = 0; s < Stage<HD, T>::PIECES; ++s) {
-            const long long at = row + piece_dim<W>(s, t);
-            cp_async_16(smem_addr(&st.k[r][s][lane]), src.k_cache + at, bytes);
-            cp_async_16(smem_addr(&st.v[r][s][lane]), src.v_cache + at, bytes);
+        for (int s = 0; s < S::PIECES; ++s) {
+            const unsigned at = 16 * 32 * (r * S::PIECES + s);
+            cp_async_16(pieces + S::K_AT + at, src.k_cache + row + piece_dim<W>(s, 0), bytes);
+            cp_async_16(pieces + S::V_AT + at, src.v_cache + row + piece_dim<W>(s, 0), bytes);
         }
         if constexpr (IsInt8<T>::value) {
-            cp_async_4(smem_addr(&st.ks[r][lane]), src.k_scales + row / HD, bytes / 4);
-            cp_async_4(smem_addr(&st.vs[r][lane]), src.v_scales + row / HD, bytes / 4);
+            const unsigned scale = slot * (unsigned)heads + (unsigned)head;
+            cp_async_4(scales + S::KS_AT + 4 * 32 * r, src.k_scales + scale, bytes / 4);
+            cp_async_4(scales + S::VS_AT + 4 * 32 * r, src.v_scales + scale, bytes / 4);
         }
     }
     cp_async_commit();
@@ -303,10 +319,14 @@ __device__ __forceinline__ void run_chunks_staged(
     constexpr int STEP = WARPS * 8 * Pool<T>::ROWS;
     const int lane = threadIdx.x & 31;
     const int n = first < end ? (end - first + STEP - 1) / STEP : 0;
+    const unsigned ring_at = smem_addr(ring);
+    const auto stage_at = [&](int c) {
+        return ring_at + (unsigned)(c % S) * (unsigned)sizeof(Stage<HD, T>);
+    };
 #pragma unroll
     for (int c = 0; c < S - 1; ++c) {
         if (c < n) {
-            stage_chunk<HD, T>(ring[c], src, first + c * STEP, end);
+            stage_chunk<HD, T>(stage_at(c), src, first + c * STEP, end);
         } else {
             cp_async_commit();
         }
@@ -314,7 +334,7 @@ __device__ __forceinline__ void run_chunks_staged(
     for (int c = 0; c < n; ++c) {
         const int ahead = c + S - 1;
         if (ahead < n) {
-            stage_chunk<HD, T>(ring[ahead % S], src, first + ahead * STEP, end);
+            stage_chunk<HD, T>(stage_at(ahead), src, first + ahead * STEP, end);
         } else {
             cp_async_commit();
         }
@@ -411,7 +431,7 @@ __device__ void decode(
     wait_for_previous_grid();  // q and the new keys come from the kernel before
     const int kvh = blockIdx.x, sp = blockIdx.y, s = blockIdx.z;
     const int warp = threadIdx.x >> 5, group = num_heads / num_kv_heads;
-    Window win{block_table + (long long)s * max_blocks_per_seq, block_size, 0, 0};
+    Window win{block_table + (long long)s * max_blocks_per_seq, FastDiv(block_size), 0, 0};
     // The keys this launch reads: all of them; or under a sink window, the window (sink_part 0)
     // or the sinks (sink_part 1) of a sequence past its sinks and window.
     int lo = 0, hi = (int)seq_lens[s];
