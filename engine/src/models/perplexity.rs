@@ -94,18 +94,7 @@ pub fn perplexity_split<B: Backend + 'static>(
     tokens: &[u32],
     opts: &PerplexityOptions,
 ) -> Result<PerplexityReport> {
-    let mut ranks = ranks.into_iter();
-    let model = ranks
-        .next()
-        .ok_or_else(|| EngineError::InvalidConfig("perplexity needs a model".into()))?;
-    let others: Vec<Llama<B>> = ranks.collect();
-    if others.len() + 1 != model.shard().world {
-        return Err(EngineError::InvalidConfig(format!(
-            "{} ranks given for a tensor-parallel group of {}",
-            others.len() + 1,
-            model.shard().world
-        )));
-    }
+    let (model, others) = crate::serving::ranks::leader_and_others(ranks, "perplexity")?;
     let followers = match others.is_empty() {
         true => None,
         false => {

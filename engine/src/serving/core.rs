@@ -88,18 +88,7 @@ impl<B: Backend> EngineCore<B> {
     where
         B: 'static,
     {
-        let mut ranks = ranks.into_iter();
-        let model = ranks
-            .next()
-            .ok_or_else(|| EngineError::InvalidConfig("an engine needs a model".into()))?;
-        let others: Vec<Llama<B>> = ranks.collect();
-        if others.len() + 1 != model.shard().world {
-            return Err(EngineError::InvalidConfig(format!(
-                "{} ranks given for a tensor-parallel group of {}",
-                others.len() + 1,
-                model.shard().world
-            )));
-        }
+        let (model, others) = super::ranks::leader_and_others(ranks, "an engine")?;
         let mc = model.part_config();
         let size = WorkspaceSize {
             max_num_batched_tokens: cfg.max_num_batched_tokens,

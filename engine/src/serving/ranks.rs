@@ -117,6 +117,27 @@ impl Followers {
     }
 }
 
+/// Rank 0 of `ranks` and the others, in order; fails when none is given (`needing` says what needs a
+/// model) or when they are not the whole group rank 0 belongs to.
+pub(crate) fn leader_and_others<B: Backend>(
+    ranks: Vec<Llama<B>>,
+    needing: &str,
+) -> Result<(Llama<B>, Vec<Llama<B>>)> {
+    let mut ranks = ranks.into_iter();
+    let model = ranks
+        .next()
+        .ok_or_else(|| EngineError::InvalidConfig(format!("{needing} needs a model")))?;
+    let others: Vec<Llama<B>> = ranks.collect();
+    if others.len() + 1 != model.shard().world {
+        return Err(EngineError::InvalidConfig(format!(
+            "{} ranks given for a tensor-parallel group of {}",
+            others.len() + 1,
+            model.shard().world
+        )));
+    }
+    Ok((model, others))
+}
+
 fn gone() -> EngineError {
     EngineError::Internal("a tensor-parallel rank's thread has stopped".into())
 }
