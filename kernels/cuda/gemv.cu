@@ -2,8 +2,8 @@
 // activation rows `x [rows, in]`, each activation rounded to bf16 first (as the tensor-core path
 // rounds its inputs) and the products accumulated in f32. One launch replaces the f32 → bf16 cast and
 // the cuBLAS call, and fuses what follows the product in a decode layer: a bias, a residual add, three
-// projections of one input (q, k, v), or SwiGLU's silu(gate)·up; and the RMSNorm before q/k/v and
-// gate/up. `in` must be a multiple of 8.
+// projections of one input (q, k, v; with RoPE and the KV write after them, gemv3_rope_kv), or
+// SwiGLU's silu(gate)·up; and the RMSNorm before q/k/v and gate/up. `in` must be a multiple of 8.
 //
 // A warp takes one output feature at a time. The block first stages the activations as bf16 in
 // shared memory (normalised and rounded once for all its warps), then each warp streams its weight
@@ -352,6 +352,61 @@ __device__ void gemv3(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, cons
     products<R, 1>(rows_of, finish, out0 + 2 * out12, x, norm_w, eps, rows, in);
 }
 
+// gemv3 for attention with RoPE and the KV write after it, in one launch (what gemv3 then
+// rope_kv_write do): a warp's feature is a pair of rows of one head, dims j and j + head_dim / 2 (q's
+// pairs, then k's, then v's), so the warp has both halves RoPE rotates together. q and k are rotated
+// with the row's cos/sin from `table` (HF half-split), k and v written to their pool slots, and q, k, v
+// left in y0..y2 as rope_kv_write leaves them.
+template <int R, typename T>
+__device__ void gemv3_rope_kv(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                              const float* b1, const float* b2, float* q, float* k, float* v,
+                              const float* __restrict__ x, const float* norm_w, float eps, int rows,
+                              int in, int heads, int kv_heads, int head_dim,
+                              const float* table,     // [rows, head_dim]
+                              const unsigned* slots,  // [rows]
+                              T* kc, T* vc) {         // [num_slots, kv_heads * head_dim]
+    const int half = head_dim / 2, q_pairs = heads * half, kv_pairs = kv_heads * half;
+    // Which product pair o belongs to (0: q, 1: k, 2: v), its head and its dim j < half.
+    auto locate = [=](int o) {
+        const int which = o < q_pairs ? 0 : (o < q_pairs + kv_pairs ? 1 : 2);
+        const int at = which == 0 ? o : o - q_pairs - (which - 1) * kv_pairs;
+        return make_int3(which, at / half, at % half);
+    };
+    auto rows_of = [=](int o, const bf16_t** w) {
+        const int3 at = locate(o);
+        const bf16_t* W = at.x == 0 ? W0 : at.x == 1 ? W1 : W2;
+        w[0] = W + (size_t)(at.y * head_dim + at.z) * in;
+        w[1] = W + (size_t)(at.y * head_dim + at.z + half) * in;
+    };
+    auto finish = [=](int o, float (*acc)[R]) {
+        if ((threadIdx.x & 31) != 0) return;
+        const int3 at = locate(o);
+        const float* b = at.x == 0 ? b0 : at.x == 1 ? b1 : b2;
+        const int d = at.y * head_dim + at.z, width = (at.x == 0 ? heads : kv_heads) * head_dim;
+        const float bias1 = b ? b[d] : 0.0f, bias2 = b ? b[d + half] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r >= rows) continue;
+            float y1 = acc[0][r] + bias1, y2 = acc[1][r] + bias2;
+            if (at.x < 2) {
+                const float c = table[r * head_dim + at.z], s = table[r * head_dim + half + at.z];
+                const float x1 = y1, x2 = y2;
+                y1 = x1 * c - x2 * s;
+                y2 = x2 * c + x1 * s;
+            }
+            float* y = (at.x == 0 ? q : at.x == 1 ? k : v) + (size_t)r * width + d;
+            y[0] = y1;
+            y[half] = y2;
+            if (at.x > 0) {
+                T* pool = (at.x == 1 ? kc : vc) + (size_t)slots[r] * width + d;
+                store_from_f32(pool, y1);
+                store_from_f32(pool + half, y2);
+            }
+        }
+    };
+    products<R, 2>(rows_of, finish, q_pairs + 2 * kv_pairs, x, norm_w, eps, rows, in);
+}
+
 // y[r, o] = silu(g) · u with g = Σ_k Wg[o, k] · bf16(x'[r, k]) and u likewise with Wu, x' being x
 // RMS-normalised when norm_w is given.
 template <int R>
@@ -421,4 +476,59 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_silu_mul_bf16_r4(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
                            float eps, float* y, int rows, int in, int out) {
     gemv_silu_mul<4>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
+}
+// The same with RoPE and the KV write fused (gemv3_rope_kv), over bf16 and f32 pools.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_bf16_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<1, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_bf16_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<2, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_bf16_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<4, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_f32_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          float* kc, float* vc) {
+    gemv3_rope_kv<1, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_f32_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          float* kc, float* vc) {
+    gemv3_rope_kv<2, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_f32_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          float* kc, float* vc) {
+    gemv3_rope_kv<4, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }

@@ -145,6 +145,12 @@ pub const SOURCES: &[KernelSource] = &[
             "gemv_bf16_r4",
             "gemv3_bf16_r4",
             "gemv_silu_mul_bf16_r4",
+            "gemv3_rope_kv_bf16_r1",
+            "gemv3_rope_kv_bf16_r2",
+            "gemv3_rope_kv_bf16_r4",
+            "gemv3_rope_kv_f32_r1",
+            "gemv3_rope_kv_f32_r2",
+            "gemv3_rope_kv_f32_r4",
         ],
     },
     KernelSource {

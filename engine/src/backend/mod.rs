@@ -183,6 +183,20 @@ pub struct RmsNormInto<'a, B: Backend> {
     pub out: &'a mut B::Buf,
 }
 
+/// RoPE and the KV write that follow attention's q/k/v products ([`Backend::rope_kv_write`]), for
+/// [`Backend::matmul3_rope_kv_write`]: the rows' cos/sin table, their pool slots, the heads, and the
+/// layer's pools.
+pub struct RopeKvWrite<'a, B: Backend> {
+    /// `[rows, head_dim]`: cos in the first half, sin in the second ([`Backend::rope_table`]).
+    pub table: &'a B::Buf,
+    /// `[rows]`: each row's pool slot.
+    pub slot_mapping: &'a B::Ids,
+    /// Query heads, KV heads, head dimension.
+    pub heads: (usize, usize, usize),
+    /// The layer's K and V pools.
+    pub caches: (&'a mut B::Kv, &'a mut B::Kv),
+}
+
 fn no_graphs(backend: &str) -> crate::error::EngineError {
     crate::error::EngineError::Internal(format!("the {backend} backend records no graphs"))
 }
@@ -387,6 +401,28 @@ pub trait Backend: Send + Sync + Sized {
         outs: [&mut Self::Buf; 3],
     ) -> Result<()> {
         unfused::matmul3(self, (x, norm), (w, bias), rows, outs)
+    }
+
+    /// [`Backend::matmul3`] into `outs` (q, k, v), then [`Backend::rope_kv_write`] on them: what a
+    /// decode layer does before its attention, fused into one launch where the backend can.
+    fn matmul3_rope_kv_write(
+        &self,
+        x: &Self::Buf,
+        norm: Option<RmsNormInto<'_, Self>>,
+        weights: ([&Self::Weight; 3], [Option<&Self::Weight>; 3]),
+        rows: usize,
+        [q, k, v]: [&mut Self::Buf; 3],
+        rope: RopeKvWrite<'_, Self>,
+    ) -> Result<()> {
+        self.matmul3(x, norm, weights, rows, [&mut *q, &mut *k, &mut *v])?;
+        let (heads, kv_heads, head_dim) = rope.heads;
+        self.rope_kv_write(
+            (q, k, v),
+            rope.table,
+            rope.slot_mapping,
+            (rows, heads, kv_heads, head_dim),
+            rope.caches,
+        )
     }
 
     /// `ids[r]` = the index of the largest logit of row `r` of `logits [rows, vocab]`, the first of

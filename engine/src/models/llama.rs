@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::adapter::Adapter;
-use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, WindowedAttn};
+use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, RopeKvWrite, WindowedAttn};
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
 use crate::models::batch::WindowMeta;
@@ -374,32 +374,49 @@ impl<B: Backend> Llama<B> {
             eps: cfg.rms_norm_eps,
             out: &mut ws.h,
         };
-        b.matmul3(
-            &ws.x,
-            Some(norm),
-            (
-                [&l.q, &l.k, &l.v],
-                [l.q_bias.as_ref(), l.k_bias.as_ref(), l.v_bias.as_ref()],
-            ),
-            n,
-            [&mut ws.q, &mut ws.k, &mut ws.v],
-        )?;
+        let weights = (
+            [&l.q, &l.k, &l.v],
+            [l.q_bias.as_ref(), l.k_bias.as_ref(), l.v_bias.as_ref()],
+        );
         let (heads, kv_heads, hd) = (
             cfg.num_attention_heads,
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
         if dims.windowed {
+            // The sinks' queries are rotated from the products before RoPE at the rows' positions.
+            b.matmul3(
+                &ws.x,
+                Some(norm),
+                weights,
+                n,
+                [&mut ws.q, &mut ws.k, &mut ws.v],
+            )?;
             b.copy(&ws.q, n * heads * hd, &mut ws.q_sinks)?;
             b.rope(&mut ws.q_sinks, &ws.rope_sinks, n, heads, hd)?;
+            b.rope_kv_write(
+                (&mut ws.q, &mut ws.k, &ws.v),
+                &ws.rope,
+                &ws.slots,
+                (n, heads, kv_heads, hd),
+                (&mut kv.k[i], &mut kv.v[i]),
+            )?;
+        } else {
+            let rope = RopeKvWrite {
+                table: &ws.rope,
+                slot_mapping: &ws.slots,
+                heads: (heads, kv_heads, hd),
+                caches: (&mut kv.k[i], &mut kv.v[i]),
+            };
+            b.matmul3_rope_kv_write(
+                &ws.x,
+                Some(norm),
+                weights,
+                n,
+                [&mut ws.q, &mut ws.k, &mut ws.v],
+                rope,
+            )?;
         }
-        b.rope_kv_write(
-            (&mut ws.q, &mut ws.k, &ws.v),
-            &ws.rope,
-            &ws.slots,
-            (n, heads, kv_heads, hd),
-            (&mut kv.k[i], &mut kv.v[i]),
-        )?;
         let meta = PagedAttnMeta {
             query_start_loc: &ws.query_start_loc,
             seq_lens: &ws.seq_lens,

@@ -1,6 +1,7 @@
 //! Launches of the skinny decode products (`gemv.cu`): bf16 weights times at most [`MAX_ROWS`]
-//! activation rows in one launch each, with the bias, the residual add, the q/k/v triple or SwiGLU's
-//! silu·mul fused, and the RMSNorm before the q/k/v and gate/up products. Wider products, f32
+//! activation rows in one launch each, with the bias, the residual add, the q/k/v triple (with RoPE
+//! and the KV write after it, over bf16 and f32 pools) or SwiGLU's silu·mul fused, and the RMSNorm
+//! before the q/k/v and gate/up products. Wider products, f32
 //! weights and widths not a multiple of 8 go through cuBLAS. The kernels fetch their first weights
 //! before they wait for the previous kernel, so they are launched with programmatic dependent launch
 //! where the device has it ([`super::pdl`]).
@@ -9,8 +10,8 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::ops::vector;
 use super::pdl::PdlArgs;
-use super::{CudaBackend, CudaWeight, CudaWeightData, check_len};
-use crate::backend::RmsNormInto;
+use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, pools};
+use crate::backend::{RmsNormInto, RopeKvWrite};
 use crate::error::Result;
 
 /// Most activation rows the kernels take.
@@ -160,6 +161,100 @@ pub(super) fn gemv3(
             f,
             stream,
             launch_config(be, out0 + 2 * out12, rows, inp),
+            be.pdl_on(),
+        )
+    }
+}
+
+/// [`gemv3`] with RoPE and the KV write after it in the same launch (`gemv3_rope_kv_*`): q and k
+/// rotated, k and v written to their pool slots, q, k, v left as `rope_kv_write` leaves them. bf16 and
+/// f32 pools only (an int8 pool's scale needs a whole head); None where it does not apply.
+pub(super) fn gemv3_rope_kv(
+    be: &CudaBackend,
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+    (w, bias): ([&CudaWeight; 3], [Option<&CudaWeight>; 3]),
+    rows: usize,
+    [q, k, v]: [&mut CudaSlice<f32>; 3],
+    rope: RopeKvWrite<'_, CudaBackend>,
+) -> Option<Result<()>> {
+    let (heads, kv_heads, head_dim) = rope.heads;
+    let (kc, vc) = rope.caches;
+    let pool = pools::shared_dtype(kc, vc).ok().filter(|d| *d != "int8")?;
+    let [Some(w0), Some(w1), Some(w2)] = w.map(|w| bf16_weight(w, rows)) else {
+        return None;
+    };
+    let width = kv_heads * head_dim;
+    let shapes_fit = head_dim.is_multiple_of(2)
+        && (w[0].rows, w[1].rows, w[2].rows) == (heads * head_dim, width, width)
+        && w[0].cols == w[1].cols
+        && w[1].cols == w[2].cols
+        && kc.shape.num_kv_heads * kc.shape.head_dim == width;
+    if !shapes_fit {
+        return None;
+    }
+    Some(launch_gemv3_rope_kv(
+        be,
+        (x, norm),
+        ([w0, w1, w2], bias),
+        (rows, w[0].cols, pool),
+        [q, k, v],
+        (rope.table, rope.slot_mapping, rope.heads),
+        (kc, vc),
+    ))
+}
+
+fn launch_gemv3_rope_kv(
+    be: &CudaBackend,
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+    (w, bias): ([&CudaSlice<u16>; 3], [Option<&CudaWeight>; 3]),
+    (rows, inp, pool): (usize, usize, &str),
+    [q, k, v]: [&mut CudaSlice<f32>; 3],
+    (table, slots, (heads, kv_heads, head_dim)): (
+        &CudaSlice<f32>,
+        &CudaSlice<u32>,
+        (usize, usize, usize),
+    ),
+    (kc, vc): (&mut CudaKv, &mut CudaKv),
+) -> Result<()> {
+    let (nq, nkv) = (heads * head_dim, kv_heads * head_dim);
+    check_len("gemv3_rope_kv x", x.len(), rows * inp)?;
+    check_len("gemv3_rope_kv q", q.len(), rows * nq)?;
+    check_len("gemv3_rope_kv k", k.len(), rows * nkv)?;
+    check_len("gemv3_rope_kv v", v.len(), rows * nkv)?;
+    check_len("gemv3_rope_kv table", table.len(), rows * head_dim)?;
+    check_len("gemv3_rope_kv slot_mapping", slots.len(), rows)?;
+    let biases = [
+        bias_arg(bias[0], nq)?,
+        bias_arg(bias[1], nkv)?,
+        bias_arg(bias[2], nkv)?,
+    ];
+    let f = be
+        .kernels
+        .get(&entry(&format!("gemv3_rope_kv_{pool}"), rows))?;
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(w[0], stream).buf(w[1], stream).buf(w[2], stream);
+    for b in biases {
+        a.maybe_buf(b, stream);
+    }
+    a.buf(q, stream)
+        .buf(k, stream)
+        .buf(v, stream)
+        .buf(x, stream);
+    push_norm(&mut a, norm, stream);
+    for i in [rows, inp, heads, kv_heads, head_dim] {
+        a.int(i as i32);
+    }
+    a.buf(table, stream).buf(slots, stream);
+    pools::push(&mut a, stream, kc, vc)?;
+    // SAFETY: arguments match the kernel's signature (bf16 or f32 pools, whose push gives K then V);
+    // sizes checked above, the weights' shapes by the caller; slots are the caller's, as for
+    // rope_kv_write; every thread waits for the previous grid before it reads x.
+    unsafe {
+        a.launch(
+            f,
+            stream,
+            launch_config(be, (heads + 2 * kv_heads) * head_dim / 2, rows, inp),
             be.pdl_on(),
         )
     }

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::backend::{
-    AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, SwigluBuffers, SwigluWeights,
-    unfused,
+    AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, RopeKvWrite, SwigluBuffers,
+    SwigluWeights, unfused,
 };
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
@@ -576,6 +576,42 @@ impl Backend for CudaBackend {
             Some(done) => done,
             None => unfused::matmul3(self, (x, norm), (w, bias), rows, [o0, o1, o2]),
         }
+    }
+
+    fn matmul3_rope_kv_write(
+        &self,
+        x: &CudaSlice<f32>,
+        norm: Option<RmsNormInto<'_, Self>>,
+        weights: ([&CudaWeight; 3], [Option<&CudaWeight>; 3]),
+        rows: usize,
+        [q, k, v]: [&mut CudaSlice<f32>; 3],
+        rope: RopeKvWrite<'_, Self>,
+    ) -> Result<()> {
+        let RopeKvWrite {
+            table,
+            slot_mapping,
+            heads,
+            caches: (kc, vc),
+        } = rope;
+        let fused = gemv::gemv3_rope_kv(
+            self,
+            (x, gemv::fused_norm(norm.as_ref())?),
+            weights,
+            rows,
+            [&mut *q, &mut *k, &mut *v],
+            RopeKvWrite {
+                table,
+                slot_mapping,
+                heads,
+                caches: (&mut *kc, &mut *vc),
+            },
+        );
+        if let Some(done) = fused {
+            return done;
+        }
+        self.matmul3(x, norm, weights, rows, [&mut *q, &mut *k, &mut *v])?;
+        let (h, kvh, hd) = heads;
+        self.rope_kv_write((q, k, v), table, slot_mapping, (rows, h, kvh, hd), (kc, vc))
     }
 
     fn argmax_rows(

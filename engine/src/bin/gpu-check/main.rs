@@ -31,6 +31,7 @@ mod inputs;
 mod kv_tiers_bench;
 mod ops;
 mod products;
+mod qkv_rope;
 mod random_models;
 mod reload_probe;
 mod report;
@@ -120,6 +121,7 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     }
     ops::run(&pair, &mut rng, &mut report)?;
     fused::run(&pair, &mut rng, &mut report)?;
+    qkv_rope::run(&pair, &mut rng, &mut report)?;
     sample::run(&pair, &mut rng, &mut report)?;
     attention::run(&pair, &mut rng, &mut report)?;
     if !ops_only {
