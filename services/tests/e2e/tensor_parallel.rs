@@ -53,14 +53,7 @@ fn a_server_over_three_ranks_answers_cites_and_reuses_a_long_reads_kv() {
     assert!(log.contains("3 tensor-parallel ranks"), "{log}");
 
     let mut server = server;
-    assert!(server.terminate(), "a clean exit: {}", server.log_text());
-    assert!(
-        server
-            .log_text()
-            .contains("cached KV blocks kept for the next start"),
-        "{}",
-        server.log_text()
-    );
+    server.terminate_keeping_kv();
     server.restart();
     let third = server.ask(&key, (&doc, "long"), "Who leads the audit?", 24);
     let cached = third["usage"]["cached_prompt_tokens"]

@@ -133,23 +133,15 @@ pub(super) fn gemv3(
     check_len("gemv3 y0", y0.len(), rows * out0)?;
     check_len("gemv3 y1", y1.len(), rows * out12)?;
     check_len("gemv3 y2", y2.len(), rows * out12)?;
-    let biases = [
-        bias_arg(bias[0], out0)?,
-        bias_arg(bias[1], out12)?,
-        bias_arg(bias[2], out12)?,
-    ];
     let f = be.kernels.get(&entry("gemv3_bf16", rows))?;
     let stream = &be.dev.stream;
-    let mut a = PdlArgs::new();
-    a.buf(w0, stream).buf(w1, stream).buf(w2, stream);
-    for b in biases {
-        a.maybe_buf(b, stream);
-    }
-    a.buf(y0, stream)
-        .buf(y1, stream)
-        .buf(y2, stream)
-        .buf(x, stream);
-    push_norm(&mut a, norm, stream);
+    let mut a = qkv_args(
+        stream,
+        ([w0, w1, w2], bias),
+        (out0, out12),
+        [y0, y1, y2],
+        (x, norm),
+    )?;
     for i in [rows, inp, out0, out12] {
         a.int(i as i32);
     }
@@ -164,6 +156,30 @@ pub(super) fn gemv3(
             be.pdl_on(),
         )
     }
+}
+
+/// The arguments the q/k/v kernels begin with: the three weights, their biases (null where absent;
+/// q's `widths.0` wide, k's and v's `widths.1`), the three outputs, the input and the fused norm.
+fn qkv_args(
+    stream: &cudarc::driver::CudaStream,
+    (w, bias): ([&CudaSlice<u16>; 3], [Option<&CudaWeight>; 3]),
+    (nq, nkv): (usize, usize),
+    outs: [&mut CudaSlice<f32>; 3],
+    (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
+) -> Result<PdlArgs> {
+    let mut a = PdlArgs::new();
+    for w in w {
+        a.buf(w, stream);
+    }
+    for (b, width) in bias.into_iter().zip([nq, nkv, nkv]) {
+        a.maybe_buf(bias_arg(b, width)?, stream);
+    }
+    for y in outs {
+        a.buf(y, stream);
+    }
+    a.buf(x, stream);
+    push_norm(&mut a, norm, stream);
+    Ok(a)
 }
 
 /// [`gemv3`] with RoPE and the KV write after it in the same launch (`gemv3_rope_kv_*`): q and k
@@ -223,25 +239,11 @@ fn launch_gemv3_rope_kv(
     check_len("gemv3_rope_kv v", v.len(), rows * nkv)?;
     check_len("gemv3_rope_kv table", table.len(), rows * head_dim)?;
     check_len("gemv3_rope_kv slot_mapping", slots.len(), rows)?;
-    let biases = [
-        bias_arg(bias[0], nq)?,
-        bias_arg(bias[1], nkv)?,
-        bias_arg(bias[2], nkv)?,
-    ];
     let f = be
         .kernels
         .get(&entry(&format!("gemv3_rope_kv_{pool}"), rows))?;
     let stream = &be.dev.stream;
-    let mut a = PdlArgs::new();
-    a.buf(w[0], stream).buf(w[1], stream).buf(w[2], stream);
-    for b in biases {
-        a.maybe_buf(b, stream);
-    }
-    a.buf(q, stream)
-        .buf(k, stream)
-        .buf(v, stream)
-        .buf(x, stream);
-    push_norm(&mut a, norm, stream);
+    let mut a = qkv_args(stream, (w, bias), (nq, nkv), [q, k, v], (x, norm))?;
     for i in [rows, inp, heads, kv_heads, head_dim] {
         a.int(i as i32);
     }

@@ -60,19 +60,10 @@ fn rope_kv_write(p: &Pair, rng: &mut Rng, r: &mut Report, dtype: KvDtype) -> Res
     };
     let (rows, heads, hd) = (5, 9, 64);
     let width = shape.num_kv_heads * hd;
-    let slots: Vec<u32> = rng.permutation(shape.num_blocks * shape.block_size)[..rows].to_vec();
-    let (cs, gs) = p.ids(&slots)?;
-    let positions: Vec<u32> = (0..rows).map(|_| rng.below(8000) as u32).collect();
-    let (cp, gp) = p.ids(&positions)?;
-    let freqs = RopeFreqs {
-        inv_freq: (0..hd / 2)
-            .map(|i| 100_000f32.powf(-2.0 * i as f32 / hd as f32))
-            .collect(),
-        mscale: 1.0,
-    };
-    let (mut ct, mut gt) = p.poisoned(rows * hd)?;
-    p.cpu.rope_table(&cp, &freqs, rows, &mut ct)?;
-    p.gpu.rope_table(&gp, &freqs, rows, &mut gt)?;
+    let RopeRows {
+        slots: (cs, gs),
+        table: (ct, gt),
+    } = rope_rows(p, rng, rows, &shape, 100_000.0)?;
     let (mut cq, mut gq) = p.buf(&rng.vec(rows * heads * hd, 3.0))?;
     let (mut ck, mut gk) = p.buf(&rng.vec(rows * width, 3.0))?;
     let (cv, gv) = p.buf(&rng.vec(rows * width, 3.0))?;
@@ -108,6 +99,41 @@ fn rope_kv_write(p: &Pair, rng: &mut Rng, r: &mut Report, dtype: KvDtype) -> Res
     };
     r.check(&name, "5 rows, 9/3 heads x 64", &gpu, &cpu, tol);
     Ok(())
+}
+
+/// Rows' pool slots and RoPE cos/sin table on both backends, for the checks of RoPE with the KV write.
+pub struct RopeRows {
+    pub slots: (Vec<u32>, cudarc::driver::CudaSlice<u32>),
+    pub table: (Vec<f32>, cudarc::driver::CudaSlice<f32>),
+}
+
+/// `rows` distinct random slots of `shape`'s pool, and the table of random positions below 8,000 at
+/// its head_dim with RoPE base `theta`.
+pub fn rope_rows(
+    p: &Pair,
+    rng: &mut Rng,
+    rows: usize,
+    shape: &KvShape,
+    theta: f32,
+) -> Result<RopeRows> {
+    let hd = shape.head_dim;
+    let slots: Vec<u32> = rng.permutation(shape.num_blocks * shape.block_size)[..rows].to_vec();
+    let slots = p.ids(&slots)?;
+    let positions: Vec<u32> = (0..rows).map(|_| rng.below(8000) as u32).collect();
+    let (cp, gp) = p.ids(&positions)?;
+    let freqs = RopeFreqs {
+        inv_freq: (0..hd / 2)
+            .map(|i| theta.powf(-2.0 * i as f32 / hd as f32))
+            .collect(),
+        mscale: 1.0,
+    };
+    let (mut ct, mut gt) = p.poisoned(rows * hd)?;
+    p.cpu.rope_table(&cp, &freqs, rows, &mut ct)?;
+    p.gpu.rope_table(&gp, &freqs, rows, &mut gt)?;
+    Ok(RopeRows {
+        slots,
+        table: (ct, gt),
+    })
 }
 
 fn weight(

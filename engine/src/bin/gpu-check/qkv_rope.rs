@@ -5,9 +5,9 @@
 
 use docqa_engine::Result;
 use docqa_engine::backend::{Backend, KvDtype, KvShape, RmsNormInto, RopeKvWrite};
-use docqa_engine::config::RopeFreqs;
 use docqa_engine::weights::WeightDtype;
 
+use crate::fused::{RopeRows, rope_rows};
 use crate::inputs::{Pair, Rng};
 use crate::ops::TOL_BF16;
 use crate::report::Report;
@@ -54,19 +54,10 @@ fn check(
     let norm_w: Vec<f32> = rng.vec(hidden, 0.5).iter().map(|v| v + 1.0).collect();
     let norm = p.vector(&norm_w)?;
     let (cx, gx) = p.buf(&rng.vec(rows * hidden, 2.0))?;
-    let slots: Vec<u32> = rng.permutation(shape.num_blocks * shape.block_size)[..rows].to_vec();
-    let (cs, gs) = p.ids(&slots)?;
-    let positions: Vec<u32> = (0..rows).map(|_| rng.below(8000) as u32).collect();
-    let (cp, gp) = p.ids(&positions)?;
-    let freqs = RopeFreqs {
-        inv_freq: (0..hd / 2)
-            .map(|i| 500_000f32.powf(-2.0 * i as f32 / hd as f32))
-            .collect(),
-        mscale: 1.0,
-    };
-    let (mut ct, mut gt) = p.poisoned(rows * hd)?;
-    p.cpu.rope_table(&cp, &freqs, rows, &mut ct)?;
-    p.gpu.rope_table(&gp, &freqs, rows, &mut gt)?;
+    let RopeRows {
+        slots: (cs, gs),
+        table: (ct, gt),
+    } = rope_rows(p, rng, rows, &shape, 500_000.0)?;
     let (mut ch, mut gh) = p.poisoned(rows * hidden)?;
     let (mut c0, mut g0) = p.poisoned(rows * nq)?;
     let (mut c1, mut g1) = p.poisoned(rows * nkv)?;

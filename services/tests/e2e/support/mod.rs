@@ -278,6 +278,17 @@ impl Server {
         }
     }
 
+    /// SIGTERM, then checks that the server exited cleanly and said it kept its cached KV blocks on
+    /// disk for the next start.
+    pub fn terminate_keeping_kv(&mut self) {
+        assert!(self.terminate(), "a clean exit: {}", self.log_text());
+        let log = self.log_text();
+        assert!(
+            log.contains("cached KV blocks kept for the next start"),
+            "{log}"
+        );
+    }
+
     /// SIGTERM, then waits for a clean exit; returns whether it exited with success.
     pub fn terminate(&mut self) -> bool {
         let Some(mut c) = self.child.take() else {
