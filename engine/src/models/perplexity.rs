@@ -83,7 +83,8 @@ pub fn perplexity<B: Backend>(
     tokens: &[u32],
     opts: &PerplexityOptions,
 ) -> Result<PerplexityReport> {
-    read_stream(model, None, tokens, opts)
+    let sizes = pool_and_workspace(model, tokens, opts)?;
+    read_stream(model, None, sizes, (tokens, opts))
 }
 
 /// [`perplexity`] of a model split over the ranks of a tensor-parallel group, rank 0 first (as
@@ -95,14 +96,12 @@ pub fn perplexity_split<B: Backend + 'static>(
     opts: &PerplexityOptions,
 ) -> Result<PerplexityReport> {
     let (model, others) = crate::serving::ranks::leader_and_others(ranks, "perplexity")?;
+    let (shape, size) = pool_and_workspace(&model, tokens, opts)?;
     let followers = match others.is_empty() {
         true => None,
-        false => {
-            let (shape, size) = pool_and_workspace(&model, tokens, opts)?;
-            Some(Followers::spawn(others, shape, size)?)
-        }
+        false => Some(Followers::spawn(others, shape, size)?),
     };
-    read_stream(&model, followers.as_ref(), tokens, opts)
+    read_stream(&model, followers.as_ref(), (shape, size), (tokens, opts))
 }
 
 /// The KV pool (a rank's share of the KV heads) and workspace the stream needs.
@@ -138,15 +137,15 @@ fn pool_and_workspace<B: Backend>(
     Ok((shape, size))
 }
 
-/// Reads the stream chunk by chunk, every pass run by rank 0 and (over a group) the `followers`.
+/// Reads the stream chunk by chunk into a pool of `shape` with a workspace of `size`, every pass run
+/// by rank 0 and (over a group) the `followers`.
 fn read_stream<B: Backend>(
     model: &Llama<B>,
     followers: Option<&Followers>,
-    tokens: &[u32],
-    opts: &PerplexityOptions,
+    (shape, size): (KvShape, WorkspaceSize),
+    (tokens, opts): (&[u32], &PerplexityOptions),
 ) -> Result<PerplexityReport> {
     let started = Instant::now();
-    let (shape, size) = pool_and_workspace(model, tokens, opts)?;
     let num_blocks = shape.num_blocks;
     let mut manager = KvCacheManager::new(KvCacheConfig {
         block_size: BLOCK_SIZE,
