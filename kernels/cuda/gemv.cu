@@ -477,20 +477,58 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
                            float eps, float* y, int rows, int in, int out) {
     gemv_silu_mul<4>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
-// The same with RoPE and the KV write fused (gemv3_rope_kv), over bf16 and f32 pools: one entry
-// point for each pool type T (named POOL) and row count R.
-#define GEMV3_ROPE_KV_ENTRY(POOL, T, R)                                                            \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv3_rope_kv_##POOL##_r##R(    \
-        const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0, const float* b1,   \
-        const float* b2, float* q, float* k, float* v, const float* x, const float* norm_w,       \
-        float eps, int rows, int in, int heads, int kv_heads, int head_dim, const float* table,   \
-        const unsigned* slots, T* kc, T* vc) {                                                     \
-        gemv3_rope_kv<R, T>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,     \
-                            kv_heads, head_dim, table, slots, kc, vc);                             \
-    }
-GEMV3_ROPE_KV_ENTRY(bf16, bf16_t, 1)
-GEMV3_ROPE_KV_ENTRY(bf16, bf16_t, 2)
-GEMV3_ROPE_KV_ENTRY(bf16, bf16_t, 4)
-GEMV3_ROPE_KV_ENTRY(f32, float, 1)
-GEMV3_ROPE_KV_ENTRY(f32, float, 2)
-GEMV3_ROPE_KV_ENTRY(f32, float, 4)
+// The same with RoPE and the KV write fused (gemv3_rope_kv), over bf16 and f32 pools.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_bf16_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<1, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_bf16_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<2, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_bf16_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<4, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_f32_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          float* kc, float* vc) {
+    gemv3_rope_kv<1, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_f32_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          float* kc, float* vc) {
+    gemv3_rope_kv<2, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+    gemv3_rope_kv_f32_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
+                          const float* b1, const float* b2, float* q, float* k, float* v,
+                          const float* x, const float* norm_w, float eps, int rows, int in, int heads,
+                          int kv_heads, int head_dim, const float* table, const unsigned* slots,
+                          float* kc, float* vc) {
+    gemv3_rope_kv<4, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
+}
