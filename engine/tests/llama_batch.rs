@@ -100,13 +100,13 @@ fn mixed_batch_matches_sequences_alone(dtype: KvDtype, tied: bool) {
                     .map(|(a, b)| (a - b).abs())
                     .fold(0.0, f32::max);
                 // The reference reads each prompt in one pass, the batch in chunks, so attention sums
-                // a row's keys in other tile groupings: f32 results differ by an ulp or so. The SIMD
-                // matmul rounds activations to bf16, and an ulp on the wrong side of a rounding
-                // boundary moves that element by 2⁻⁸ relative, which this random model turns into up
-                // to a few 1e-3 in the logits (seed 1795952154351555388 gives 3.8e-3). 1e-2 allows
-                // that and still catches any wrong position, block or sequence mix-up (those move
-                // logits by O(1)).
-                assert!(diff < 1e-2, "seq {s} pos {p} step {step}: max |Δ| {diff}");
+                // a row's keys in other tile groupings: f32 results differ by an ulp or so. With
+                // AVX-512 BF16 the matmul rounds activations to bf16, and an ulp on the wrong side of
+                // a rounding boundary moves that element by 2⁻⁸ relative, which this random model
+                // turns into up to about 1e-2 in the logits (seed 1796388771440323062 gives 1.1e-2).
+                // A wrong context moves them far more: the same token at the same position after
+                // another sequence's prefix differs by 0.65 or more (200 seeds). 5e-2 lies between.
+                assert!(diff < 5e-2, "seq {s} pos {p} step {step}: max |Δ| {diff}");
                 row += 1;
                 compared += 1;
             }
