@@ -141,10 +141,19 @@ __device__ __forceinline__ void dot_group(const uint4 (*w)[U], const uint4* xs, 
     }
 }
 
-// The pieces a lane keeps in flight per weight row: more where registers allow.
+// The pieces a lane keeps in flight per weight row: more where registers allow. At one activation
+// row, 8 pieces of one weight row (or 4 of each of a pair) are 128 bytes a lane, 32 KiB a block;
+// half that left the large products 5-10 % short of the copy bandwidth (the kernel lab's variants
+// build other values with -DGEMV_U_ONE / -DGEMV_U_PAIR).
+#ifndef GEMV_U_ONE
+#define GEMV_U_ONE 8
+#endif
+#ifndef GEMV_U_PAIR
+#define GEMV_U_PAIR 4
+#endif
 template <int R, int M>
 struct Stream {
-    static constexpr int U = (R == 1 && M == 1) ? 4 : 2;
+    static constexpr int U = R == 1 ? (M == 1 ? GEMV_U_ONE : GEMV_U_PAIR) : 2;
     static constexpr int GROUP = 256 * U;        // inputs a warp takes per step
     static constexpr int TILE = STAGE_ELEMS / R;  // inputs staged at once
     static_assert(TILE % GROUP == 0, "a step's inputs lie in one staged tile");

@@ -180,11 +180,16 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
 
 /// Decode alone (`DOCQA_BENCH_DECODE=1`): the attention kernel over bf16 and int8 pools and under
 /// the split targets, then decode end to end at batch 1 and 8 (CUDA graphs on) of random models of
-/// SmolLM2-135M's and Llama-3.2-1B's shapes.
+/// SmolLM2-135M's and Llama-3.2-1B's shapes. `DOCQA_BENCH_DECODE=products` times the skinny
+/// products at the models' widths and the end-to-end rows instead of the attention kernel.
 pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    decode_attention_timings(gpu, rng)?;
-    int8_decode_timings(gpu, rng)?;
-    decode_split_timings(gpu, rng)?;
+    if std::env::var("DOCQA_BENCH_DECODE").is_ok_and(|v| v == "products") {
+        crate::products::run(gpu, rng)?;
+    } else {
+        decode_attention_timings(gpu, rng)?;
+        int8_decode_timings(gpu, rng)?;
+        decode_split_timings(gpu, rng)?;
+    }
     for shape in [SMOLLM2, LLAMA32_1B] {
         let dir = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
         write_llama(dir.path(), shape, rng)?;
@@ -218,9 +223,9 @@ fn decode_attention_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
 
 /// Decode at real models' shapes (`DOCQA_BENCH_SHAPES=llama-3.1-8b,qwen2.5-7b`): each shape written by
 /// `docqa models synth`'s writer into `$DOCQA_BENCH_MODEL_DIR/<shape>` (kept there, so HF can time the
-/// same weights) unless it is there already, then decode with CUDA graphs at batch 1, 32 and 128 after
-/// 8,192-token prompts and at batch 1 and 8 after 32,768 (bf16 KV; what does not fit in the GPU's
-/// memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
+/// same weights) unless it is there already, then decode with CUDA graphs at batch 1 after a 512-token
+/// prompt (where the weights are nearly all a step reads), at batch 1, 32 and 128 after 8,192-token
+/// prompts and at batch 1 and 8 after 32,768 (bf16 KV; what does not fit in the GPU's memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
 pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
     for name in shapes.split(',') {
         let dir = synth_dir(name, rng)?;
@@ -231,12 +236,22 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
             t.elapsed().as_secs_f64()
         );
         model.backend.set_graphs(true);
-        for case in [(1, 8192), (32, 8192), (128, 8192), (1, 32768), (8, 32768)] {
+        // A prompt and its decoded tokens stay inside the context window (Qwen2.5's is 32,768).
+        let longest = model.max_context() - decode::WARM_UP - decode::STEPS;
+        for (seqs, context) in [
+            (1, 512),
+            (1, 8192),
+            (32, 8192),
+            (128, 8192),
+            (1, 32768),
+            (8, 32768),
+        ] {
+            let case = (seqs, context.min(longest));
             if let Err(e) = decode::report_after(&model, rng, case, true) {
                 println!("  decode batch {:>3} after {}: {e}", case.0, case.1);
             }
         }
-        for case in [(1, 8192), (1, 32768)] {
+        for case in [(1, 8192), (1, 32768.min(longest))] {
             without_pdl(&model, || decode::report_after(&model, rng, case, true))?;
             with_one_step_splits(&model, || decode::report_after(&model, rng, case, true))?;
         }

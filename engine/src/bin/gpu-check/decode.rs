@@ -19,7 +19,7 @@ const PROMPT: usize = 512;
 /// A split target past any launch's blocks: splits of one step of keys.
 pub const ONE_STEP_SPLITS: usize = 1 << 30;
 pub const STEPS: usize = 128;
-const WARM_UP: usize = 2;
+pub const WARM_UP: usize = 2;
 
 /// `n` random token ids below `vocab`, avoiding the special ids 0..3.
 pub fn prompt(n: usize, vocab: usize, rng: &mut Rng) -> Vec<u32> {
