@@ -195,8 +195,9 @@ pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         write_llama(dir.path(), shape, rng)?;
         let model = Llama::load(CudaBackend::new(0)?, dir.path())?;
         println!(
-            "bench: decode end to end, random {}-shaped model, bf16 weights, bf16 KV",
-            shape.name
+            "bench: decode end to end, random {}-shaped model, bf16 weights, {:?} KV",
+            shape.name,
+            decode::kv_dtype()
         );
         for seqs in [1, 8] {
             decode::report(&model, rng, seqs, true)?;
@@ -225,15 +226,17 @@ fn decode_attention_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
 /// `docqa models synth`'s writer into `$DOCQA_BENCH_MODEL_DIR/<shape>` (kept there, so HF can time the
 /// same weights) unless it is there already, then decode with CUDA graphs at batch 1 after a 512-token
 /// prompt (where the weights are nearly all a step reads), at batch 1, 32 and 128 after 8,192-token
-/// prompts and at batch 1 and 8 after 32,768 (bf16 KV; what does not fit in the GPU's memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
+/// prompts and at batch 1 and 8 after 32,768 (bf16 KV, or [`decode::kv_dtype`]'s; what does not fit in
+/// the GPU's memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
 pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
     for name in shapes.split(',') {
         let dir = synth_dir(name, rng)?;
         let t = std::time::Instant::now();
         let model = Llama::load(CudaBackend::new(0)?, &dir)?;
         println!(
-            "bench: decode at the {name} shape (loaded in {:.1} s), bf16 weights, bf16 KV, wall clock",
-            t.elapsed().as_secs_f64()
+            "bench: decode at the {name} shape (loaded in {:.1} s), bf16 weights, {:?} KV, wall clock",
+            t.elapsed().as_secs_f64(),
+            decode::kv_dtype()
         );
         model.backend.set_graphs(true);
         // A prompt and its decoded tokens stay inside the context window (Qwen2.5's is 32,768).

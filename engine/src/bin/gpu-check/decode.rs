@@ -33,7 +33,15 @@ type Sequences = (
     Vec<Vec<u32>>,
 );
 
-/// A bf16 KV pool of `per` blocks for each of `seqs` sequences, a workspace for them (at most
+/// The KV pools' type for the decode benchmarks: bf16, or int8 with `DOCQA_BENCH_KV_DTYPE=int8`.
+pub fn kv_dtype() -> KvDtype {
+    match std::env::var("DOCQA_BENCH_KV_DTYPE").as_deref() {
+        Ok("int8") => KvDtype::Int8,
+        _ => KvDtype::Bf16,
+    }
+}
+
+/// A KV pool ([`kv_dtype`]) of `per` blocks for each of `seqs` sequences, a workspace for them (at most
 /// `max_tokens` tokens a pass), and each sequence's blocks (contiguous ids).
 pub fn sequences(
     model: &Llama<CudaBackend>,
@@ -46,7 +54,7 @@ pub fn sequences(
         block_size: BLOCK,
         num_kv_heads: cfg.num_key_value_heads,
         head_dim: cfg.head_dim,
-        dtype: KvDtype::Bf16,
+        dtype: kv_dtype(),
     };
     let kv = KvPool::new(&model.backend, cfg.num_hidden_layers, shape)?;
     let ws = model.workspace(WorkspaceSize {

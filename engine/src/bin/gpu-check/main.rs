@@ -7,12 +7,14 @@
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
 //! the model families against transformers' logits (`tests/golden/families`), `--tp-only` the tensor-parallel
 //! checks (NCCL collectives, split models against whole; `DOCQA_TP_SHAPES` adds real shapes).
-//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else,
+//! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else (over int8
+//! KV pools with `DOCQA_BENCH_KV_DTYPE=int8`),
 //! `DOCQA_BENCH_TP=llama-3.1-8b,...` prefill and decode whole against split over the GPUs and NCCL's sum;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
 //! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone),
-//! `DOCQA_BENCH_DECODE=1` decode alone (the attention kernel, then end to end at two shapes), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
+//! `DOCQA_BENCH_DECODE=1` decode alone (the attention kernel, then end to end at two shapes; `=products`:
+//! the skinny products at real widths, then end to end), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
 //! runs one prefill and one decode step of a random model of that shape under
 //! cuProfilerStart/Stop (for ncu). Exit status 0 when every check passes, 1 when one fails, 2 when
 //! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
