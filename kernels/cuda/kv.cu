@@ -46,6 +46,12 @@ extern "C" __global__ void kv_write_bf16(
     scatter(k, v, slot_mapping, k_cache, v_cache, rows, width);
 }
 
+// x / scale (given as its inverse) rounded half away from zero and clamped to ±127; NaN gives 0.
+__device__ __forceinline__ signed char quantized(float x, float inv) {
+    const float r = roundf(__fmul_rn(x, inv));
+    return (signed char)(isnan(r) ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f));
+}
+
 // One head of one row quantised into an int8 pool, as the CPU backend does: scale = max |x| / 127,
 // each element x / scale rounded half away from zero and clamped to ±127 (all zeros: scale 0). One
 // warp per head.
@@ -65,8 +71,7 @@ __device__ void quantize_head(
     const float s = amax / 127.0f;
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
     for (int e = lane; e < head_dim; e += 32) {
-        const float r = roundf(__fmul_rn(x[e], inv));
-        q[e] = (signed char)(isnan(r) ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f));
+        q[e] = quantized(x[e], inv);
     }
     if (lane == 0) {
         *scale = s;
@@ -194,6 +199,56 @@ extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v
                                               const unsigned* slots, bf16_t* kc, bf16_t* vc, int rows,
                                               int heads, int kv_heads, int head_dim) {
     rope_scatter(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
+}
+
+// rope_kv_write for int8 pools, whose write needs a whole head's largest value: one warp per (row,
+// head of q then k). A q head is rotated in place; a k head is rotated in place and quantised into its
+// slot, and the v head beside it quantised, as rope on q, rope on k and kv_write_int8 leave them. A
+// lane rotates and quantises the same pairs (j, j + head_dim / 2), so it reads back only its own
+// writes. 1-D grid of any block size that is a multiple of 32.
+extern "C" __global__ void rope_kv_write_int8(float* q, float* k, const float* v, const float* table,
+                                              const unsigned* slots, signed char* kc,
+                                              signed char* vc, float* k_scales, float* v_scales,
+                                              int rows, int heads, int kv_heads, int head_dim) {
+    allow_next_grid();
+    wait_for_previous_grid();
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int all = heads + kv_heads, lane = threadIdx.x & 31, half = head_dim / 2;
+    if (warp >= (long long)rows * all) {
+        return;
+    }
+    const long long r = warp / all;
+    const int h = (int)(warp % all);
+    const bool is_q = h < heads;
+    float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + h - heads) * head_dim;
+    const float* cs = table + r * head_dim;
+    float amax = 0.0f;
+    for (int j = lane; j < half; j += 32) {
+        const float c = cs[j], s = cs[half + j], x1 = x[j], x2 = x[half + j];
+        const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+        x[j] = y1;
+        x[half + j] = y2;
+        amax = fmaxf(amax, fmaxf(fabsf(y1), fabsf(y2)));
+    }
+    if (is_q) {
+        return;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    }
+    const float s = amax / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const long long dst = (long long)slots[r] * kv_heads + (h - heads);
+    signed char* kq = kc + dst * head_dim;
+    for (int j = lane; j < half; j += 32) {
+        kq[j] = quantized(x[j], inv);
+        kq[half + j] = quantized(x[half + j], inv);
+    }
+    if (lane == 0) {
+        k_scales[dst] = s;
+    }
+    quantize_head(v + (r * kv_heads + h - heads) * head_dim, vc + dst * head_dim, v_scales + dst,
+                  head_dim);
 }
 
 // Whole KV blocks between the parts of a model's pools (each layer's K and V elements, and an int8 pool's

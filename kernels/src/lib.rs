@@ -72,6 +72,7 @@ pub const SOURCES: &[KernelSource] = &[
             "kv_write_int8",
             "rope_kv_write_f32",
             "rope_kv_write_bf16",
+            "rope_kv_write_int8",
             "kv_blocks_gather",
             "kv_blocks_scatter",
             "kv_blocks_scatter_mapped",

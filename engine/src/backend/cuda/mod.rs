@@ -114,6 +114,9 @@ pub struct CudaBackend {
     hopper_prefill: AtomicBool,
     /// Whether that kernel loads K and V with TMA (its `_tma` form) where the block size allows.
     hopper_tma: AtomicBool,
+    /// Whether RoPE and the write into int8 pools run as one launch (`DOCQA_CUDA_INT8_ROPE_WRITE=0`:
+    /// RoPE on q, on k, then the write, for comparison).
+    int8_rope_write: bool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -162,6 +165,7 @@ impl CudaBackend {
             pdl: AtomicBool::new(pdl),
             hopper_prefill: AtomicBool::new(hopper_prefill),
             hopper_tma: AtomicBool::new(hopper_tma),
+            int8_rope_write: std::env::var("DOCQA_CUDA_INT8_ROPE_WRITE").map_or(true, |v| v != "0"),
             epoch: AtomicU64::new(0),
         })
     }
@@ -641,8 +645,7 @@ impl Backend for CudaBackend {
         dims: (usize, usize, usize, usize),
         caches: (&mut CudaKv, &mut CudaKv),
     ) -> Result<()> {
-        // int8 pools quantise each head as a whole: the separate RoPE and quantising write.
-        if matches!(caches.0.store, CudaKvStore::Int8 { .. }) {
+        if !self.int8_rope_write && matches!(caches.0.store, CudaKvStore::Int8 { .. }) {
             return unfused::rope_kv_write(self, qkv, (table, slot_mapping), dims, caches);
         }
         rope_kv::rope_kv_write(self, qkv, (table, slot_mapping), dims, caches)

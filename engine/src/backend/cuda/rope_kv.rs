@@ -1,10 +1,12 @@
 //! The fused RoPE + KV write of a layer (`rope_kv_write_*` in `kv.cu`): q and k rotated in place, k
-//! and v scattered to their pool slots, in one launch instead of three.
+//! and v scattered to their pool slots (int8 pools: quantised a head at a time), in one launch
+//! instead of three.
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::pdl::PdlArgs;
 use super::{CudaBackend, CudaKv, check_len, grid, pools};
+use crate::backend::KvDtype;
 use crate::error::{EngineError, Result};
 
 pub(super) fn rope_kv_write(
@@ -39,9 +41,26 @@ pub(super) fn rope_kv_write(
         a.int(i);
     }
     let f = be.kernels.get(&name)?;
-    // A thread rotates four pairs where head_dim is a multiple of 8 (16-byte loads), else one.
-    let pairs_a_thread = if head_dim.is_multiple_of(8) { 4 } else { 1 };
-    let cfg = grid(rows * (heads + kv_heads) * head_dim / 2 / pairs_a_thread);
+    let cfg = match kc.shape.dtype {
+        // One warp per (row, head): an int8 head's scale needs the whole head.
+        KvDtype::Int8 => {
+            let warps_per_block = 8;
+            LaunchConfig {
+                grid_dim: (
+                    (rows * (heads + kv_heads)).div_ceil(warps_per_block).max(1) as u32,
+                    1,
+                    1,
+                ),
+                block_dim: (32 * warps_per_block as u32, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        }
+        // A thread rotates four pairs where head_dim is a multiple of 8 (16-byte loads), else one.
+        _ => {
+            let pairs_a_thread = if head_dim.is_multiple_of(8) { 4 } else { 1 };
+            grid(rows * (heads + kv_heads) * head_dim / 2 / pairs_a_thread)
+        }
+    };
     // SAFETY: arguments match the kernel's signature; sizes checked above. Slots are the caller's
     // (from the block allocator), as for kv_write. Every thread waits for the previous kernel
     // before it reads anything.
