@@ -240,7 +240,10 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
         );
         model.backend.set_graphs(true);
         // A prompt and its decoded tokens stay inside the context window (Qwen2.5's is 32,768).
-        let longest = model.max_context() - decode::WARM_UP - decode::STEPS;
+        let longest = model
+            .max_context()
+            .saturating_sub(decode::WARM_UP + decode::STEPS)
+            .max(1);
         for (seqs, context) in [
             (1, 512),
             (1, 8192),
