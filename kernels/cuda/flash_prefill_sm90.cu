@@ -2,12 +2,13 @@
 // chunks after a cached prefix, as flash_prefill.cu's bf16 kernels compute it, with the products on
 // warpgroup MMA (wgmma) instead of mma.sync.
 //
-// One block per (tile of 64 · SM90_WARPGROUPS query rows of one sequence, query head): that many
-// consumer warpgroups of 64 rows each, and one producer warpgroup. The producer gathers key tiles of
-// BN keys through the block table with cp.async into a ring of shared-memory stages (K and V tile per
-// stage), each signalled full on an mbarrier when its copies land and handed back on another once
-// both consumers are done with it; it gives its registers to the consumers (setmaxnreg). Shared tiles
-// are stored in the layout wgmma reads without bank conflicts: rows of 64 elements (128 bytes),
+// One block per (tile of 64 · WG query rows of one sequence, query head): WG consumer warpgroups of
+// 64 rows each (three), and one producer warpgroup. The producer gathers key tiles of BN keys (128
+// at head_dim 64, 64 at 128) through the block table with cp.async into a ring of shared-memory
+// stages (K and V tile per stage), each signalled full on an mbarrier when its copies land and
+// handed back on another once the consumers are done with it; it gives its registers to the
+// consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own rows' diagonal and
+// hands the later ones back unread. Shared tiles are stored in the layout wgmma reads without bank conflicts: rows of 64 elements (128 bytes),
 // 16-byte pieces swizzled by the row (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such
 // 64-column halves. A consumer rounds its Q rows to bf16 once into shared memory, then per key tile
 // issues S = Q·Kᵀ for the next tile (Q and K from shared memory, both K-major) together with O += P·V
@@ -17,25 +18,28 @@
 // The output is written as f32. A second form of the kernel (`flash_prefill_sm90_tma_*`) has one
 // producer warp load each KV block of a tile with TMA (one box per 64 columns of K and of V,
 // through tensor maps of the pools that swizzle as the tiles are laid out) instead of the warpgroup's
-// cp.async pieces; it takes block sizes that divide the 128-key tile.
+// cp.async pieces; it takes block sizes that divide the key tile.
 //
 // Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
 // to nothing and the host never launches them.
 #include "common.cuh"
 
-// Consumer warpgroups per block (64 query rows each) and keys per tile, by head_dim; other values are
-// for kernel-lab comparisons (the host reads the block size back as the launch bound, and sizes
-// shared memory for tiles of up to 128 keys).
-#ifndef SM90_WARPGROUPS
-#define SM90_WARPGROUPS 2
+// Consumer warpgroups per block (64 query rows each: 2 or 3) and keys per tile, by head_dim; other
+// values are for kernel-lab comparisons (the host reads the block size back as the launch bound, and
+// sizes shared memory for these tiles, at most what a block may take).
+#ifndef SM90_WG_HD64
+#define SM90_WG_HD64 3
+#endif
+#ifndef SM90_WG_HD128
+#define SM90_WG_HD128 3
 #endif
 #ifndef SM90_BN_HD64
 #define SM90_BN_HD64 128
 #endif
 #ifndef SM90_BN_HD128
-#define SM90_BN_HD128 128
+#define SM90_BN_HD128 64
 #endif
-// Stages of the K/V ring (the host sizes shared memory for 3 stages of 128 keys).
+// Stages of the K/V ring (the host sizes shared memory for 3 stages of the tiles above).
 #ifndef SM90_STAGES_HD64
 #define SM90_STAGES_HD64 3
 #endif
@@ -52,15 +56,14 @@
 // a tile together: every head's longest tiles then start in the first wave and the short ones fill
 // the last (1.15-1.4x at 1K-2K tokens, 1.03-1.07x at 8K). Longer launches go head by head, which
 // keeps one KV head's keys in L2 for the blocks running together (tile by tile was 6-7 % slower at
-// 64K tokens, head_dim 64). BENCHMARKS.md, "Kernel lab". 0: head by head everywhere.
-#ifndef SM90_HEADS_FIRST_TILES
-#define SM90_HEADS_FIRST_TILES 72
+// 64K tokens, head_dim 64). BENCHMARKS.md, "Kernel lab". Counted in query rows a head (72 tiles of
+// 128). 0: head by head everywhere.
+#ifndef SM90_HEADS_FIRST_ROWS
+#define SM90_HEADS_FIRST_ROWS 9216
 #endif
 // Consumer warpgroups (MMAs and softmax, 64 query rows each), then one producer warpgroup (loads).
-#define CONSUMERS (SM90_WARPGROUPS * 128)
 #define PRODUCERS 128
-#define THREADS (CONSUMERS + PRODUCERS)
-#define BM (SM90_WARPGROUPS * 64)
+#define THREADS_OF(WG) ((WG) * 128 + PRODUCERS)
 // Bytes of one swizzled row (64 bf16) and of one 8-row swizzle pattern.
 #define ROW_BYTES 128
 #define PATTERN_BYTES 1024
@@ -186,6 +189,27 @@ __device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], unsigned long lon
 }
 
 template <>
+__device__ __forceinline__ void wgmma_ss<80>(float (&d)[10][4], unsigned long long a,
+                                            unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39}, "
+        "%40, %41, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+        : "l"(a), "l"(b), "r"(accumulate)
+        : "memory");
+}
+
+template <>
 __device__ __forceinline__ void wgmma_ss<96>(float (&d)[12][4], unsigned long long a,
                                             unsigned long long b, int accumulate) {
     asm volatile(
@@ -286,7 +310,7 @@ __device__ __forceinline__ unsigned swizzled(int rows, int r, int c) {
 
 // A consumer warpgroup's 64 query rows (`tid` its thread), rounded to bf16, into its part of the
 // swizzled Q tile of BM rows, from row `first_row` on; rows past `rows` are zero.
-template <int HD>
+template <int HD, int BM>
 __device__ __forceinline__ void store_q(
     unsigned char* q_s,  // [BM · HD · 2 bytes], shared, swizzled
     const float* q,      // [num_tokens, num_heads, HD]: at the warpgroup's first row and head
@@ -341,8 +365,9 @@ __device__ __forceinline__ void load_tiles(
     }
 }
 
-// Issues S = Q·Kᵀ for the warpgroup's 64 rows and a tile's BN keys (one commit group).
-template <int HD, int BN>
+// Issues S = Q·Kᵀ for the warpgroup's 64 rows and a tile's BN keys (one commit group); the Q tile
+// has BM rows.
+template <int HD, int BN, int BM>
 __device__ __forceinline__ void issue_scores(float (&sc)[BN / 8][4], unsigned q_wg, unsigned k_tile) {
 #pragma unroll
     for (int ks = 0; ks < HD / 16; ++ks) {
@@ -380,13 +405,18 @@ __device__ __forceinline__ void pack_probs(unsigned (&p)[BN / 16][4], const floa
     }
 }
 
-// Registers per thread of the producer and of the consumers once they trade (setmaxnreg): at most
-// 64K per SM over the blocks it holds.
-#define PRODUCER_REGS 40
-#define CONSUMER_REGS 232
+// Registers per thread of the producer and of the consumers once they trade (setmaxnreg), by the
+// consumer warpgroups a block has: at most 64K per SM over the one block it holds.
+template <int WG>
+struct Regs {
+    static_assert(WG == 2 || WG == 3, "two or three consumer warpgroups");
+    static constexpr int PRODUCER = WG == 2 ? 40 : 32;
+    static constexpr int CONSUMER = WG == 2 ? 232 : 160;
+    static_assert(WG * 128 * CONSUMER + PRODUCERS * PRODUCER <= 65536, "the SM's register file");
+};
 
 // The producer warpgroup: every key tile of the block, through the ring of ST stages (the producer
-// fills a stage as soon as both consumer warpgroups are done with the tile it held).
+// fills a stage as soon as every consumer warpgroup is done with the tile it held).
 template <int HD, int BN, int ST>
 __device__ __forceinline__ void produce(
     unsigned k_base,              // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
@@ -445,9 +475,10 @@ __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsi
     }
 }
 
-// Zeroes rows [from, BN) of a swizzled tile, by the consumers (`tid` among them): a V tile's rows
-// past the keys in view, which P·V multiplies by probabilities of 0 and must not hold NaN.
-template <int HD, int BN>
+// Zeroes rows [from, BN) of a swizzled tile, by the CONSUMERS consumer threads (`tid` among them): a
+// V tile's rows past the keys in view, which P·V multiplies by probabilities of 0 and must not hold
+// NaN.
+template <int HD, int BN, int CONSUMERS>
 __device__ __forceinline__ void zero_rows(unsigned tile, int from, int tid) {
     for (int i = tid; i < (BN - from) * (HD / 8); i += CONSUMERS) {
         const int r = from + i / (HD / 8), c = i % (HD / 8);
@@ -457,7 +488,7 @@ __device__ __forceinline__ void zero_rows(unsigned tile, int from, int tid) {
     }
 }
 
-template <int HD, bool TMA>
+template <int HD, int WG, bool TMA>
 __device__ void prefill_sm90(
     const float* q,                   // [num_tokens, num_heads, HD]
     const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD] (cp.async form)
@@ -472,7 +503,9 @@ __device__ void prefill_sm90(
     float scale) {
     constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
     constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
-    constexpr int TILE_BYTES = BN * HD * 2;
+    constexpr int TILE_BYTES = BN * HD * 2, BM = WG * 64, CONSUMERS = WG * 128;
+    static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 <= 227 * 1024, "a block's shared memory");
+    static_assert(!SM90_PINGPONG || WG == 2, "ping-pong takes two consumer warpgroups");
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
     // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 and swizzled; then the
     // stages' full and empty barriers.
@@ -485,7 +518,7 @@ __device__ void prefill_sm90(
     int s, tile;
     // The block's query tile and head, in launch order.
     int h = blockIdx.y, x = blockIdx.x;
-    if (gridDim.x <= SM90_HEADS_FIRST_TILES) {
+    if (gridDim.x * BM <= SM90_HEADS_FIRST_ROWS) {
         const int launched = blockIdx.y * gridDim.x + blockIdx.x;
         h = launched % num_heads;
         x = launched / num_heads;
@@ -505,16 +538,19 @@ __device__ void prefill_sm90(
         }
     }
     __syncthreads();
-    const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+    // The warpgroup, broadcast from lane 0 so the compiler knows it is the same across the warp:
+    // what derives from it (the warpgroup's tiles, their shared addresses, the MMA descriptors)
+    // stays on the uniform datapath.
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), tid = threadIdx.x & 127;
     const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
     const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
     const int m0 = tile * BM;
     const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
-    const int tiles = (end + BN - 1) / BN;
+    const int tiles = (end + BN - 1) / BN;         // the tiles the producer loads
     const int kv_head = h / (num_heads / num_kv_heads);
     const int q_stride = num_heads * HD;
-    if (wg == CONSUMERS / 128) {
-        regs_shrink<PRODUCER_REGS>();
+    if (wg == WG) {
+        regs_shrink<Regs<WG>::PRODUCER>();
         if (TMA) {
             if (tid < 32) {
                 produce_tma<HD, BN, ST>(k_base, full, empty, k_map, v_map,
@@ -530,16 +566,21 @@ __device__ void prefill_sm90(
                         num_kv_heads * HD, end, tiles, tid);
         return;
     }
-    regs_grow<CONSUMER_REGS>();
+    regs_grow<Regs<WG>::CONSUMER>();
     const int warp = tid >> 5;
     const int wrow = m0 + wg * 64 + warp * 16;
+    // The keys this warpgroup's rows see, and the tiles holding them (the TMA form's consumers read
+    // every tile the producer loads: they zero the last one's tail together).
+    const int wg_first = prefix + m0 + wg * 64;  // position of the warpgroup's first row
+    const int wg_end = TMA ? end : min(ctx, wg_first + 64);
+    const int wg_tiles = (wg_end + BN - 1) / BN;
     // Tiles crossing the diagonal or the context's end are masked.
-    const auto masked = [&](int t) { return (t + 1) * BN > end || (t + 1) * BN > prefix + m0; };
+    const auto masked = [&](int t) { return (t + 1) * BN > wg_end || (t + 1) * BN > wg_first; };
     // The warpgroup's Q rows, seen by its MMAs.
-    store_q<HD>(smem, q + (long long)(q0 + m0 + wg * 64) * q_stride + h * HD, q_stride,
-                q_len - m0 - wg * 64, wg * 64, tid);
+    store_q<HD, BM>(smem, q + (long long)(q0 + m0 + wg * 64) * q_stride + h * HD, q_stride,
+                    q_len - m0 - wg * 64, wg * 64, tid);
     fence_async_shared();
-    asm volatile("bar.sync %0, 128;" ::"r"(3 + wg) : "memory");
+    asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory");
 
     const float scale_log2 = scale * 1.4426950408889634f;
     // This warpgroup's 64 Q rows: 8-row patterns 1024 bytes apart, a head_dim 128 tile's second
@@ -554,7 +595,7 @@ __device__ void prefill_sm90(
     mbar_wait(full, 0);
     fence_async_shared();
     wgmma_fence();
-    issue_scores<HD, BN>(sc, q_wg, k_tile(0));
+    issue_scores<HD, BN, BM>(sc, q_wg, k_tile(0));
     wgmma_wait<0>();
     pin<BN / 8>(sc);
     if (masked(0)) {
@@ -566,7 +607,7 @@ __device__ void prefill_sm90(
         asm volatile("bar.arrive 1, %0;" ::"n"(CONSUMERS) : "memory");  // warpgroup 0 issues first
     }
     // Each step: P·V of tile jt runs while tile jt + 1's scores are turned into probabilities.
-    for (int jt = 0; jt + 1 < tiles; ++jt) {
+    for (int jt = 0; jt + 1 < wg_tiles; ++jt) {
         mbar_wait(full + 8 * ((jt + 1) % ST), ((jt + 1) / ST) & 1);
         fence_async_shared();
         pin<HD / 8>(o);
@@ -574,7 +615,7 @@ __device__ void prefill_sm90(
             asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(CONSUMERS) : "memory");
         }
         wgmma_fence();
-        issue_scores<HD, BN>(sc, q_wg, k_tile(jt + 1));
+        issue_scores<HD, BN, BM>(sc, q_wg, k_tile(jt + 1));
         issue_values<HD, BN>(o, p, k_tile(jt) + TILE_BYTES);
         if (SM90_PINGPONG) {
             asm volatile("bar.arrive %0, %1;" ::"r"(2 - wg), "n"(CONSUMERS) : "memory");
@@ -594,23 +635,32 @@ __device__ void prefill_sm90(
     if (TMA && end < tiles * BN) {
         // The last tile's V rows past the keys in view hold what the pool had there (or nothing):
         // both warpgroups zero them before either reads the tile.
-        zero_rows<HD, BN>(k_tile(tiles - 1) + TILE_BYTES, end - (tiles - 1) * BN, threadIdx.x);
+        zero_rows<HD, BN, CONSUMERS>(k_tile(tiles - 1) + TILE_BYTES, end - (tiles - 1) * BN,
+                                     threadIdx.x);
         fence_async_shared();
-        asm volatile("bar.sync 5, %0;" ::"n"(CONSUMERS) : "memory");
+        asm volatile("bar.sync 7, %0;" ::"n"(CONSUMERS) : "memory");
     }
     pin<HD / 8>(o);
     wgmma_fence();
-    issue_values<HD, BN>(o, p, k_tile(tiles - 1) + TILE_BYTES);
+    issue_values<HD, BN>(o, p, k_tile(wg_tiles - 1) + TILE_BYTES);
     wgmma_wait<0>();
     pin<HD / 8>(o);
+    // Hands back the warpgroup's last tile, then the ones past its rows unread, each once it is
+    // full (so no arrival counts towards an earlier use of the stage), for the producer to refill.
+    for (int t = wg_tiles - 1; t < tiles; ++t) {
+        if (t >= wg_tiles) {
+            mbar_wait(full + 8 * (t % ST), (t / ST) & 1);
+        }
+        mbar_arrive(empty + 8 * (t % ST));
+    }
     store_rows<HD / 8>(o, l, out + h * HD, q0, wrow, q_len, q_stride);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
-// dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2 + 1024 + 128 bytes; surplus blocks
-// return at once. Both forms take q [num_tokens, num_heads, HD] (f32), then the pools, then the
+// Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS_OF(WG) threads (the launch
+// bound; BM = 64 · WG), dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2 + 1024 + 128 bytes;
+// surplus blocks return at once. Both forms take q [num_tokens, num_heads, HD] (f32), then the pools, then the
 // batch: query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs,
 // max_blocks_per_seq], out [num_tokens, num_heads, HD] (f32), the sizes and the softmax scale.
 // The cp.async form takes the bf16 pools [num_blocks, block_size, num_kv_heads, HD] (block sizes
@@ -622,30 +672,30 @@ __device__ void prefill_sm90(
         int max_blocks_per_seq, float scale
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SM90_RUN(HD, TMA, K, V, K_MAP, V_MAP)                                                   \
-    prefill_sm90<HD, TMA>(q, K, V, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, \
+    prefill_sm90<HD, HD == 64 ? SM90_WG_HD64 : SM90_WG_HD128, TMA>(q, K, V, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, \
                           num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq,  \
                           scale)
 #else
 #define SM90_RUN(HD, TMA, K, V, K_MAP, V_MAP)
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd64(
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_bf16_hd64(
     const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
     SM90_RUN(64, false, k_cache, v_cache, nullptr, nullptr);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_bf16_hd128(
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_bf16_hd128(
     const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
     SM90_RUN(128, false, k_cache, v_cache, nullptr, nullptr);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_tma_bf16_hd64(
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_tma_bf16_hd64(
     const float* q, const __grid_constant__ TensorMap k_map,
     const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
     SM90_RUN(64, true, nullptr, nullptr, &k_map, &v_map);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) flash_prefill_sm90_tma_bf16_hd128(
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_tma_bf16_hd128(
     const float* q, const __grid_constant__ TensorMap k_map,
     const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
     SM90_RUN(128, true, nullptr, nullptr, &k_map, &v_map);

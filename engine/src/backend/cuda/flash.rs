@@ -63,22 +63,32 @@ pub(super) fn is_decode(meta: &PagedAttnMeta<'_, CudaBackend>, shape: AttnShape)
 }
 
 /// Keys in the Hopper prefill kernel's K/V ring (`flash_prefill_sm90.cu`): 3 stages of 128-key
-/// tiles (its `SM90_STAGES_*` · `SM90_BN_*`; kernel-lab rings beyond it need this raised).
-const SM90_RING_KEYS: usize = 3 * 128;
+/// tiles at head_dim 64, of 64-key tiles at 128 (its `SM90_STAGES_*` · `SM90_BN_*`; kernel-lab
+/// rings beyond it need this raised).
+fn sm90_ring_keys(head_dim: usize) -> usize {
+    match head_dim {
+        64 => 3 * 128,
+        _ => 3 * 64,
+    }
+}
+
+/// The most dynamic shared memory a block may opt into on compute capability 9.0 (227 KiB).
+const SM90_MAX_BLOCK_SMEM: usize = 227 * 1024;
 
 /// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the ring of K and V tiles,
 /// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the ring's
-/// barriers.
+/// barriers; at most what a block may take (a kernel-lab ring of other tiles checks that its own
+/// size fits when it compiles).
 fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
-    (rows + 2 * SM90_RING_KEYS) * head_dim * 2 + 1024 + 128
+    ((rows + 2 * sm90_ring_keys(head_dim)) * head_dim * 2 + 1024 + 128).min(SM90_MAX_BLOCK_SMEM)
 }
 
-/// Keys in a tile of the Hopper prefill kernel (its `SM90_BN_*`): its TMA form takes the block sizes
-/// that divide it, each block one box.
-const SM90_TILE_KEYS: usize = 128;
+/// Keys in a tile of the Hopper prefill kernel at either head_dim (the smaller of its `SM90_BN_*`): its
+/// TMA form takes the block sizes that divide it, each block one box.
+const SM90_TILE_KEYS: usize = 64;
 
 /// Threads of the Hopper prefill kernel's producer warpgroup (the rest are consumers, 64 query rows
-/// per warpgroup of 128).
+/// per warpgroup of 128: three of them).
 const SM90_PRODUCERS: usize = 128;
 
 /// Shared memory of a prefill block of `rows` query rows: Q rows, then two stages of bf16 K and V
@@ -540,14 +550,15 @@ fn launch_decode(
 mod tests {
     use super::*;
 
-    /// The most dynamic shared memory a block may opt into on compute capability 9.0 (227 KiB).
-    const SM90_MAX_BLOCK_SMEM: usize = 227 * 1024;
-
     #[test]
-    fn the_hopper_prefill_block_fits_the_shared_memory_a_block_may_take() {
-        let rows = 2 * 64; // the kernel's two consumer warpgroups
-        for head_dim in [64, 128] {
+    fn the_hopper_prefill_block_holds_its_q_rows_and_its_ring_of_key_tiles() {
+        // The kernel's three consumer warpgroups of 64 query rows, and three stages of 128-key
+        // tiles at head_dim 64, of 64-key tiles at 128.
+        for (head_dim, tile_keys) in [(64, 128), (128, 64)] {
+            let rows = 3 * 64;
             let bytes = sm90_smem_bytes(rows, head_dim);
+            let needed = (rows + 2 * 3 * tile_keys) * head_dim * 2 + 1024 + 128;
+            assert_eq!(bytes, needed, "head_dim {head_dim}");
             assert!(
                 bytes <= SM90_MAX_BLOCK_SMEM,
                 "head_dim {head_dim}: {bytes} bytes"

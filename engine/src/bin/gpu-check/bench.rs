@@ -423,7 +423,7 @@ fn pick_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
 /// Prefill and decode of random models at SmolLM2-135M's and Llama-3.2-1B's shapes (bf16 weights,
 /// bf16 KV). With `DOCQA_BENCH_MODEL_DIR` set, the models are written there and kept, so
 /// `bench/hf_generate.py` can time HF transformers on the same weights.
-fn end_to_end(rng: &mut Rng) -> Result<()> {
+pub fn end_to_end(rng: &mut Rng) -> Result<()> {
     let temp = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
     let root = std::env::var_os("DOCQA_BENCH_MODEL_DIR")
         .map_or_else(|| temp.path().to_path_buf(), std::path::PathBuf::from);

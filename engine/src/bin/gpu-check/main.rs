@@ -13,6 +13,7 @@
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
 //! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone),
+//! `DOCQA_BENCH_END_TO_END=1` the end-to-end prefill and decode of random models alone,
 //! `DOCQA_BENCH_DECODE=1` decode alone (the attention kernel, then end to end at two shapes; `=products`:
 //! the skinny products at real widths, then end to end), and `DOCQA_PROFILE_MODEL=llama-3.2-1b`
 //! runs one prefill and one decode step of a random model of that shape under
@@ -101,6 +102,10 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     }
     if std::env::var_os("DOCQA_BENCH_PREFILL").is_some() {
         bench::prefill_timings(&pair.gpu, &mut rng)?;
+        return Ok(true);
+    }
+    if std::env::var_os("DOCQA_BENCH_END_TO_END").is_some() {
+        bench::end_to_end(&mut rng)?;
         return Ok(true);
     }
     if let Ok(name) = std::env::var("DOCQA_PROFILE_MODEL") {
