@@ -18,7 +18,12 @@
 // The output is written as f32. A second form of the kernel (`flash_prefill_sm90_tma_*`) has one
 // producer warp load each KV block of a tile with TMA (one box per 64 columns of K and of V,
 // through tensor maps of the pools that swizzle as the tiles are laid out) instead of the warpgroup's
-// cp.async pieces; it takes block sizes that divide the key tile.
+// cp.async pieces; it takes block sizes that divide the key tile. Over int8 pools
+// (`flash_prefill_sm90_int8_*`) each producer thread stages its own raw pieces of a tile and their
+// keys' scales with cp.async into one of two staging slots and, once they land, widens them to bf16
+// (exactly: |q| <= 127) into the ring stage, the scales beside it; the consumers multiply the score
+// columns by K's scales and the probabilities by V's before P·V, in f32, as flash_prefill.cu's int8
+// kernels do.
 //
 // Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
 // to nothing and the host never launches them.
@@ -406,7 +411,8 @@ __device__ __forceinline__ void pack_probs(unsigned (&p)[BN / 16][4], const floa
 }
 
 // Registers per thread of the producer and of the consumers once they trade (setmaxnreg), by the
-// consumer warpgroups a block has: at most 64K per SM over the one block it holds.
+// consumer warpgroups a block has: at most 64K per SM over the one block it holds (the int8
+// producer fits in 32 with its loops over keys not unrolled).
 template <int WG>
 struct Regs {
     static_assert(WG == 2 || WG == 3, "two or three consumer warpgroups");
@@ -475,6 +481,127 @@ __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsi
     }
 }
 
+// int8 pools: keys a producer thread stages per tile (consecutive, within one KV block: the host
+// takes block sizes that are multiples of 8), each one 16-byte piece of K and one of V with their
+// scales; a staging slot holds the pieces (16 bytes) and then the scales (4 bytes) of the
+// 2 · INT8_KEYS (key, K or V) pairs, thread-major within each pair so a warp's are adjacent.
+#define INT8_KEYS 4
+#define INT8_SLOT_BYTES (2 * INT8_KEYS * PRODUCERS * (16 + 4))
+
+// The producer warpgroup over int8 pools (`tid` its thread). For every key tile it stages its raw
+// pieces (16 columns of INT8_KEYS keys, K and V) and their keys' scales into staging slot t % 2 with
+// cp.async (rows at or past `end` zero-filled), a tile ahead; once they landed and the ring stage is
+// free, it widens its pieces into the stage's swizzled bf16 tiles (exactly: |q| <= 127), copies the
+// scales into the stage's scale arrays, and arrives on the stage's full barrier. The pieces it widens
+// are the ones it copied, so no thread waits for another's.
+template <int HD, int BN, int ST>
+__device__ __forceinline__ void produce_int8(
+    unsigned k_base,                // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
+    unsigned full, unsigned empty,  // shared: the stages' barriers (8 bytes apart)
+    unsigned raw_base,              // shared: the two staging slots
+    unsigned scale_base,            // shared: [ST][2][BN] f32, K's then V's scales of each stage
+    const signed char* k_head, const signed char* v_head,  // the pools at the KV head
+    const float* ks_head, const float* vs_head,            // their scales at the KV head
+    const KeyBlocks& kb, int row_stride, int scale_stride, int end, int tiles, int tid) {
+    constexpr int TILE_BYTES = BN * HD * 2, PIECES = HD / 16, PAIRS = 2 * INT8_KEYS;
+    static_assert(BN / INT8_KEYS * PIECES == PRODUCERS, "one item a producer thread");
+    const int c = tid % PIECES, r0 = tid / PIECES * INT8_KEYS;
+    // Where pair p (key i of K: i; of V: INT8_KEYS + i) of this thread lies in a slot.
+    const auto piece_at = [&](unsigned raw, int p) { return raw + (p * PRODUCERS + tid) * 16; };
+    const auto scale_at = [&](unsigned raw, int p) {
+        return raw + PAIRS * PRODUCERS * 16 + (p * PRODUCERS + tid) * 4;
+    };
+    const auto stage = [&](int t) {
+        const int first = t * BN + r0;
+        const int valid = first < end ? min(INT8_KEYS, end - first) : 0;
+        const long long slot = valid > 0 ? kb.slot(first) : 0;
+        const unsigned raw = raw_base + (t & 1) * INT8_SLOT_BYTES;
+#pragma unroll 1
+        for (int i = 0; i < INT8_KEYS; ++i) {
+            const long long row = slot + (i < valid ? i : 0);
+            const int bytes = i < valid ? 16 : 0;
+            cp_async_16(piece_at(raw, i), k_head + row * row_stride + c * 16, bytes);
+            cp_async_16(piece_at(raw, INT8_KEYS + i), v_head + row * row_stride + c * 16, bytes);
+            cp_async_4(scale_at(raw, i), ks_head + row * scale_stride, bytes / 4);
+            cp_async_4(scale_at(raw, INT8_KEYS + i), vs_head + row * scale_stride, bytes / 4);
+        }
+        cp_async_commit();
+    };
+    const auto widen = [&](int t) {
+        const int st = t % ST;
+        if (t >= ST) {
+            mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
+        }
+        const unsigned raw = raw_base + (t & 1) * INT8_SLOT_BYTES;
+        const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
+        // A key at a time, its K and V pieces loaded together, then widened and stored.
+#pragma unroll 1
+        for (int i = 0; i < INT8_KEYS; ++i) {
+            uint4 piece[2];
+#pragma unroll
+            for (int kv = 0; kv < 2; ++kv) {
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(piece[kv].x), "=r"(piece[kv].y), "=r"(piece[kv].z),
+                               "=r"(piece[kv].w)
+                             : "r"(piece_at(raw, kv * INT8_KEYS + i)));
+            }
+#pragma unroll
+            for (int kv = 0; kv < 2; ++kv) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const uint4 w = widen_int8x8(half == 0 ? make_uint2(piece[kv].x, piece[kv].y)
+                                                           : make_uint2(piece[kv].z, piece[kv].w));
+                    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(
+                                     k_tile + kv * TILE_BYTES + swizzled(BN, r0 + i, 2 * c + half)),
+                                 "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
+                                 : "memory");
+                }
+            }
+        }
+        if (c == 0) {
+            // The keys' scales, K's at [st][0][key] and V's at [st][1][key].
+#pragma unroll
+            for (int p = 0; p < PAIRS; ++p) {
+                unsigned v;
+                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(scale_at(raw, p)));
+                const int key = r0 + p % INT8_KEYS, kv = p / INT8_KEYS;
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(scale_base +
+                                                             ((st * 2 + kv) * BN + key) * 4),
+                             "r"(v)
+                             : "memory");
+            }
+        }
+        fence_async_shared();  // the widened tiles, seen by the consumers' MMAs
+        mbar_arrive(full + 8 * st);
+    };
+    stage(0);
+    for (int t = 0; t < tiles; ++t) {
+        if (t + 1 < tiles) {
+            stage(t + 1);  // into the other staging slot, which tile t - 1 left
+            cp_async_wait<1>();  // tile t's pieces and scales landed
+        } else {
+            cp_async_wait<0>();
+        }
+        widen(t);
+    }
+}
+
+// Multiplies each column of a warp's score (or probability) fragments by its key's scale (the lane
+// holds columns 2 · (lane % 4) and the next of each 8).
+template <int NT>
+__device__ __forceinline__ void scale_columns(float (&sc)[NT][4], unsigned scales /* shared, [NT · 8] */) {
+    const unsigned at = scales + (threadIdx.x & 3) * 8;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        float a, b;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "r"(at + nt * 32));
+        sc[nt][0] *= a;
+        sc[nt][1] *= b;
+        sc[nt][2] *= a;
+        sc[nt][3] *= b;
+    }
+}
+
 // Zeroes rows [from, BN) of a swizzled tile, by the CONSUMERS consumer threads (`tid` among them): a
 // V tile's rows past the keys in view, which P·V multiplies by probabilities of 0 and must not hold
 // NaN.
@@ -488,11 +615,13 @@ __device__ __forceinline__ void zero_rows(unsigned tile, int from, int tid) {
     }
 }
 
-template <int HD, int WG, bool TMA>
+template <int HD, int WG, bool TMA, bool INT8>
 __device__ void prefill_sm90(
     const float* q,                   // [num_tokens, num_heads, HD]
-    const bf16_t* k_cache,            // [num_blocks, block_size, num_kv_heads, HD] (cp.async form)
-    const bf16_t* v_cache,            // [num_blocks, block_size, num_kv_heads, HD] (cp.async form)
+    const void* k_cache,              // [num_blocks, block_size, num_kv_heads, HD]: bf16 or int8
+    const void* v_cache,              // (cp.async form)
+    const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools
+    const float* v_scales,
     const TensorMap* k_map,           // the pools' tensor maps (TMA form)
     const TensorMap* v_map,
     const unsigned* query_start_loc,  // [num_seqs + 1]
@@ -504,17 +633,25 @@ __device__ void prefill_sm90(
     constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
     constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
     constexpr int TILE_BYTES = BN * HD * 2, BM = WG * 64, CONSUMERS = WG * 128;
-    static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 <= 227 * 1024, "a block's shared memory");
+    // int8 pools: two staging slots and the stages' scales after the barriers.
+    constexpr int INT8_BYTES = INT8 ? 2 * INT8_SLOT_BYTES + ST * 2 * BN * 4 : 0;
+    static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 + INT8_BYTES <= 227 * 1024,
+                  "a block's shared memory");
+    static_assert(!(INT8 && TMA), "the TMA form reads bf16 pools");
     static_assert(!SM90_PINGPONG || WG == 2, "ping-pong takes two consumer warpgroups");
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
     // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 and swizzled; then the
-    // stages' full and empty barriers.
+    // stages' full and empty barriers (128 bytes); for int8 pools then the two staging slots and the
+    // stages' K and V scales [ST][2][BN].
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const unsigned q_base = smem_addr(smem);
     const unsigned k_base = q_base + BM * HD * 2;
     const unsigned full = k_base + 2 * ST * TILE_BYTES, empty = full + 8 * ST;
     const auto k_tile = [&](int t) { return k_base + 2 * (t % ST) * TILE_BYTES; };
+    const unsigned raw_base = full + 128, scale_base = raw_base + 2 * INT8_SLOT_BYTES;
+    // Tile t's K scales (V's follow, BN · 4 bytes further).
+    const auto key_scales = [&](int t) { return scale_base + (t % ST) * 2 * BN * 4; };
     int s, tile;
     // The block's query tile and head, in launch order.
     int h = blockIdx.y, x = blockIdx.x;
@@ -562,8 +699,17 @@ __device__ void prefill_sm90(
         const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
         const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0,
                            -1};
-        produce<HD, BN, ST>(k_base, full, empty, k_cache + kv_head * HD, v_cache + kv_head * HD, kb,
-                        num_kv_heads * HD, end, tiles, tid);
+        if (INT8) {
+            produce_int8<HD, BN, ST>(
+                k_base, full, empty, raw_base, scale_base,
+                static_cast<const signed char*>(k_cache) + kv_head * HD,
+                static_cast<const signed char*>(v_cache) + kv_head * HD, k_scales + kv_head,
+                v_scales + kv_head, kb, num_kv_heads * HD, num_kv_heads, end, tiles, tid);
+            return;
+        }
+        produce<HD, BN, ST>(k_base, full, empty, static_cast<const bf16_t*>(k_cache) + kv_head * HD,
+                            static_cast<const bf16_t*>(v_cache) + kv_head * HD, kb,
+                            num_kv_heads * HD, end, tiles, tid);
         return;
     }
     regs_grow<Regs<WG>::CONSUMER>();
@@ -598,10 +744,16 @@ __device__ void prefill_sm90(
     issue_scores<HD, BN, BM>(sc, q_wg, k_tile(0));
     wgmma_wait<0>();
     pin<BN / 8>(sc);
+    if (INT8) {
+        scale_columns<BN / 8>(sc, key_scales(0));
+    }
     if (masked(0)) {
         mask_causal<BN / 8>(sc, 0, prefix + wrow);
     }
     softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
+    if (INT8) {
+        scale_columns<BN / 8>(sc, key_scales(0) + BN * 4);  // P·V with V's scales folded into P
+    }
     pack_probs<BN>(p, sc);
     if (SM90_PINGPONG && wg == 1) {
         asm volatile("bar.arrive 1, %0;" ::"n"(CONSUMERS) : "memory");  // warpgroup 0 issues first
@@ -622,10 +774,16 @@ __device__ void prefill_sm90(
         }
         wgmma_wait<1>();  // the scores are in; P·V may still run
         pin<BN / 8>(sc);
+        if (INT8) {
+            scale_columns<BN / 8>(sc, key_scales(jt + 1));
+        }
         if (masked(jt + 1)) {
             mask_causal<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
         }
         softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
+        if (INT8) {
+            scale_columns<BN / 8>(sc, key_scales(jt + 1) + BN * 4);
+        }
         wgmma_wait<0>();
         pin<HD / 8>(o);
         mbar_arrive(empty + 8 * (jt % ST));  // tile jt's K and V read
@@ -671,32 +829,52 @@ __device__ void prefill_sm90(
         float *out, int num_seqs, int num_heads, int num_kv_heads, int block_size,          \
         int max_blocks_per_seq, float scale
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SM90_RUN(HD, TMA, K, V, K_MAP, V_MAP)                                                   \
-    prefill_sm90<HD, HD == 64 ? SM90_WG_HD64 : SM90_WG_HD128, TMA>(q, K, V, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, \
-                          num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq,  \
-                          scale)
+#define SM90_RUN(HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)                                   \
+    prefill_sm90<HD, WG, TMA, INT8>(                                                               \
+        q, K, V, KS, VS, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, num_seqs,     \
+        num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale)
 #else
-#define SM90_RUN(HD, TMA, K, V, K_MAP, V_MAP)
+#define SM90_RUN(HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)
+#endif
+// Consumer warpgroups of the int8 form at head_dim 64: its score columns' scales do not fit beside
+// three warpgroups' 160 registers without a spill.
+#ifndef SM90_WG_INT8_HD64
+#define SM90_WG_INT8_HD64 2
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_bf16_hd64(
     const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
-    SM90_RUN(64, false, k_cache, v_cache, nullptr, nullptr);
+    SM90_RUN(64, SM90_WG_HD64, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_bf16_hd128(
     const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
-    SM90_RUN(128, false, k_cache, v_cache, nullptr, nullptr);
+    SM90_RUN(128, SM90_WG_HD128, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
+}
+
+// int8 pools [num_blocks, block_size, num_kv_heads, HD] and their scales [num_blocks, block_size,
+// num_kv_heads] (f32), block sizes multiples of SM90_BLOCK_MULTIPLE; dynamic shared memory as the
+// bf16 form's plus 2 · INT8_SLOT_BYTES + ST · 2 · BN · 4 bytes.
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_INT8_HD64), 1) flash_prefill_sm90_int8_hd64(
+    const float* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
+    const float* v_scales, SM90_BATCH_PARAMS) {
+    SM90_RUN(64, SM90_WG_INT8_HD64, false, true, k_cache, v_cache, k_scales, v_scales, nullptr, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_int8_hd128(
+    const float* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
+    const float* v_scales, SM90_BATCH_PARAMS) {
+    SM90_RUN(128, SM90_WG_HD128, false, true, k_cache, v_cache, k_scales, v_scales, nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_tma_bf16_hd64(
     const float* q, const __grid_constant__ TensorMap k_map,
     const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
-    SM90_RUN(64, true, nullptr, nullptr, &k_map, &v_map);
+    SM90_RUN(64, SM90_WG_HD64, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_tma_bf16_hd128(
     const float* q, const __grid_constant__ TensorMap k_map,
     const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
-    SM90_RUN(128, true, nullptr, nullptr, &k_map, &v_map);
+    SM90_RUN(128, SM90_WG_HD128, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
 }

@@ -114,6 +114,8 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &[
             "flash_prefill_sm90_bf16_hd64",
             "flash_prefill_sm90_bf16_hd128",
+            "flash_prefill_sm90_int8_hd64",
+            "flash_prefill_sm90_int8_hd128",
             "flash_prefill_sm90_tma_bf16_hd64",
             "flash_prefill_sm90_tma_bf16_hd128",
         ],

@@ -1,6 +1,6 @@
 //! Launches of the tensor-core attention kernels over bf16 and int8 paged KV pools
 //! (`flash_prefill.cu`, `flash_prefill_sm90.cu`, `flash_decode.cu`): FlashAttention-2-style prefill
-//! on mma.sync, prefill on warpgroup MMAs for bf16 pools on Hopper (compute capability 9.0), and
+//! on mma.sync, prefill on warpgroup MMAs for bf16 and int8 pools on Hopper (compute capability 9.0), and
 //! split-KV decode with its reduce. int8 keys and values are dequantised to bf16 as the kernels load
 //! them.
 //!
@@ -83,6 +83,13 @@ fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
     ((rows + 2 * sm90_ring_keys(head_dim)) * head_dim * 2 + 1024 + 128).min(SM90_MAX_BLOCK_SMEM)
 }
 
+/// Shared memory the Hopper prefill kernel's int8 form adds: two staging slots, each 2 · 4 keys of a
+/// 16-byte piece and a 4-byte scale per producer thread (its `INT8_SLOT_BYTES`), and the K and V
+/// scales (f32) of every key in the ring.
+fn sm90_int8_bytes(head_dim: usize) -> usize {
+    2 * (2 * 4 * SM90_PRODUCERS * (16 + 4)) + 2 * sm90_ring_keys(head_dim) * 4
+}
+
 /// Keys in a tile of the Hopper prefill kernel at either head_dim (the smaller of its `SM90_BN_*`): its
 /// TMA form takes the block sizes that divide it, each block one box.
 const SM90_TILE_KEYS: usize = 64;
@@ -116,8 +123,8 @@ pub(super) fn prefill(
     out: &mut CudaSlice<f32>, // [num_tokens, num_heads, head_dim]
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
-    let hopper = dtype == "bf16" && meta.windows.is_none() && be.hopper_prefill();
-    let tma = hopper && be.prefill_loads_with_tma(kc.shape.block_size);
+    let hopper = dtype != "f32" && meta.windows.is_none() && be.hopper_prefill();
+    let tma = hopper && dtype == "bf16" && be.prefill_loads_with_tma(kc.shape.block_size);
     let kind = match (meta.windows.is_some(), hopper, tma) {
         (true, _, _) => "_windowed",
         (false, true, true) => "_sm90_tma",
@@ -135,9 +142,10 @@ pub(super) fn prefill(
         false => threads,
     };
     // Above the 48 KiB default.
-    let smem = match hopper {
-        true => sm90_smem_bytes(rows, shape.head_dim),
-        false => prefill_smem_bytes(rows, shape.head_dim, dtype == "int8"),
+    let smem = match (hopper, dtype == "int8") {
+        (true, false) => sm90_smem_bytes(rows, shape.head_dim),
+        (true, true) => sm90_smem_bytes(rows, shape.head_dim) + sm90_int8_bytes(shape.head_dim),
+        (false, int8) => prefill_smem_bytes(rows, shape.head_dim, int8),
     };
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
@@ -559,9 +567,11 @@ mod tests {
             let bytes = sm90_smem_bytes(rows, head_dim);
             let needed = (rows + 2 * 3 * tile_keys) * head_dim * 2 + 1024 + 128;
             assert_eq!(bytes, needed, "head_dim {head_dim}");
+            // The int8 form's staging slots come on top.
+            let int8 = bytes + sm90_int8_bytes(head_dim);
             assert!(
-                bytes <= SM90_MAX_BLOCK_SMEM,
-                "head_dim {head_dim}: {bytes} bytes"
+                int8 <= SM90_MAX_BLOCK_SMEM,
+                "head_dim {head_dim}: {int8} bytes"
             );
         }
     }

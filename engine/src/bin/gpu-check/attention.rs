@@ -160,9 +160,9 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
     ),
 ];
 
-/// Runs every attention check. bf16 prefill runs on the warpgroup-MMA kernel where the device has
-/// it, and again on the mma.sync one (rows labelled `…, mma.sync kernel`) and on the warpgroup-MMA
-/// kernel's other form (TMA or cp.async loads, `…, wgmma TMA form`).
+/// Runs every attention check. bf16 and int8 prefill run on the warpgroup-MMA kernel where the device
+/// has it, and again on the mma.sync one (rows labelled `…, mma.sync kernel`); bf16 also on the
+/// warpgroup-MMA kernel's other form (TMA or cp.async loads, `…, wgmma TMA form`).
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
@@ -173,7 +173,9 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         p.gpu.set_hopper_prefill(false);
         for (name, case) in CASES.iter().filter(|(n, _)| !n.starts_with("decode")) {
             let label = format!("{name}, mma.sync kernel");
-            paged(p, rng, r, (&label, case, BLOCK_SIZE), KvDtype::Bf16, None)?;
+            for dtype in [KvDtype::Bf16, KvDtype::Int8] {
+                paged(p, rng, r, (&label, case, BLOCK_SIZE), dtype, None)?;
+            }
         }
         p.gpu.set_hopper_prefill(true);
         let tma = p.gpu.hopper_tma();
@@ -347,10 +349,10 @@ fn paged(
         .paged_attention(&gq, &gkc, &gvc, &gmeta, attn, &mut go)?;
     let wgmma = kernel == "flash"
         && !decode
-        && dtype == KvDtype::Bf16
+        && matches!(dtype, KvDtype::Bf16 | KvDtype::Int8)
         && window.is_none()
         && p.gpu.hopper_prefill();
-    let kernel = match (wgmma, tma_prefill) {
+    let kernel = match (wgmma, tma_prefill && dtype == KvDtype::Bf16) {
         (true, true) => "wgmma TMA",
         (true, false) => "wgmma",
         (false, _) => kernel,

@@ -130,11 +130,16 @@ fn paged_ms_sweep(
 }
 
 /// Causal prefill attention of one sequence at head_dim 64 and 128, 1K to 64K tokens
-/// (`DOCQA_BENCH_PREFILL=1` runs these alone, for kernel-lab variants of the prefill cubin).
+/// (`DOCQA_BENCH_PREFILL=1` runs these alone, for kernel-lab variants of the prefill cubin; `=int8`
+/// runs the int8 pools' rows instead).
 pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
+    let choice = std::env::var("DOCQA_BENCH_PREFILL").unwrap_or_default();
+    if choice == "int8" {
+        return int8_prefill_timings(gpu, rng);
+    }
     let hopper = gpu.hopper_prefill();
     // `DOCQA_BENCH_PREFILL=wgmma` times the warpgroup-MMA kernel alone, both forms (kernel-lab variants).
-    let only_wgmma = std::env::var("DOCQA_BENCH_PREFILL").is_ok_and(|v| v == "wgmma");
+    let only_wgmma = choice == "wgmma";
     let tma = gpu.hopper_tma();
     for kernel in ["wgmma", "wgmma TMA", "mma.sync"] {
         let wgmma = kernel.starts_with("wgmma");
@@ -324,17 +329,30 @@ pub fn profile_prefill(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
-/// Prefill attention over int8 pools (dequantised to bf16 as they load), TFLOP/s.
+/// Prefill attention over int8 pools (dequantised to bf16 as they load), TFLOP/s: on the
+/// warpgroup-MMA kernel where the device has it, then on the mma.sync one.
 fn int8_prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    println!("bench: paged_attention prefill over int8 KV pools, head_dim 128, 32/8 heads");
-    for n in [4096, 16384] {
-        let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, 128), (KvDtype::Int8, 5))?;
-        let flops = 4.0 * 32.0 * 128.0 * (n as f64) * (n as f64 + 1.0) / 2.0;
+    let hopper = gpu.hopper_prefill();
+    for kernel in ["wgmma", "mma.sync"] {
+        if kernel == "wgmma" && !hopper {
+            continue;
+        }
+        gpu.set_hopper_prefill(kernel == "wgmma");
         println!(
-            "  prefill N {n:>6}  {ms:>9.3} ms  {:>7.2} TFLOP/s",
-            flops / ms * 1e-9
+            "bench: paged_attention prefill over int8 KV pools ({kernel}), one sequence, causal, 32/8 heads"
         );
+        for hd in [64, 128] {
+            for n in [4096, 16384, 65536] {
+                let ms = paged_ms(gpu, rng, (1, n, n), (32, 8, hd), (KvDtype::Int8, 5))?;
+                let flops = 4.0 * 32.0 * hd as f64 * (n as f64) * (n as f64 + 1.0) / 2.0;
+                println!(
+                    "  head_dim {hd:>3}  N {n:>6}  {ms:>9.3} ms  {:>7.2} TFLOP/s",
+                    flops / ms * 1e-9
+                );
+            }
+        }
     }
+    gpu.set_hopper_prefill(hopper);
     Ok(())
 }
 
