@@ -315,17 +315,16 @@ fn with_one_step_splits(model: &Llama<CudaBackend>, f: impl FnOnce() -> Result<(
     done
 }
 
-/// The prefill kernel once at head_dim 128 and 16,384 tokens (`DOCQA_PROFILE_PREFILL`), for a
-/// profiler attached to the process (`ncu -k regex:flash_prefill`).
+/// The prefill kernel once at head_dim 128 and 16,384 tokens over bf16 pools
+/// (`DOCQA_PROFILE_PREFILL=1`) or int8 ones (`=int8`), for a profiler attached to the process
+/// (`ncu -k regex:flash_prefill`).
 pub fn profile_prefill(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    let ms = paged_ms(
-        gpu,
-        rng,
-        (1, 16384, 16384),
-        (32, 8, 128),
-        (KvDtype::Bf16, 1),
-    )?;
-    println!("profile: flash prefill head_dim 128, N 16384: {ms:.3} ms");
+    let dtype = match std::env::var("DOCQA_PROFILE_PREFILL").as_deref() {
+        Ok("int8") => KvDtype::Int8,
+        _ => KvDtype::Bf16,
+    };
+    let ms = paged_ms(gpu, rng, (1, 16384, 16384), (32, 8, 128), (dtype, 1))?;
+    println!("profile: flash prefill head_dim 128, N 16384, {dtype:?} KV: {ms:.3} ms");
     Ok(())
 }
 
