@@ -5,8 +5,9 @@
 //! engine can compile them at run time with NVRTC, or load the cubins that `kernels/build-cubins.sh`
 //! builds ahead of time for `sm_90a` (file `<module>.sm_90a.cubin`).
 //!
-//! The modules include only `common.cuh`; [`KernelSource::nvrtc_source`] pastes it in, so NVRTC needs
-//! no include path.
+//! The modules include only the headers of [`HEADERS`] (`common.cuh`, and `hopper.cuh` for the
+//! warpgroup-MMA kernels); [`KernelSource::nvrtc_source`] pastes them in, so NVRTC needs no include
+//! path.
 
 /// A CUDA module known to docqa: its name, its source text and its entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,15 +20,21 @@ pub struct KernelSource {
     pub functions: &'static [&'static str],
 }
 
-/// The shared header every module includes.
-pub const COMMON_HEADER: &str = include_str!("../cuda/common.cuh");
-
-const INCLUDE_COMMON: &str = "#include \"common.cuh\"";
+/// The headers the modules include, by file name: `common.cuh` (every module) and `hopper.cuh`
+/// (the warpgroup-MMA primitives, after `common.cuh`). Neither includes another.
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../cuda/common.cuh")),
+    ("hopper.cuh", include_str!("../cuda/hopper.cuh")),
+];
 
 impl KernelSource {
-    /// The source with `common.cuh` pasted in place of its `#include`, ready for NVRTC.
+    /// The source with each header pasted in place of its `#include`, ready for NVRTC.
     pub fn nvrtc_source(&self) -> String {
-        self.source.replacen(INCLUDE_COMMON, COMMON_HEADER, 1)
+        HEADERS
+            .iter()
+            .fold(self.source.to_owned(), |source, (name, text)| {
+                source.replacen(&format!("#include \"{name}\""), text, 1)
+            })
     }
 
     /// File name of the module's ahead-of-time cubin for `sm_<arch>` (e.g. `"90a"`).
@@ -167,6 +174,22 @@ pub const SOURCES: &[KernelSource] = &[
 mod tests {
     use super::*;
 
+    /// Where the parenthesis closing the one opened just before `text` is (bounds may be macro calls).
+    fn closing_paren(text: &str) -> Option<usize> {
+        let mut depth = 1;
+        for (i, ch) in text.char_indices() {
+            depth += match ch {
+                '(' => 1,
+                ')' => -1,
+                _ => 0,
+            };
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+        None
+    }
+
     /// Names of the `extern "C" __global__ void [__launch_bounds__(..)] NAME(` kernels of a source.
     fn kernel_names(source: &str) -> Vec<&str> {
         let decl = "extern \"C\" __global__ void ";
@@ -175,7 +198,7 @@ mod tests {
             .map(|(i, _)| {
                 let rest = source[i + decl.len()..].trim_start();
                 let rest = match rest.strip_prefix("__launch_bounds__(") {
-                    Some(r) => r[r.find(')').map_or(0, |p| p + 1)..].trim_start(),
+                    Some(r) => r[closing_paren(r).map_or(0, |p| p + 1)..].trim_start(),
                     None => rest,
                 };
                 rest.split('(').next().unwrap_or("").trim()
@@ -209,6 +232,20 @@ mod tests {
         for m in SOURCES {
             assert!(!m.nvrtc_source().contains("#include"), "{}", m.name);
         }
+    }
+
+    #[test]
+    fn every_cuh_file_is_a_header_the_modules_may_include() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .expect("kernels/cuda exists")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".cuh"))
+            .collect();
+        on_disk.sort();
+        let mut known: Vec<String> = HEADERS.iter().map(|(n, _)| (*n).to_owned()).collect();
+        known.sort();
+        assert_eq!(on_disk, known);
     }
 
     #[test]
