@@ -1,16 +1,16 @@
-// Prefill attention for Hopper (sm_90a) over a bf16 paged KV pool: causal, GQA, varlen batches,
-// chunks after a cached prefix, as flash_prefill.cu's bf16 kernels compute it, with the products on
-// warpgroup MMA (wgmma) instead of mma.sync.
+// Prefill attention for Hopper (sm_90a) over a bf16 or int8 paged KV pool: causal, GQA, varlen
+// batches, chunks after a cached prefix, as flash_prefill.cu's kernels compute it, with the products
+// on warpgroup MMA (wgmma) instead of mma.sync.
 //
 // One block per (tile of 64 · WG query rows of one sequence, query head): WG consumer warpgroups of
-// 64 rows each (three), and one producer warpgroup. The producer gathers key tiles of BN keys (128
-// at head_dim 64, 64 at 128) through the block table with cp.async into a ring of shared-memory
-// stages (K and V tile per stage), each signalled full on an mbarrier when its copies land and
-// handed back on another once the consumers are done with it; it gives its registers to the
-// consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own rows' diagonal and
-// hands the later ones back unread. Shared tiles are stored in the layout wgmma reads without bank conflicts: rows of 64 elements (128 bytes),
-// 16-byte pieces swizzled by the row (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such
-// 64-column halves. A consumer rounds its Q rows to bf16 once into shared memory, then per key tile
+// 64 rows each (three; two over int8 pools at head_dim 64), and one producer warpgroup. The producer
+// gathers key tiles of BN keys (128 at head_dim 64, 64 at 128) through the block table with cp.async
+// into a ring of shared-memory stages (K and V tile per stage), each signalled full on an mbarrier
+// when its copies land and handed back on another once the consumers are done with it; it gives its
+// registers to the consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own
+// rows' diagonal and hands the later ones back unread. Shared tiles are stored in the layout wgmma
+// reads without bank conflicts: rows of 64 elements (128 bytes), 16-byte pieces swizzled by the row
+// (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. A consumer rounds its Q rows to bf16 once into shared memory, then per key tile
 // issues S = Q·Kᵀ for the next tile (Q and K from shared memory, both K-major) together with O += P·V
 // for this one (P from registers, rounded to bf16; V from shared memory, N-major: the transposed read
 // wgmma does for 16-bit types), and turns the next scores into probabilities while P·V runs (the
