@@ -304,6 +304,21 @@ __device__ __forceinline__ void mask_causal(float (*sc)[4] /* [NT][4] */, int j0
     }
 }
 
+// Multiplies each column of a warp's m16n8 score (or probability) fragments ([NT][4]) by its key's
+// scale (the lane holds columns 2 · (lane % 4) and the next of each 8): int8 pools' per-key scales.
+template <int NT>
+__device__ __forceinline__ void scale_key_columns(float (*sc)[4], const float* scales /* [NT · 8] */) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const float a = scales[nt * 8 + 2 * t], b = scales[nt * 8 + 2 * t + 1];
+        sc[nt][0] *= a;
+        sc[nt][1] *= b;
+        sc[nt][2] *= a;
+        sc[nt][3] *= b;
+    }
+}
+
 // Sum over the 4 lanes of a quad (the lanes holding one row of an m16n8 fragment); each gets it.
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);

@@ -124,7 +124,7 @@ __device__ __forceinline__ void load_raw(
 }
 
 // The staged int8 tile widened into the bf16 K and V tiles the mma code reads (exact: |q| ≤ 127);
-// the rows' scales are applied to the scores and probabilities (scale_columns).
+// the rows' scales are applied to the scores and probabilities (scale_key_columns).
 template <int HD, int BN>
 __device__ __forceinline__ void widen_tiles(
     bf16_t (*k_dst)[HD + PAD], bf16_t (*v_dst)[HD + PAD],           // [BN][HD + PAD], shared
@@ -137,25 +137,6 @@ __device__ __forceinline__ void widen_tiles(
         const uint2 vr = *reinterpret_cast<const uint2*>(&v_src[row][col]);
         *reinterpret_cast<uint4*>(&k_dst[row][col]) = widen_int8x8(kr);
         *reinterpret_cast<uint4*>(&v_dst[row][col]) = widen_int8x8(vr);
-    }
-}
-
-// Multiplies each score (or probability) column of the warp's rows by its key's scale.
-template <int BN>
-__device__ __forceinline__ void scale_columns(
-    float (*sc)[BN / 8][4],  // [MT][BN / 8][4]
-    const float* scales) {   // [BN], shared
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-        const float a = scales[nt * 8 + 2 * t], b = scales[nt * 8 + 2 * t + 1];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            sc[mt][nt][0] *= a;
-            sc[mt][nt][1] *= b;
-            sc[mt][nt][2] *= a;
-            sc[mt][nt][3] *= b;
-        }
     }
 }
 
@@ -402,7 +383,10 @@ __device__ void prefill(
             float sc[MT][BN / 8][4];
             scores<HD, BN>(sc, q_s + warp * 16 * MT, k_s[ready]);
             if constexpr (INT8) {
-                scale_columns<BN>(sc, k_sc + cur * BN);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    scale_key_columns<BN / 8>(sc[mt], k_sc + cur * BN);
+                }
             }
             // Rows past the sequence's queries see up to `end` only, through the same test.
             const bool mask = WINDOWED || j0 + BN > end || (!BIDIR && j0 + BN > prefix + m0);
@@ -420,7 +404,10 @@ __device__ void prefill(
                 online_softmax<BN / 8, HD / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
             }
             if constexpr (INT8) {
-                scale_columns<BN>(sc, v_sc + cur * BN);  // P·V with V's scales folded into P
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {  // P·V with V's scales folded into P
+                    scale_key_columns<BN / 8>(sc[mt], v_sc + cur * BN);
+                }
             }
             accumulate<HD, BN>(o, sc, v_s[ready]);
         }

@@ -32,7 +32,7 @@
 
 // Consumer warpgroups per block (64 query rows each: 2 or 3) and keys per tile, by head_dim; other
 // values are for kernel-lab comparisons (the host reads the block size back as the launch bound, and
-// sizes shared memory for these tiles, at most what a block may take).
+// sizes shared memory for these tiles).
 #ifndef SM90_WG_HD64
 #define SM90_WG_HD64 3
 #endif
@@ -377,22 +377,6 @@ __device__ __forceinline__ void produce_int8(
     }
 }
 
-// Multiplies each column of a warp's score (or probability) fragments by its key's scale (the lane
-// holds columns 2 · (lane % 4) and the next of each 8).
-template <int NT>
-__device__ __forceinline__ void scale_columns(float (&sc)[NT][4], unsigned scales /* shared, [NT · 8] */) {
-    const unsigned at = scales + (threadIdx.x & 3) * 8;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        float a, b;
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "r"(at + nt * 32));
-        sc[nt][0] *= a;
-        sc[nt][1] *= b;
-        sc[nt][2] *= a;
-        sc[nt][3] *= b;
-    }
-}
-
 // Zeroes rows [from, BN) of a swizzled tile, by the CONSUMERS consumer threads (`tid` among them): a
 // V tile's rows past the keys in view, which P·V multiplies by probabilities of 0 and must not hold
 // NaN.
@@ -441,8 +425,10 @@ __device__ void prefill_sm90(
     const unsigned full = k_base + 2 * ST * TILE_BYTES, empty = full + 8 * ST;
     const auto k_tile = [&](int t) { return k_base + 2 * (t % ST) * TILE_BYTES; };
     const unsigned raw_base = full + 128, scale_base = raw_base + 2 * INT8_SLOT_BYTES;
-    // Tile t's K scales (V's follow, BN · 4 bytes further).
-    const auto key_scales = [&](int t) { return scale_base + (t % ST) * 2 * BN * 4; };
+    // Tile t's K scales (`kv` 0) or V's (1), as a generic pointer for the consumers.
+    const auto key_scales = [&](int t, int kv) {
+        return reinterpret_cast<const float*>(smem + (scale_base - q_base)) + ((t % ST) * 2 + kv) * BN;
+    };
     int s, tile;
     // The block's query tile and head, in launch order.
     int h = blockIdx.y, x = blockIdx.x;
@@ -536,14 +522,14 @@ __device__ void prefill_sm90(
     wgmma_wait<0>();
     pin<BN / 8>(sc);
     if (INT8) {
-        scale_columns<BN / 8>(sc, key_scales(0));
+        scale_key_columns<BN / 8>(sc, key_scales(0, 0));
     }
     if (masked(0)) {
         mask_causal<BN / 8>(sc, 0, prefix + wrow);
     }
     softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
     if (INT8) {
-        scale_columns<BN / 8>(sc, key_scales(0) + BN * 4);  // P·V with V's scales folded into P
+        scale_key_columns<BN / 8>(sc, key_scales(0, 1));  // P·V with V's scales folded into P
     }
     pack_probs<BN>(p, sc);
     if (SM90_PINGPONG && wg == 1) {
@@ -566,14 +552,14 @@ __device__ void prefill_sm90(
         wgmma_wait<1>();  // the scores are in; P·V may still run
         pin<BN / 8>(sc);
         if (INT8) {
-            scale_columns<BN / 8>(sc, key_scales(jt + 1));
+            scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 0));
         }
         if (masked(jt + 1)) {
             mask_causal<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
         }
         softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
         if (INT8) {
-            scale_columns<BN / 8>(sc, key_scales(jt + 1) + BN * 4);
+            scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 1));
         }
         wgmma_wait<0>();
         pin<HD / 8>(o);

@@ -234,31 +234,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_cuh_file_is_a_header_the_modules_may_include() {
+    /// The names of the files in `kernels/cuda/` ending in `suffix`, without it, sorted.
+    fn cuda_files(suffix: &str) -> Vec<String> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda");
-        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .expect("kernels/cuda exists")
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".cuh"))
+            .filter_map(|n| n.strip_suffix(suffix).map(str::to_owned))
             .collect();
-        on_disk.sort();
-        let mut known: Vec<String> = HEADERS.iter().map(|(n, _)| (*n).to_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn every_cuh_file_is_a_header_the_modules_may_include() {
+        let mut known: Vec<String> = HEADERS
+            .iter()
+            .map(|(n, _)| n.trim_end_matches(".cuh").to_owned())
+            .collect();
         known.sort();
-        assert_eq!(on_disk, known);
+        assert_eq!(cuda_files(".cuh"), known);
     }
 
     #[test]
     fn every_cu_file_is_registered() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda");
-        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
-            .expect("kernels/cuda exists")
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter_map(|n| n.strip_suffix(".cu").map(str::to_owned))
-            .collect();
-        on_disk.sort();
         let mut registered: Vec<String> = SOURCES.iter().map(|s| s.name.to_owned()).collect();
         registered.sort();
-        assert_eq!(on_disk, registered);
+        assert_eq!(cuda_files(".cu"), registered);
     }
 }

@@ -72,22 +72,18 @@ fn sm90_ring_keys(head_dim: usize) -> usize {
     }
 }
 
-/// The most dynamic shared memory a block may opt into on compute capability 9.0 (227 KiB).
-const SM90_MAX_BLOCK_SMEM: usize = 227 * 1024;
-
 /// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the ring of K and V tiles,
 /// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the ring's
-/// barriers; at most what a block may take (a kernel-lab ring of other tiles checks that its own
-/// size fits when it compiles).
-fn sm90_smem_bytes(rows: usize, head_dim: usize) -> usize {
-    ((rows + 2 * sm90_ring_keys(head_dim)) * head_dim * 2 + 1024 + 128).min(SM90_MAX_BLOCK_SMEM)
-}
-
-/// Shared memory the Hopper prefill kernel's int8 form adds: two staging slots, each 2 · 4 keys of a
-/// 16-byte piece and a 4-byte scale per producer thread (its `INT8_SLOT_BYTES`), and the K and V
-/// scales (f32) of every key in the ring.
-fn sm90_int8_bytes(head_dim: usize) -> usize {
-    2 * (2 * 4 * SM90_PRODUCERS * (16 + 4)) + 2 * sm90_ring_keys(head_dim) * 4
+/// barriers; over int8 pools then two staging slots, each 2 · 4 keys of a 16-byte piece and a
+/// 4-byte scale per producer thread (the kernel's `INT8_SLOT_BYTES`), and the K and V scales (f32)
+/// of every key in the ring.
+fn sm90_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
+    let ring = sm90_ring_keys(head_dim);
+    let bf16 = (rows + 2 * ring) * head_dim * 2 + 1024 + 128;
+    match int8 {
+        true => bf16 + 2 * (2 * 4 * SM90_PRODUCERS * (16 + 4)) + 2 * ring * 4,
+        false => bf16,
+    }
 }
 
 /// Keys in a tile of the Hopper prefill kernel at either head_dim (the smaller of its `SM90_BN_*`): its
@@ -124,7 +120,7 @@ pub(super) fn prefill(
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
     let hopper = dtype != "f32" && meta.windows.is_none() && be.hopper_prefill();
-    let tma = hopper && dtype == "bf16" && be.prefill_loads_with_tma(kc.shape.block_size);
+    let tma = hopper && be.prefill_loads_with_tma(kc.shape.dtype, kc.shape.block_size);
     let kind = match (meta.windows.is_some(), hopper, tma) {
         (true, _, _) => "_windowed",
         (false, true, true) => "_sm90_tma",
@@ -142,10 +138,9 @@ pub(super) fn prefill(
         false => threads,
     };
     // Above the 48 KiB default.
-    let smem = match (hopper, dtype == "int8") {
-        (true, false) => sm90_smem_bytes(rows, shape.head_dim),
-        (true, true) => sm90_smem_bytes(rows, shape.head_dim) + sm90_int8_bytes(shape.head_dim),
-        (false, int8) => prefill_smem_bytes(rows, shape.head_dim, int8),
+    let smem = match hopper {
+        true => sm90_smem_bytes(rows, shape.head_dim, dtype == "int8"),
+        false => prefill_smem_bytes(rows, shape.head_dim, dtype == "int8"),
     };
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
@@ -285,10 +280,13 @@ impl CudaBackend {
         self.hopper_tma.load(Ordering::Relaxed)
     }
 
-    /// Whether prefill over bf16 pools of `block_size` (head_dim 64 or 128, no sink windows) runs the
-    /// warpgroup-MMA kernel's TMA form.
-    pub fn prefill_loads_with_tma(&self, block_size: usize) -> bool {
-        self.hopper_prefill() && self.hopper_tma() && SM90_TILE_KEYS.is_multiple_of(block_size)
+    /// Whether prefill over pools of `dtype` and `block_size` (head_dim 64 or 128, no sink windows)
+    /// runs the warpgroup-MMA kernel's TMA form, which reads bf16 pools only.
+    pub fn prefill_loads_with_tma(&self, dtype: KvDtype, block_size: usize) -> bool {
+        dtype == KvDtype::Bf16
+            && self.hopper_prefill()
+            && self.hopper_tma()
+            && SM90_TILE_KEYS.is_multiple_of(block_size)
     }
 
     /// The blocks split-KV decode launches aim for, when a benchmark set them.
@@ -558,20 +556,23 @@ fn launch_decode(
 mod tests {
     use super::*;
 
+    /// The most dynamic shared memory a block may opt into on compute capability 9.0 (227 KiB).
+    const SM90_MAX_BLOCK_SMEM: usize = 227 * 1024;
+
     #[test]
-    fn the_hopper_prefill_block_holds_its_q_rows_and_its_ring_of_key_tiles() {
-        // The kernel's three consumer warpgroups of 64 query rows, and three stages of 128-key
-        // tiles at head_dim 64, of 64-key tiles at 128.
-        for (head_dim, tile_keys) in [(64, 128), (128, 64)] {
-            let rows = 3 * 64;
-            let bytes = sm90_smem_bytes(rows, head_dim);
-            let needed = (rows + 2 * 3 * tile_keys) * head_dim * 2 + 1024 + 128;
-            assert_eq!(bytes, needed, "head_dim {head_dim}");
-            // The int8 form's staging slots come on top.
-            let int8 = bytes + sm90_int8_bytes(head_dim);
+    fn every_hopper_prefill_block_fits_the_shared_memory_a_block_may_take() {
+        // The kernel's consumer warpgroups of 64 query rows: three, but two over int8 pools at
+        // head_dim 64.
+        for (head_dim, int8, rows) in [
+            (64, false, 3 * 64),
+            (128, false, 3 * 64),
+            (64, true, 2 * 64),
+            (128, true, 3 * 64),
+        ] {
+            let bytes = sm90_smem_bytes(rows, head_dim, int8);
             assert!(
-                int8 <= SM90_MAX_BLOCK_SMEM,
-                "head_dim {head_dim}: {int8} bytes"
+                bytes <= SM90_MAX_BLOCK_SMEM,
+                "head_dim {head_dim}, int8 {int8}: {bytes} bytes"
             );
         }
     }

@@ -265,8 +265,8 @@ fn paged(
     let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
     let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
     let decode = case.seqs.iter().all(|&(q_len, _)| q_len == 1);
-    let tma_prefill = p.gpu.prefill_loads_with_tma(bs) && matches!(hd, 64 | 128);
-    if tma_prefill && !decode && window.is_none() && dtype == KvDtype::Bf16 {
+    let tma_prefill = p.gpu.prefill_loads_with_tma(dtype, bs) && matches!(hd, 64 | 128);
+    if tma_prefill && !decode && window.is_none() {
         // The TMA form loads whole blocks: the slots past a sequence's keys hold NaN here, which
         // its output must not see.
         let all = num_blocks * bs;
@@ -352,7 +352,7 @@ fn paged(
         && matches!(dtype, KvDtype::Bf16 | KvDtype::Int8)
         && window.is_none()
         && p.gpu.hopper_prefill();
-    let kernel = match (wgmma, tma_prefill && dtype == KvDtype::Bf16) {
+    let kernel = match (wgmma, tma_prefill) {
         (true, true) => "wgmma TMA",
         (true, false) => "wgmma",
         (false, _) => kernel,
