@@ -257,9 +257,6 @@ __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsi
 // scales; a staging slot holds the pieces (16 bytes) and then the scales (4 bytes) of the
 // 2 · INT8_KEYS (key, K or V) pairs, thread-major within each pair so a warp's are adjacent.
 #define INT8_KEYS 4
-#ifndef SM90_INT8_SPREAD_STORES
-#define SM90_INT8_SPREAD_STORES 0
-#endif
 #define INT8_SLOT_BYTES (2 * INT8_KEYS * PRODUCERS * (16 + 4))
 
 // The producer warpgroup over int8 pools (`tid` its thread). For every key tile it stages its raw
@@ -280,21 +277,11 @@ __device__ __forceinline__ void produce_int8(
     constexpr int TILE_BYTES = BN * HD * 2, PIECES = HD / 16, PAIRS = 2 * INT8_KEYS;
     static_assert(BN / INT8_KEYS * PIECES == PRODUCERS, "one item a producer thread");
     // This thread's piece c and first key r0: consecutive threads take consecutive pieces of a key
-    // group. Then the stores of a quarter warp (8 threads: the phase in which 16-byte stores meet the
-    // banks) land two to a 16-byte bank group, since the swizzle of rows r and r + 4 differs only in
-    // the piece's bit 2 and the widened pieces are even (Nsight Compute: 5.8-way conflicts on average
-    // over the kernel's shared stores at head_dim 128). SM90_INT8_SPREAD_STORES (kernel lab, not yet
-    // measured) gives a quarter warp 4 pieces of 2 key groups instead, the second group's threads
-    // taking their keys in rotated order (`rot`), so the two rows differ in parity at every step
-    // and the 8 stores meet 8 different bank groups.
-#if SM90_INT8_SPREAD_STORES
-    const int phase = tid >> 3, sub = (tid >> 2) & 1, rot = sub;
-    const int c = (tid & 3) + 4 * (phase % (PIECES / 4));
-    const int r0 = ((phase / (PIECES / 4)) * 2 + sub) * INT8_KEYS;
-    static_assert(PIECES % 4 == 0, "pieces come four to a quarter warp");
-#else
-    const int c = tid % PIECES, r0 = tid / PIECES * INT8_KEYS, rot = 0;
-#endif
+    // group. The stores of a quarter warp then land two to a 16-byte bank group (Nsight Compute:
+    // 5.8-way conflicts on average over the kernel's shared stores at head_dim 128), but spreading
+    // them over eight bank groups (two key groups a quarter warp, one in rotated key order) measured
+    // the same TFLOP/s: the stores are not what holds the int8 form back.
+    const int c = tid % PIECES, r0 = tid / PIECES * INT8_KEYS;
     // Where pair p (key i of K: i; of V: INT8_KEYS + i) of this thread lies in a slot.
     const auto piece_at = [&](unsigned raw, int p) { return raw + (p * PRODUCERS + tid) * 16; };
     const auto scale_at = [&](unsigned raw, int p) {
@@ -323,11 +310,9 @@ __device__ __forceinline__ void produce_int8(
         }
         const unsigned raw = raw_base + (t & 1) * INT8_SLOT_BYTES;
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
-        // A key at a time (in rotated order), its K and V pieces loaded together, then widened and
-        // stored.
+        // A key at a time, its K and V pieces loaded together, then widened and stored.
 #pragma unroll 1
-        for (int step = 0; step < INT8_KEYS; ++step) {
-            const int i = (step + rot) % INT8_KEYS;
+        for (int i = 0; i < INT8_KEYS; ++i) {
             uint4 piece[2];
 #pragma unroll
             for (int kv = 0; kv < 2; ++kv) {

@@ -203,9 +203,9 @@ extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v
 
 // rope_kv_write for int8 pools, whose write needs a whole head's largest value: one warp per (row,
 // head of q then k). A q head is rotated in place; a k head is rotated in place and quantised into its
-// slot, and the v head beside it quantised, as rope on q, rope on k and kv_write_int8 leave them. A
-// lane rotates and quantises the same pairs (j, j + head_dim / 2), so it reads back only its own
-// writes. 1-D grid of any block size that is a multiple of 32.
+// slot (by `quantize_head`, once the warp's lanes see each other's rotated values), and the v head
+// beside it quantised, as rope on q, rope on k and kv_write_int8 leave them. 1-D grid of any block size
+// that is a multiple of 32.
 extern "C" __global__ void rope_kv_write_int8(float* q, float* k, const float* v, const float* table,
                                               const unsigned* slots, signed char* kc,
                                               signed char* vc, float* k_scales, float* v_scales,
@@ -222,31 +222,17 @@ extern "C" __global__ void rope_kv_write_int8(float* q, float* k, const float* v
     const bool is_q = h < heads;
     float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + h - heads) * head_dim;
     const float* cs = table + r * head_dim;
-    float amax = 0.0f;
     for (int j = lane; j < half; j += 32) {
         const float c = cs[j], s = cs[half + j], x1 = x[j], x2 = x[half + j];
-        const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-        x[j] = y1;
-        x[half + j] = y2;
-        amax = fmaxf(amax, fmaxf(fabsf(y1), fabsf(y2)));
+        x[j] = x1 * c - x2 * s;
+        x[half + j] = x2 * c + x1 * s;
     }
     if (is_q) {
         return;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    }
-    const float s = amax / 127.0f;
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    __syncwarp();  // quantize_head reads values other lanes rotated
     const long long dst = (long long)slots[r] * kv_heads + (h - heads);
-    signed char* kq = kc + dst * head_dim;
-    for (int j = lane; j < half; j += 32) {
-        kq[j] = quantized(x[j], inv);
-        kq[half + j] = quantized(x[half + j], inv);
-    }
-    if (lane == 0) {
-        k_scales[dst] = s;
-    }
+    quantize_head(x, kc + dst * head_dim, k_scales + dst, head_dim);
     quantize_head(v + (r * kv_heads + h - heads) * head_dim, vc + dst * head_dim, v_scales + dst,
                   head_dim);
 }
