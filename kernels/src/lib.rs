@@ -50,7 +50,7 @@ pub const SOURCES: &[KernelSource] = &[
         source: include_str!("../cuda/elementwise.cu"),
         functions: &[
             "silu_mul_f32",
-            "silu_mul_bf16",
+            "silu_mul_of_bf16",
             "gelu_f32",
             "add_f32",
             "bias_add_f32",

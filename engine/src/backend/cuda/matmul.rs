@@ -68,13 +68,39 @@ fn gemm_bf16(
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     check_len("gemm out", out.len(), rows * n)?;
+    let (c, _gc) = out.device_ptr_mut(&be.dev.stream);
+    // SAFETY: C is [rows, n] f32 (checked above), on this stream.
+    unsafe {
+        gemm_bf16_into(
+            be,
+            (xb, wd),
+            (rows, n, k),
+            beta,
+            (c, cudaDataType_t::CUDA_R_32F),
+        )
+    }
+}
+
+/// [`gemm_bf16`] into `c`, a device address of element type `c_type` (f32 or bf16).
+///
+/// # Safety
+/// `c` must hold `rows · n` elements of `c_type`, valid on the backend's stream.
+unsafe fn gemm_bf16_into(
+    be: &CudaBackend,
+    (xb, wd): (&CudaSlice<u16>, &CudaSlice<u16>),
+    (rows, n, k): (usize, usize, usize),
+    beta: f32,
+    (c, c_type): (u64, cudaDataType_t),
+) -> Result<()> {
+    check_len("gemm x", xb.len(), rows * k)?;
+    check_len("gemm weight", wd.len(), n * k)?;
     let (m_, n_, k_) = (n as i32, rows as i32, k as i32);
     let alpha = 1.0f32;
     let stream = &be.dev.stream;
     let (a, _ga) = wd.device_ptr(stream);
     let (b, _gb) = xb.device_ptr(stream);
-    let (c, _gc) = out.device_ptr_mut(stream);
-    // SAFETY: A is [n, k] bf16, B is [rows, k] bf16, C is [rows, n] f32, all on this stream.
+    // SAFETY: A is [n, k] bf16 and B is [rows, k] bf16 (checked above), C as the caller vouches, all
+    // on this stream.
     unsafe {
         gemm_ex(
             *be.dev.blas.handle(),
@@ -92,7 +118,7 @@ fn gemm_bf16(
             k_,
             (&beta) as *const f32 as *const _,
             c as *mut _,
-            cudaDataType_t::CUDA_R_32F,
+            c_type,
             m_,
             cublasComputeType_t::CUBLAS_COMPUTE_32F,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
@@ -185,9 +211,11 @@ pub(super) fn matmul_accumulate(
 }
 
 /// [`crate::backend::Backend::swiglu_mlp`] over bf16 weights at more rows than the skinny kernels
-/// take: the input normalised and rounded to bf16 once, the gate and up products in f32, their
-/// silu·mul rounded to bf16 in place of the input, and the down product added onto `x` by cuBLAS.
-/// `None` where that does not apply (the caller goes op by op).
+/// take: the input normalised and rounded to bf16 once, the gate and up products rounded to bf16 (as
+/// a bf16 model's reference runs them; f32 products would double the bytes written and read back,
+/// and silu·mul is bound by those bytes), their silu·mul rounded to bf16 in place of the input, and
+/// the down product added onto `x` by cuBLAS. `None` where that does not apply (the caller goes op
+/// by op).
 pub(super) fn swiglu_mlp(
     be: &CudaBackend,
     (x, norm): (&mut CudaSlice<f32>, FusedNorm<'_>),
@@ -204,11 +232,30 @@ pub(super) fn swiglu_mlp(
         return None;
     }
     let mut mlp = || {
-        let mut staged = staged_bf16(be, (&*x, norm), (rows, hidden), rows * width)?;
+        let n = rows * width;
+        check_len("swiglu gate", gate.len(), n)?;
+        check_len("swiglu up", up.len(), n)?;
+        let mut staged = staged_bf16(be, (&*x, norm), (rows, hidden), n)?;
         let xb = staged.buf();
-        gemm_bf16(be, (xb, g), (rows, width, hidden), 0.0, gate)?;
-        gemm_bf16(be, (xb, u), (rows, width, hidden), 0.0, up)?;
-        ops::silu_mul(be, gate, up, rows * width, xb)?;
+        let stream = &be.dev.stream;
+        // The bf16 products go in the first half of the f32 scratch buffers' bytes.
+        let (gate_at, _gg) = gate.device_ptr_mut(stream);
+        let (up_at, _gu) = up.device_ptr_mut(stream);
+        for (w, at) in [(g, gate_at), (u, up_at)] {
+            // SAFETY: the buffer holds n f32 values (checked above), room for n bf16 ones.
+            unsafe {
+                gemm_bf16_into(
+                    be,
+                    (xb, w),
+                    (rows, width, hidden),
+                    0.0,
+                    (at, cudaDataType_t::CUDA_R_16BF),
+                )
+            }?;
+        }
+        // SAFETY: both addresses hold the n bf16 products just written, on this stream; xb holds at
+        // least n values (staged with that capacity).
+        unsafe { ops::silu_mul_of_bf16(be, (gate_at, up_at), n, xb) }?;
         gemm_bf16(be, (xb, d), (rows, hidden, width), 1.0, x)
     };
     Some(mlp())

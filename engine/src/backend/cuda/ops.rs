@@ -204,23 +204,48 @@ pub(super) fn rope(
     Ok(())
 }
 
-/// `out[..n] = silu(gate) · up`, stored as `T` (f32, or bf16 for the down product).
-pub(super) fn silu_mul<T: KernelOut>(
+/// `out[..n] = silu(gate) · up`.
+pub(super) fn silu_mul(
     be: &CudaBackend,
     gate: &CudaSlice<f32>,
     up: &CudaSlice<f32>,
     n: usize,
-    out: &mut CudaSlice<T>,
+    out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     check_len("silu_mul gate", gate.len(), n)?;
     check_len("silu_mul up", up.len(), n)?;
     check_len("silu_mul out", out.len(), n)?;
     let len = n as i64;
-    let name = format!("silu_mul_{}", T::NAME);
-    let mut b = be.dev.stream.launch_builder(be.kernels.get(&name)?);
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("silu_mul_f32")?);
     b.arg(gate).arg(up).arg(out).arg(&len);
     // SAFETY: arguments match the kernel's signature; sizes checked above.
     unsafe { b.launch(grid(n.div_ceil(4))) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+/// `out[..n] = bf16(silu(gate) ⊙ up)` over bf16 `gate` and `up` at raw device addresses.
+///
+/// # Safety
+/// `gate` and `up` must each hold `n` bf16 values, valid on the backend's stream.
+pub(super) unsafe fn silu_mul_of_bf16(
+    be: &CudaBackend,
+    (gate, up): (u64, u64),
+    n: usize,
+    out: &mut CudaSlice<u16>,
+) -> Result<()> {
+    check_len("silu_mul out", out.len(), n)?;
+    let len = n as i64;
+    let mut b = be
+        .dev
+        .stream
+        .launch_builder(be.kernels.get("silu_mul_of_bf16")?);
+    b.arg(&gate).arg(&up).arg(out).arg(&len);
+    // SAFETY: arguments match the kernel's signature; out's size checked above, gate's and up's
+    // vouched for by the caller; the pointers are 16-byte aligned (allocations are).
+    unsafe { b.launch(grid(n.div_ceil(8))) }.map_err(cuda_err)?;
     Ok(())
 }
 
