@@ -3,6 +3,12 @@
 //! A directory is valid when its manifest parses, names the expected source, and every listed file
 //! exists with the recorded size and digest. Files not listed (other than the manifest) make it invalid
 //! too, so a stray partial write is noticed.
+//!
+//! Hashing every file costs seconds at each start, so a full verification leaves a stamp beside the
+//! directory (`.<name>.verified`): the size, inode, modification and change times of the manifest and
+//! of every file it lists. While all of those are unchanged the digests are not computed again; any write, rename or
+//! replacement changes the change time (which no user call can set back), and the next start hashes
+//! everything again. A directory the stamp cannot be written to is hashed at every start.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -13,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::FetchProgress;
+mod stamp;
 use crate::error::{EngineError, Result};
 
 /// File name of the manifest inside a model directory.
@@ -106,6 +113,9 @@ pub fn verify_dir(
     if let Some(extra) = present.iter().find(|p| !manifest.files.contains_key(*p)) {
         return Ok(Some(format!("unexpected file {extra}")));
     }
+    if stamp::matches(dir, &manifest) {
+        return Ok(None);
+    }
     let total = manifest.files.values().map(|f| f.size).sum();
     let mut done = 0u64;
     for (rel, expected) in &manifest.files {
@@ -120,6 +130,7 @@ pub fn verify_dir(
         }
         done += expected.size;
     }
+    stamp::write(dir, &manifest);
     Ok(None)
 }
 
