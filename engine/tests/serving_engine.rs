@@ -192,11 +192,13 @@ fn sink_windows_change_nothing_until_they_slide_then_stream_with_bounded_blocks_
 
 #[test]
 fn a_second_question_on_a_cached_document_computes_only_its_new_tokens_and_matches_a_cold_run() {
+    // A document of about 2,200 tokens, read in chunks of 512: the warm and cold runs cut the prompt
+    // at different places.
     let cfg = EngineConfig {
-        max_num_batched_tokens: 1024,
+        max_num_batched_tokens: 512,
         ..EngineConfig::default()
     };
-    let document = qmsum_text(18_000);
+    let document = qmsum_text(9_000);
     let ask = |core: &EngineCore<CpuBackend>, q: &str| {
         chat(
             core.tokenizer(),
@@ -207,7 +209,7 @@ fn a_second_question_on_a_cached_document_computes_only_its_new_tokens_and_match
     let first = ask(&warm, "Who spoke first?");
     let second = ask(&warm, "What was decided about the budget?");
     assert!(
-        second.len() > 4000,
+        second.len() > 2000,
         "the document is {} tokens",
         second.len()
     );

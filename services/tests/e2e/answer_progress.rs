@@ -62,7 +62,8 @@ pub(crate) fn first_progress(lines: &mut impl Iterator<Item = String>) -> Value 
 fn a_long_prompt_streams_its_reading_progress_and_a_stop_frees_the_engine_at_its_next_chunks() {
     let server = Server::start(Options::new(Database::Sqlite).arg("--adapter", "none"));
     let (_, key) = server.tenant("t");
-    let (doc, questions) = server.ingest_squad_article(&key, 0);
+    // The article's first 6,000 characters: about 1,400 tokens, six chunks of 256 to read.
+    let (doc, questions) = server.ingest_squad_opening(&key, 0, 6000);
     let question = &questions[0].0;
     let body = json!({ "question": question, "route": "long", "stream": true, "max_tokens": 8,
         "scope": { "document_ids": [doc] } });

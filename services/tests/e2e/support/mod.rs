@@ -423,7 +423,20 @@ impl Server {
         key: &str,
         index: usize,
     ) -> (String, Vec<(String, Vec<String>)>) {
+        self.ingest_squad_opening(key, index, usize::MAX)
+    }
+
+    /// [`Self::ingest_squad_article`] cut to its first `chars` characters (about 4.2 to a token): for a
+    /// test that needs a prompt of a few chunks, not a whole article's read on the CPU. The questions
+    /// are the whole article's.
+    pub fn ingest_squad_opening(
+        &self,
+        key: &str,
+        index: usize,
+        chars: usize,
+    ) -> (String, Vec<(String, Vec<String>)>) {
         let (title, text, questions) = squad_article(index);
+        let text: String = text.chars().take(chars).collect();
         let (doc, job) = self.ingest(
             key,
             &format!("{title}.txt"),
