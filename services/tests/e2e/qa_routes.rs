@@ -237,11 +237,12 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
 
 #[test]
 fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_reuses_it() {
-    // A 32 MiB bf16 KV cache holds about 1,450 tokens, so a SQuAD article (~4K tokens) is beyond the long
-    // path's window: route=long streams it through 4 sink tokens and a window of about 900 recent tokens.
+    // A 32 MiB bf16 KV cache holds about 1,450 tokens, so the article's first 10,000 characters (about
+    // 2,400 tokens) are beyond the long path's window: route=long streams them through 4 sink tokens and
+    // a window of about 900 recent tokens.
     let server = Server::start(Options::new(Database::Sqlite).arg("--kv-cache-mib", 32));
     let (_, key) = server.tenant("qa");
-    let (doc, questions) = ingest_article(&server, &key, 3);
+    let (doc, questions) = server.ingest_squad_opening(&key, 3, 10_000);
     let (question, _) = &questions[0];
     let first = ask(&server, &key, &doc, question, "long");
     assert_eq!(first["route"], "long", "{first}");
@@ -254,7 +255,7 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
     let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
     assert!(
         prompt_tokens > 2000,
-        "the whole article was read: {prompt_tokens} tokens"
+        "the whole document was read: {prompt_tokens} tokens"
     );
     assert!(
         !first["answer"].as_str().unwrap().trim().is_empty(),
