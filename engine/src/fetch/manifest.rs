@@ -6,9 +6,10 @@
 //!
 //! Hashing every file costs seconds at each start, so a full verification leaves a stamp beside the
 //! directory (`.<name>.verified`): the size, inode, modification and change times of the manifest and
-//! of every file it lists. While all of those are unchanged the digests are not computed again; any write, rename or
-//! replacement changes the change time (which no user call can set back), and the next start hashes
-//! everything again. A directory the stamp cannot be written to is hashed at every start.
+//! of every file it lists. While all of those are unchanged the digests are not computed again; any
+//! write, rename or replacement changes the change time (which no user call can set back), and the next
+//! start hashes everything again. A directory the stamp cannot be written beside is hashed at every
+//! start.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -19,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::FetchProgress;
-mod stamp;
 use crate::error::{EngineError, Result};
+
+mod stamp;
 
 /// File name of the manifest inside a model directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
