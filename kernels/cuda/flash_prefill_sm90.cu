@@ -3,14 +3,15 @@
 // on warpgroup MMA (wgmma) instead of mma.sync.
 //
 // One block per (tile of 64 · WG query rows of one sequence, query head): WG consumer warpgroups of
-// 64 rows each (three; two over int8 pools at head_dim 64), and one producer warpgroup. The producer
-// gathers key tiles of BN keys (128 at head_dim 64, 64 at 128) through the block table with cp.async
+// 64 rows each (three), and one producer warpgroup. The producer gathers key tiles of BN keys (128
+// at head_dim 64, 64 at 128) through the block table with cp.async
 // into a ring of shared-memory stages (K and V tile per stage), each signalled full on an mbarrier
 // when its copies land and handed back on another once the consumers are done with it; it gives its
 // registers to the consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own
 // rows' diagonal and hands the later ones back unread. Shared tiles are stored in the layout wgmma
 // reads without bank conflicts: rows of 64 elements (128 bytes), 16-byte pieces swizzled by the row
-// (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. A consumer rounds its Q rows to bf16 once into shared memory, then per key tile
+// (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. A consumer
+// rounds its Q rows to bf16 once into shared memory, then per key tile
 // issues S = Q·Kᵀ for the next tile (Q and K from shared memory, both K-major) together with O += P·V
 // for this one (P from registers, rounded to bf16; V from shared memory, N-major: the transposed read
 // wgmma does for 16-bit types), and turns the next scores into probabilities while P·V runs (the
@@ -20,10 +21,10 @@
 // through tensor maps of the pools that swizzle as the tiles are laid out) instead of the warpgroup's
 // cp.async pieces; it takes block sizes that divide the key tile. Over int8 pools
 // (`flash_prefill_sm90_int8_*`) each producer thread stages its own raw pieces of a tile and their
-// keys' scales with cp.async into one of two staging slots and, once they land, widens them to bf16
-// (exactly: |q| <= 127) into the ring stage, the scales beside it; the consumers multiply the score
-// columns by K's scales and the probabilities by V's before P·V, in f32, as flash_prefill.cu's int8
-// kernels do.
+// keys' scales with cp.async into one of its staging slots and, once they land, widens them to f16
+// (exactly: |q| <= 127) into the ring stage, the scales beside it; the consumers round Q and P to f16
+// for f16 MMAs, and multiply the score columns by K's scales and the probabilities by V's before P·V,
+// in f32, as flash_prefill.cu's int8 kernels and the int8 decode kernel do.
 //
 // Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
 // to nothing and the host never launches them.
@@ -79,14 +80,35 @@
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// The MMAs' input type: bf16 over bf16 pools, f16 over int8 pools (their values widen to f16 in two
+// instructions a pair, to bf16 in five; f16 keeps three more bits of Q and P than bf16).
+template <bool INT8>
+struct MmaOf {
+    using T = MmaBf16;
+};
+template <>
+struct MmaOf<true> {
+    using T = MmaF16;
+};
+
+// Two f32 values rounded to the MMAs' input type, as one pair (`lo` in the low half).
+template <typename E>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+    return pack_bf16x2(lo, hi);
+}
+template <>
+__device__ __forceinline__ unsigned pack_pair<MmaF16>(float lo, float hi) {
+    return pack_f16x2(lo, hi);
+}
+
 // Byte offset of 16-byte piece `c` (of HD / 8) of row `r` in a swizzled tile of `rows` rows.
 __device__ __forceinline__ unsigned swizzled(int rows, int r, int c) {
     return (c >> 3) * rows * ROW_BYTES + r * ROW_BYTES + (((c & 7) ^ (r & 7)) << 4);
 }
 
-// A consumer warpgroup's 64 query rows (`tid` its thread), rounded to bf16, into its part of the
-// swizzled Q tile of BM rows, from row `first_row` on; rows past `rows` are zero.
-template <int HD, int BM>
+// A consumer warpgroup's 64 query rows (`tid` its thread), rounded to the MMAs' type E, into its
+// part of the swizzled Q tile of BM rows, from row `first_row` on; rows past `rows` are zero.
+template <int HD, int BM, typename E>
 __device__ __forceinline__ void store_q(
     unsigned char* q_s,  // [BM · HD · 2 bytes], shared, swizzled
     const float* q,      // [num_tokens, num_heads, HD]: at the warpgroup's first row and head
@@ -97,8 +119,8 @@ __device__ __forceinline__ void store_q(
         if (r < rows) {
             const float4* src = reinterpret_cast<const float4*>(q + (long long)r * q_stride + c * 8);
             const float4 a = src[0], b = src[1];
-            packed = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
-                                pack_bf16x2(b.z, b.w));
+            packed = make_uint4(pack_pair<E>(a.x, a.y), pack_pair<E>(a.z, a.w),
+                                pack_pair<E>(b.x, b.y), pack_pair<E>(b.z, b.w));
         }
         *reinterpret_cast<uint4*>(q_s + swizzled(BM, first_row + r, c)) = packed;
     }
@@ -143,14 +165,14 @@ __device__ __forceinline__ void load_tiles(
 
 // Issues S = Q·Kᵀ for the warpgroup's 64 rows and a tile's BN keys (one commit group); the Q tile
 // has BM rows.
-template <int HD, int BN, int BM>
+template <int HD, int BN, int BM, typename E>
 __device__ __forceinline__ void issue_scores(float (&sc)[BN / 8][4], unsigned q_wg, unsigned k_tile) {
 #pragma unroll
     for (int ks = 0; ks < HD / 16; ++ks) {
         // 16 columns (32 bytes) a step along the swizzled rows; the second half of a head_dim 128
         // tile lies its rows' count of rows further.
         const unsigned half = (ks >> 2) * ROW_BYTES, within = (ks & 3) * 32;
-        wgmma_ss<BN>(sc, smem_desc(q_wg + half * BM + within, 16, PATTERN_BYTES),
+        wgmma_ss<BN, E>(sc, smem_desc(q_wg + half * BM + within, 16, PATTERN_BYTES),
                      smem_desc(k_tile + half * BN + within, 16, PATTERN_BYTES), ks > 0);
     }
     wgmma_commit();
@@ -158,26 +180,27 @@ __device__ __forceinline__ void issue_scores(float (&sc)[BN / 8][4], unsigned q_
 
 // Issues O += P·V for the warpgroup's rows and a tile's keys (one commit group): 16 keys (two 8-row
 // patterns) a step; V is read N-major, its 64-column halves BN rows apart (the leading offset).
-template <int HD, int BN>
+template <int HD, int BN, typename E>
 __device__ __forceinline__ void issue_values(float (&o)[HD / 8][4], const unsigned (&p)[BN / 16][4],
                                              unsigned v_tile) {
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks) {
-        wgmma_rs<HD>(o, p[ks], smem_desc(v_tile + ks * 2 * PATTERN_BYTES, BN * ROW_BYTES,
+        wgmma_rs<HD, E>(o, p[ks], smem_desc(v_tile + ks * 2 * PATTERN_BYTES, BN * ROW_BYTES,
                                           PATTERN_BYTES), 1);
     }
     wgmma_commit();
 }
 
-// The tile's probabilities rounded to bf16 pairs, as A fragments of P·V (16 keys each).
-template <int BN>
+// The tile's probabilities rounded to pairs of the MMAs' type E, as A fragments of P·V (16 keys
+// each).
+template <int BN, typename E>
 __device__ __forceinline__ void pack_probs(unsigned (&p)[BN / 16][4], const float (&sc)[BN / 8][4]) {
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ++ks) {
-        p[ks][0] = pack_bf16x2(sc[2 * ks][0], sc[2 * ks][1]);
-        p[ks][1] = pack_bf16x2(sc[2 * ks][2], sc[2 * ks][3]);
-        p[ks][2] = pack_bf16x2(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
-        p[ks][3] = pack_bf16x2(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
+        p[ks][0] = pack_pair<E>(sc[2 * ks][0], sc[2 * ks][1]);
+        p[ks][1] = pack_pair<E>(sc[2 * ks][2], sc[2 * ks][3]);
+        p[ks][2] = pack_pair<E>(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
+        p[ks][3] = pack_pair<E>(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
     }
 }
 
@@ -253,53 +276,66 @@ __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsi
 }
 
 // int8 pools: keys a producer thread stages per tile (consecutive, within one KV block: the host
-// takes block sizes that are multiples of 8), each one 16-byte piece of K and one of V with their
-// scales; a staging slot holds the pieces (16 bytes) and then the scales (4 bytes) of the
-// 2 · INT8_KEYS (key, K or V) pairs, thread-major within each pair so a warp's are adjacent.
+// takes block sizes that are multiples of 8), each one 16-byte piece of K and one of V. A staging
+// slot holds the pieces (16 bytes) of the 2 · INT8_KEYS (key, K or V) pairs of every thread,
+// thread-major within each pair so a warp's are adjacent, then the tile's K and V scales [2][BN]
+// (f32), each copied by one thread.
 #define INT8_KEYS 4
-#define INT8_SLOT_BYTES (2 * INT8_KEYS * PRODUCERS * (16 + 4))
+#define INT8_SLOT_BYTES(BN) (2 * INT8_KEYS * PRODUCERS * 16 + 2 * (BN) * 4)
+// Staging slots: tiles are staged INT8_SLOTS - 1 ahead of the one being widened (kernel lab: three
+// slots measured the same as two; the host sizes shared memory for two).
+#ifndef INT8_SLOTS
+#define INT8_SLOTS 2
+#endif
 
 // The producer warpgroup over int8 pools (`tid` its thread). For every key tile it stages its raw
-// pieces (16 columns of INT8_KEYS keys, K and V) and their keys' scales into staging slot t % 2 with
-// cp.async (rows at or past `end` zero-filled), a tile ahead; once they landed and the ring stage is
-// free, it widens its pieces into the stage's swizzled bf16 tiles (exactly: |q| <= 127), copies the
-// scales into the stage's scale arrays, and arrives on the stage's full barrier. The pieces it widens
-// are the ones it copied, so no thread waits for another's.
+// pieces (16 columns of INT8_KEYS keys, K and V) and its share of the tile's scales (one or two)
+// into staging slot t % INT8_SLOTS with cp.async (rows at or past `end` zero-filled), INT8_SLOTS - 1
+// tiles ahead; once they
+// landed and the ring stage is free, it widens its pieces into the stage's swizzled f16 tiles
+// (exactly: |q| <= 127), copies its scales into the stage's scale arrays, and arrives on the stage's
+// full barrier. What a thread widens or copies is what it staged, so no thread waits for another's.
 template <int HD, int BN, int ST>
 __device__ __forceinline__ void produce_int8(
     unsigned k_base,                // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
     unsigned full, unsigned empty,  // shared: the stages' barriers (8 bytes apart)
-    unsigned raw_base,              // shared: the two staging slots
+    unsigned raw_base,              // shared: the INT8_SLOTS staging slots
     unsigned scale_base,            // shared: [ST][2][BN] f32, K's then V's scales of each stage
     const signed char* k_head, const signed char* v_head,  // the pools at the KV head
     const float* ks_head, const float* vs_head,            // their scales at the KV head
     const KeyBlocks& kb, int row_stride, int scale_stride, int end, int tiles, int tid) {
     constexpr int TILE_BYTES = BN * HD * 2, PIECES = HD / 16, PAIRS = 2 * INT8_KEYS;
+    constexpr int SLOT_BYTES = INT8_SLOT_BYTES(BN), SCALES = 2 * BN;
     static_assert(BN / INT8_KEYS * PIECES == PRODUCERS, "one item a producer thread");
+    static_assert(SCALES % PRODUCERS == 0, "the same count of scales a producer thread");
     // This thread's piece c and first key r0: consecutive threads take consecutive pieces of a key
     // group. The stores of a quarter warp then land two to a 16-byte bank group (Nsight Compute:
     // 5.8-way conflicts on average over the kernel's shared stores at head_dim 128), but spreading
     // them over eight bank groups (two key groups a quarter warp, one in rotated key order) measured
     // the same TFLOP/s: the stores are not what holds the int8 form back.
     const int c = tid % PIECES, r0 = tid / PIECES * INT8_KEYS;
-    // Where pair p (key i of K: i; of V: INT8_KEYS + i) of this thread lies in a slot.
+    // Where pair p (key i of K: i; of V: INT8_KEYS + i) of this thread lies in a slot, and scale i
+    // (K's of key i, or V's of key i - BN) of the tile.
     const auto piece_at = [&](unsigned raw, int p) { return raw + (p * PRODUCERS + tid) * 16; };
-    const auto scale_at = [&](unsigned raw, int p) {
-        return raw + PAIRS * PRODUCERS * 16 + (p * PRODUCERS + tid) * 4;
-    };
+    const auto scale_at = [&](unsigned raw, int i) { return raw + PAIRS * PRODUCERS * 16 + i * 4; };
     const auto stage = [&](int t) {
         const int first = t * BN + r0;
         const int valid = first < end ? min(INT8_KEYS, end - first) : 0;
         const long long slot = valid > 0 ? kb.slot(first) : 0;
-        const unsigned raw = raw_base + (t & 1) * INT8_SLOT_BYTES;
+        const unsigned raw = raw_base + (t % INT8_SLOTS) * SLOT_BYTES;
 #pragma unroll 1
         for (int i = 0; i < INT8_KEYS; ++i) {
             const long long row = slot + (i < valid ? i : 0);
             const int bytes = i < valid ? 16 : 0;
             cp_async_16(piece_at(raw, i), k_head + row * row_stride + c * 16, bytes);
             cp_async_16(piece_at(raw, INT8_KEYS + i), v_head + row * row_stride + c * 16, bytes);
-            cp_async_4(scale_at(raw, i), ks_head + row * scale_stride, bytes / 4);
-            cp_async_4(scale_at(raw, INT8_KEYS + i), vs_head + row * scale_stride, bytes / 4);
+        }
+#pragma unroll
+        for (int i = tid; i < SCALES; i += PRODUCERS) {
+            const int key = t * BN + i % BN;
+            const float* scales = i < BN ? ks_head : vs_head;
+            const long long row = key < end ? kb.slot(key) : 0;
+            cp_async_4(scale_at(raw, i), scales + row * scale_stride, key < end ? 4 : 0);
         }
         cp_async_commit();
     };
@@ -308,7 +344,7 @@ __device__ __forceinline__ void produce_int8(
         if (t >= ST) {
             mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
         }
-        const unsigned raw = raw_base + (t & 1) * INT8_SLOT_BYTES;
+        const unsigned raw = raw_base + (t % INT8_SLOTS) * SLOT_BYTES;
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
         // A key at a time, its K and V pieces loaded together, then widened and stored.
 #pragma unroll 1
@@ -323,38 +359,39 @@ __device__ __forceinline__ void produce_int8(
             }
 #pragma unroll
             for (int kv = 0; kv < 2; ++kv) {
+                unsigned w[8];
+                widen_int8x16_f16(piece[kv], w);
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
-                    const uint4 w = widen_int8x8(half == 0 ? make_uint2(piece[kv].x, piece[kv].y)
-                                                           : make_uint2(piece[kv].z, piece[kv].w));
                     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(
                                      k_tile + kv * TILE_BYTES + swizzled(BN, r0 + i, 2 * c + half)),
-                                 "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
+                                 "r"(w[4 * half]), "r"(w[4 * half + 1]), "r"(w[4 * half + 2]),
+                                 "r"(w[4 * half + 3])
                                  : "memory");
                 }
             }
         }
-        if (c == 0) {
-            // The keys' scales, K's at [st][0][key] and V's at [st][1][key].
+        // This thread's scales, K's at [st][0][key] and V's at [st][1][key].
 #pragma unroll
-            for (int p = 0; p < PAIRS; ++p) {
-                unsigned v;
-                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(scale_at(raw, p)));
-                const int key = r0 + p % INT8_KEYS, kv = p / INT8_KEYS;
-                asm volatile("st.shared.u32 [%0], %1;" ::"r"(scale_base +
-                                                             ((st * 2 + kv) * BN + key) * 4),
-                             "r"(v)
-                             : "memory");
-            }
+        for (int i = tid; i < SCALES; i += PRODUCERS) {
+            unsigned v;
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(scale_at(raw, i)));
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(scale_base + (st * SCALES + i) * 4), "r"(v)
+                         : "memory");
         }
         fence_async_shared();  // the widened tiles, seen by the consumers' MMAs
         mbar_arrive(full + 8 * st);
     };
-    stage(0);
+#pragma unroll
+    for (int t = 0; t + 1 < INT8_SLOTS; ++t) {
+        if (t < tiles) {
+            stage(t);
+        }
+    }
     for (int t = 0; t < tiles; ++t) {
-        if (t + 1 < tiles) {
-            stage(t + 1);  // into the other staging slot, which tile t - 1 left
-            cp_async_wait<1>();  // tile t's pieces and scales landed
+        if (t + INT8_SLOTS - 1 < tiles) {
+            stage(t + INT8_SLOTS - 1);  // into the slot tile t - 1 left
+            cp_async_wait<INT8_SLOTS - 1>();  // tile t's pieces and scales landed
         } else {
             cp_async_wait<0>();
         }
@@ -393,23 +430,24 @@ __device__ void prefill_sm90(
     constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
     constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
     constexpr int TILE_BYTES = BN * HD * 2, BM = WG * 64, CONSUMERS = WG * 128;
-    // int8 pools: two staging slots and the stages' scales after the barriers.
-    constexpr int INT8_BYTES = INT8 ? 2 * INT8_SLOT_BYTES + ST * 2 * BN * 4 : 0;
+    using E = typename MmaOf<INT8>::T;
+    // int8 pools: the staging slots and the stages' scales after the barriers.
+    constexpr int INT8_BYTES = INT8 ? INT8_SLOTS * INT8_SLOT_BYTES(BN) + ST * 2 * BN * 4 : 0;
     static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 + INT8_BYTES <= 227 * 1024,
                   "a block's shared memory");
     static_assert(!(INT8 && TMA), "the TMA form reads bf16 pools");
     static_assert(!SM90_PINGPONG || WG == 2, "ping-pong takes two consumer warpgroups");
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
-    // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 and swizzled; then the
-    // stages' full and empty barriers (128 bytes); for int8 pools then the two staging slots and the
-    // stages' K and V scales [ST][2][BN].
+    // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 (f16 over int8 pools) and
+    // swizzled; then the stages' full and empty barriers (128 bytes); for int8 pools then the two
+    // staging slots and the stages' K and V scales [ST][2][BN].
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const unsigned q_base = smem_addr(smem);
     const unsigned k_base = q_base + BM * HD * 2;
     const unsigned full = k_base + 2 * ST * TILE_BYTES, empty = full + 8 * ST;
     const auto k_tile = [&](int t) { return k_base + 2 * (t % ST) * TILE_BYTES; };
-    const unsigned raw_base = full + 128, scale_base = raw_base + 2 * INT8_SLOT_BYTES;
+    const unsigned raw_base = full + 128, scale_base = raw_base + INT8_SLOTS * INT8_SLOT_BYTES(BN);
     // Tile t's K scales (`kv` 0) or V's (1), as a generic pointer for the consumers.
     const auto key_scales = [&](int t, int kv) {
         return reinterpret_cast<const float*>(smem + (scale_base - q_base)) + ((t % ST) * 2 + kv) * BN;
@@ -485,7 +523,7 @@ __device__ void prefill_sm90(
     // Tiles crossing the diagonal or the context's end are masked.
     const auto masked = [&](int t) { return (t + 1) * BN > wg_end || (t + 1) * BN > wg_first; };
     // The warpgroup's Q rows, seen by its MMAs.
-    store_q<HD, BM>(smem, q + (long long)(q0 + m0 + wg * 64) * q_stride + h * HD, q_stride,
+    store_q<HD, BM, E>(smem, q + (long long)(q0 + m0 + wg * 64) * q_stride + h * HD, q_stride,
                     q_len - m0 - wg * 64, wg * 64, tid);
     fence_async_shared();
     asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory");
@@ -503,7 +541,7 @@ __device__ void prefill_sm90(
     mbar_wait(full, 0);
     fence_async_shared();
     wgmma_fence();
-    issue_scores<HD, BN, BM>(sc, q_wg, k_tile(0));
+    issue_scores<HD, BN, BM, E>(sc, q_wg, k_tile(0));
     wgmma_wait<0>();
     pin<BN / 8>(sc);
     if (INT8) {
@@ -516,7 +554,7 @@ __device__ void prefill_sm90(
     if (INT8) {
         scale_key_columns<BN / 8>(sc, key_scales(0, 1));  // P·V with V's scales folded into P
     }
-    pack_probs<BN>(p, sc);
+    pack_probs<BN, E>(p, sc);
     if (SM90_PINGPONG && wg == 1) {
         asm volatile("bar.arrive 1, %0;" ::"n"(CONSUMERS) : "memory");  // warpgroup 0 issues first
     }
@@ -529,8 +567,8 @@ __device__ void prefill_sm90(
             asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(CONSUMERS) : "memory");
         }
         wgmma_fence();
-        issue_scores<HD, BN, BM>(sc, q_wg, k_tile(jt + 1));
-        issue_values<HD, BN>(o, p, k_tile(jt) + TILE_BYTES);
+        issue_scores<HD, BN, BM, E>(sc, q_wg, k_tile(jt + 1));
+        issue_values<HD, BN, E>(o, p, k_tile(jt) + TILE_BYTES);
         if (SM90_PINGPONG) {
             asm volatile("bar.arrive %0, %1;" ::"r"(2 - wg), "n"(CONSUMERS) : "memory");
         }
@@ -550,7 +588,7 @@ __device__ void prefill_sm90(
         pin<HD / 8>(o);
         mbar_arrive(empty + 8 * (jt % ST));  // tile jt's K and V read
         rescale_rows<HD / 8>(o, alpha);
-        pack_probs<BN>(p, sc);
+        pack_probs<BN, E>(p, sc);
     }
     if (TMA && end < tiles * BN) {
         // The last tile's V rows past the keys in view hold what the pool had there (or nothing):
@@ -562,7 +600,7 @@ __device__ void prefill_sm90(
     }
     pin<HD / 8>(o);
     wgmma_fence();
-    issue_values<HD, BN>(o, p, k_tile(wg_tiles - 1) + TILE_BYTES);
+    issue_values<HD, BN, E>(o, p, k_tile(wg_tiles - 1) + TILE_BYTES);
     wgmma_wait<0>();
     pin<HD / 8>(o);
     // Hands back the warpgroup's last tile, then the ones past its rows unread, each once it is
@@ -598,10 +636,9 @@ __device__ void prefill_sm90(
 #else
 #define SM90_RUN(HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)
 #endif
-// Consumer warpgroups of the int8 form at head_dim 64: its score columns' scales do not fit beside
-// three warpgroups' 160 registers without a spill.
+// Consumer warpgroups of the int8 form at head_dim 64 (kernel lab: 2 against 3).
 #ifndef SM90_WG_INT8_HD64
-#define SM90_WG_INT8_HD64 2
+#define SM90_WG_INT8_HD64 3
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_bf16_hd64(
@@ -616,7 +653,7 @@ extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash
 
 // int8 pools [num_blocks, block_size, num_kv_heads, HD] and their scales [num_blocks, block_size,
 // num_kv_heads] (f32), block sizes multiples of SM90_BLOCK_MULTIPLE; dynamic shared memory as the
-// bf16 form's plus 2 · INT8_SLOT_BYTES + ST · 2 · BN · 4 bytes.
+// bf16 form's plus INT8_SLOTS · INT8_SLOT_BYTES(BN) + ST · 2 · BN · 4 bytes.
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_INT8_HD64), 1) flash_prefill_sm90_int8_hd64(
     const float* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
     const float* v_scales, SM90_BATCH_PARAMS) {

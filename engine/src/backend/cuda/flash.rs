@@ -74,14 +74,17 @@ fn sm90_ring_keys(head_dim: usize) -> usize {
 
 /// Shared memory of a Hopper prefill block of `rows` query rows: Q, then the ring of K and V tiles,
 /// all bf16 and unpadded (swizzled), 1 KiB to align them to the swizzle pattern, and the ring's
-/// barriers; over int8 pools then two staging slots, each 2 · 4 keys of a 16-byte piece and a
-/// 4-byte scale per producer thread (the kernel's `INT8_SLOT_BYTES`), and the K and V scales (f32)
-/// of every key in the ring.
+/// barriers; over int8 pools then the staging slots, each 2 · 4 keys of a 16-byte piece per producer
+/// thread and the K and V scales (f32) of a tile (the kernel's `INT8_SLOT_BYTES`), and the K and V
+/// scales of every key in the ring.
 fn sm90_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
     let ring = sm90_ring_keys(head_dim);
     let bf16 = (rows + 2 * ring) * head_dim * 2 + 1024 + 128;
+    let tile = ring / 3;
     match int8 {
-        true => bf16 + 2 * (2 * 4 * SM90_PRODUCERS * (16 + 4)) + 2 * ring * 4,
+        true => {
+            bf16 + SM90_INT8_SLOTS * (2 * 4 * SM90_PRODUCERS * 16 + 2 * tile * 4) + 2 * ring * 4
+        }
         false => bf16,
     }
 }
@@ -89,6 +92,9 @@ fn sm90_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
 /// Keys in a tile of the Hopper prefill kernel at either head_dim (the smaller of its `SM90_BN_*`): its
 /// TMA form takes the block sizes that divide it, each block one box.
 const SM90_TILE_KEYS: usize = 64;
+
+/// Staging slots of the Hopper prefill kernel's producer over int8 pools (its `INT8_SLOTS`).
+const SM90_INT8_SLOTS: usize = 2;
 
 /// Threads of the Hopper prefill kernel's producer warpgroup (the rest are consumers, 64 query rows
 /// per warpgroup of 128: three of them).
