@@ -4,27 +4,27 @@
 //
 // One block per (tile of 64 · WG query rows of one sequence, query head): WG consumer warpgroups of
 // 64 rows each (three), and one producer warpgroup. The producer gathers key tiles of BN keys (128
-// at head_dim 64, 64 at 128) through the block table with cp.async
-// into a ring of shared-memory stages (K and V tile per stage), each signalled full on an mbarrier
-// when its copies land and handed back on another once the consumers are done with it; it gives its
-// registers to the consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own
-// rows' diagonal and hands the later ones back unread. Shared tiles are stored in the layout wgmma
-// reads without bank conflicts: rows of 64 elements (128 bytes), 16-byte pieces swizzled by the row
-// (piece c of row r at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. A consumer
-// rounds its Q rows to bf16 once into shared memory, then per key tile
-// issues S = Q·Kᵀ for the next tile (Q and K from shared memory, both K-major) together with O += P·V
-// for this one (P from registers, rounded to bf16; V from shared memory, N-major: the transposed read
-// wgmma does for 16-bit types), and turns the next scores into probabilities while P·V runs (the
-// online softmax on the accumulators: per warp, the m16n8 fragments of its 16 rows, as mma.sync's).
-// The output is written as f32. A second form of the kernel (`flash_prefill_sm90_tma_*`) has one
-// producer warp load each KV block of a tile with TMA (one box per 64 columns of K and of V,
-// through tensor maps of the pools that swizzle as the tiles are laid out) instead of the warpgroup's
-// cp.async pieces; it takes block sizes that divide the key tile. Over int8 pools
-// (`flash_prefill_sm90_int8_*`) each producer thread stages its own raw pieces of a tile and their
-// keys' scales with cp.async into one of its staging slots and, once they land, widens them to f16
-// (exactly: |q| <= 127) into the ring stage, the scales beside it; the consumers round Q and P to f16
-// for f16 MMAs, and multiply the score columns by K's scales and the probabilities by V's before P·V,
-// in f32, as flash_prefill.cu's int8 kernels and the int8 decode kernel do.
+// at head_dim 64, 64 at 128) through the block table with cp.async into a ring of shared-memory
+// stages (K and V tile per stage), each signalled full on an mbarrier when its copies land and
+// handed back on another once the consumers are done with it; it gives its registers to the
+// consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own rows' diagonal and
+// hands the later ones back unread. Shared tiles are stored in the layout wgmma reads without bank
+// conflicts: rows of 64 elements (128 bytes), 16-byte pieces swizzled by the row (piece c of row r
+// at c ^ r % 8), a head_dim 128 tile as two such 64-column halves. A consumer rounds its Q rows to
+// bf16 once into shared memory, then per key tile issues S = Q·Kᵀ for the next tile (Q and K from
+// shared memory, both K-major) together with O += P·V for this one (P from registers, rounded to
+// bf16; V from shared memory, N-major: the transposed read wgmma does for 16-bit types), and turns
+// the next scores into probabilities while P·V runs (the online softmax on the accumulators: per
+// warp, the m16n8 fragments of its 16 rows, as mma.sync's). The output is written as f32. A second
+// form of the kernel (`flash_prefill_sm90_tma_*`) has one producer warp load each KV block of a
+// tile with TMA (one box per 64 columns of K and of V, through tensor maps of the pools that
+// swizzle as the tiles are laid out) instead of the warpgroup's cp.async pieces; it takes block
+// sizes that divide the key tile. Over int8 pools (`flash_prefill_sm90_int8_*`) each producer
+// thread stages its own raw pieces of a tile and a share of its scales with cp.async into one of its
+// staging slots and, once they land, widens them to f16 (exactly: |q| <= 127) into the ring stage,
+// the scales beside it; the consumers round Q and P to f16 for f16 MMAs, and multiply the score
+// columns by K's scales and the probabilities by V's before P·V, in f32, as flash_prefill.cu's int8
+// kernels and the int8 decode kernel do.
 //
 // Built only for sm_90a (wgmma does not exist elsewhere); for other targets the entry points compile
 // to nothing and the host never launches them.
@@ -291,10 +291,9 @@ __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsi
 // The producer warpgroup over int8 pools (`tid` its thread). For every key tile it stages its raw
 // pieces (16 columns of INT8_KEYS keys, K and V) and its share of the tile's scales (one or two)
 // into staging slot t % INT8_SLOTS with cp.async (rows at or past `end` zero-filled), INT8_SLOTS - 1
-// tiles ahead; once they
-// landed and the ring stage is free, it widens its pieces into the stage's swizzled f16 tiles
-// (exactly: |q| <= 127), copies its scales into the stage's scale arrays, and arrives on the stage's
-// full barrier. What a thread widens or copies is what it staged, so no thread waits for another's.
+// tiles ahead; once they landed and the ring stage is free, it widens its pieces into the stage's
+// swizzled f16 tiles (exactly: |q| <= 127), copies its scales into the stage's scale arrays, and
+// arrives on the stage's full barrier. What a thread widens or copies is what it staged, so no thread waits for another's.
 template <int HD, int BN, int ST>
 __device__ __forceinline__ void produce_int8(
     unsigned k_base,                // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
