@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes docqa's parsers: `indexer/fuzz/run.sh SECONDS [TARGET...]` seeds the corpora (seed.sh),
 # builds the fuzz targets with cargo-fuzz on the nightly toolchain (both installed when missing), then
-# runs each target (pdf, docx, html, markdown, text; all by default) for SECONDS, one after another,
-# with a 2 GiB RSS ceiling and a 10 s per-input timeout. Prints per target the executions, the
+# runs each target (pdf, docx, html, markdown, text; all by default) for SECONDS, as many at once as
+# there are cores (FUZZ_JOBS overrides; each libFuzzer run is one thread), with a 2 GiB RSS ceiling and a 10 s per-input timeout. Prints per target the executions, the
 # corpus size and the outcome, and exits non-zero when any target found a crash, a timeout or an
 # out-of-memory input; the input is saved under indexer/fuzz/artifacts/<target>/ and
 # `cargo +nightly fuzz run --fuzz-dir indexer/fuzz -s none TARGET ARTIFACT` replays it.
@@ -35,13 +35,15 @@ profile=()
 cargo +nightly fuzz build --fuzz-dir "$fuzz_dir" -s none "${profile[@]}"
 echo "fuzz targets built in $(($(date +%s) - started)) s"
 
-failed=0
-summary=()
-for target in "${targets[@]}"; do
-    corpus="$fuzz_dir/corpus/$target"
-    artifacts="$fuzz_dir/artifacts/$target"
-    log="$fuzz_dir/artifacts/$target.log"
+# Runs one target for SECONDS; its summary line goes to the target's `.summary` file, and the
+# exit status says whether it found nothing.
+fuzz_target() {
+    local target=$1
+    local corpus="$fuzz_dir/corpus/$target"
+    local artifacts="$fuzz_dir/artifacts/$target"
+    local log="$fuzz_dir/artifacts/$target.log"
     mkdir -p "$corpus" "$artifacts"
+    local before rc execs after found outcome kind
     before=$(find "$corpus" -type f | wc -l)
     set +e
     cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" -s none "${profile[@]}" "$target" "$corpus" -- \
@@ -55,16 +57,42 @@ for target in "${targets[@]}"; do
     if [ "$rc" -eq 0 ]; then
         outcome="ok"
     else
-        failed=1
-        kind=$(grep -oE 'deadly signal|ERROR: libFuzzer: (timeout|out-of-memory[^ ]*)|panic got out|promises|docqa parser fuzzing: .*' "$log" | head -n1)
+        kind=$(grep -oE 'deadly signal|ERROR: libFuzzer: (timeout|out-of-memory[^ ]*)|panic got out|promises|docqa parser fuzzing: .*' "$log" | head -n1 || true)
         outcome="FAILED (exit $rc: ${kind:-see $log}; input ${found:-in $artifacts})"
-        echo "---- $target: last lines of $log"
-        tail -n 30 "$log"
     fi
-    line=$(printf '%-9s %10s executions in %s s, corpus %d -> %d inputs: %s' \
-        "$target" "${execs:-?}" "$seconds" "$before" "$after" "$outcome")
+    printf '%-9s %10s executions in %s s, corpus %d -> %d inputs: %s\n' \
+        "$target" "${execs:-?}" "$seconds" "$before" "$after" "$outcome" >"$artifacts.summary"
+    [ "$rc" -eq 0 ]
+}
+
+jobs_at_once="${FUZZ_JOBS:-$(nproc)}"
+for target in "${targets[@]}"; do rm -f "$fuzz_dir/artifacts/$target.summary"; done
+running=0
+for target in "${targets[@]}"; do
+    if [ "$running" -ge "$jobs_at_once" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    fuzz_target "$target" &
+    running=$((running + 1))
+done
+wait
+
+failed=0
+summary=()
+for target in "${targets[@]}"; do
+    line=$(cat "$fuzz_dir/artifacts/$target.summary" 2>/dev/null ||
+        echo "$target: FAILED (the run ended before its summary)")
     echo "$line"
     summary+=("$line")
+    case "$line" in
+    *": ok") ;;
+    *)
+        failed=1
+        echo "---- $target: last lines of $fuzz_dir/artifacts/$target.log"
+        tail -n 30 "$fuzz_dir/artifacts/$target.log"
+        ;;
+    esac
 done
 
 echo "== parser fuzzing, $seconds s per target"
