@@ -67,18 +67,24 @@ impl TensorRef<'_> {
 
     /// The elements converted to f32.
     pub fn to_f32(&self) -> Vec<f32> {
-        let pairs = self
-            .bytes
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        // Into a buffer of the final length, element by element: loops the compiler vectorises.
+        let halves = |widen: fn([u8; 2]) -> f32| {
+            let mut out = vec![0f32; self.bytes.len() / 2];
+            for (o, b) in out.iter_mut().zip(self.bytes.chunks_exact(2)) {
+                *o = widen([b[0], b[1]]);
+            }
+            out
+        };
         match self.dtype {
-            WeightDtype::F32 => self
-                .bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            WeightDtype::Bf16 => pairs.map(|u| half::bf16::from_bits(u).to_f32()).collect(),
-            WeightDtype::F16 => pairs.map(|u| half::f16::from_bits(u).to_f32()).collect(),
+            WeightDtype::F32 => {
+                let mut out = vec![0f32; self.bytes.len() / 4];
+                for (o, b) in out.iter_mut().zip(self.bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+                out
+            }
+            WeightDtype::Bf16 => halves(|b| half::bf16::from_le_bytes(b).to_f32()),
+            WeightDtype::F16 => halves(|b| half::f16::from_le_bytes(b).to_f32()),
         }
     }
 

@@ -14,6 +14,7 @@
 //! adapter_model.safetensors | sha256sum`); a `SHA256SUMS` in the directory is checked at load (`sums`).
 
 pub mod config;
+mod delta;
 mod keys;
 mod sums;
 
@@ -25,6 +26,7 @@ use rayon::prelude::*;
 use crate::error::{EngineError, Result};
 use crate::weights::{OwnedTensor, TensorRef, Weights};
 pub use config::{AdapterConfig, SUPPORTED_MODULES};
+use delta::add_delta_rows;
 use keys::{Half, parse_key};
 use sums::identity;
 pub use sums::{parse_sums, sums_listing};
@@ -35,6 +37,9 @@ pub const CONFIG_FILE: &str = "adapter_config.json";
 pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
 /// The optional checksum listing, in `sha256sum` format.
 pub const SUMS_FILE: &str = "SHA256SUMS";
+
+/// Rows of a projection merged by one task (see `delta`).
+const MERGE_ROWS: usize = 32;
 
 /// Why an adapter cannot be merged; [`EngineError::Adapter`] names the directory.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -201,24 +206,10 @@ impl Adapter {
             return Ok(None);
         }
         let mut w = base.to_f32();
-        w.par_chunks_mut(p.cols)
-            .zip(p.b.par_chunks(p.rank))
-            .for_each(|(row, b_row)| add_delta_row(row, b_row, &p.a, self.scale));
+        w.par_chunks_mut(p.cols * MERGE_ROWS)
+            .zip(p.b.par_chunks(p.rank * MERGE_ROWS))
+            .for_each(|(rows, b_rows)| add_delta_rows(rows, b_rows, &p.a, p.cols, self.scale));
         Ok(Some(OwnedTensor::rounded_like(base, &w)))
-    }
-}
-
-/// `row += scale · (b_row · A)`: one row of the delta summed over the rank in f32, then scaled and
-/// added, in the order PEFT computes `W + (B @ A) * scale`.
-fn add_delta_row(row: &mut [f32], b_row: &[f32], a: &[f32], scale: f32) {
-    let mut delta = vec![0f32; row.len()];
-    for (&b, a_row) in b_row.iter().zip(a.chunks_exact(row.len())) {
-        for (d, &x) in delta.iter_mut().zip(a_row) {
-            *d += b * x;
-        }
-    }
-    for (w, d) in row.iter_mut().zip(delta) {
-        *w += d * scale;
     }
 }
 
@@ -265,17 +256,4 @@ fn read_pairs(weights: &Weights, r: usize) -> Result<BTreeMap<String, LoraPair>,
         pairs.insert(base, pair);
     }
     Ok(pairs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_delta_row_is_b_times_a_scaled() {
-        // A = [[1, 2], [3, 4]], B row = [10, 100], scale 0.5: delta = 0.5 * (10*[1,2] + 100*[3,4]).
-        let mut row = [1.0, -1.0];
-        add_delta_row(&mut row, &[10.0, 100.0], &[1.0, 2.0, 3.0, 4.0], 0.5);
-        assert_eq!(row, [1.0 + 155.0, -1.0 + 210.0]);
-    }
 }

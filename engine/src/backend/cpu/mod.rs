@@ -142,9 +142,9 @@ impl Backend for CpuBackend {
             WeightDtype::F32 | WeightDtype::F16 => CpuWeightData::F32(t.to_f32()),
         };
         #[cfg(target_arch = "x86_64")]
-        let q8 = match self.int8_decode && t.dtype == WeightDtype::Bf16 {
-            true => matmul::int8::Q8Matrix::quantize(&t.to_f32(), cols),
-            false => None,
+        let q8 = match (&data, self.int8_decode) {
+            (CpuWeightData::Bf16(bits), true) => matmul::int8::Q8Matrix::quantize_bf16(bits, cols),
+            _ => None,
         };
         Ok(CpuWeight {
             rows,

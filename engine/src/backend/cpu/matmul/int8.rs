@@ -14,6 +14,8 @@ use rayon::prelude::*;
 
 use super::{MatmulDims, OutPtr};
 
+mod quantize;
+
 /// Elements per quantisation block.
 pub const QBLOCK: usize = 64;
 
@@ -29,19 +31,25 @@ pub struct Q8Matrix {
 impl Q8Matrix {
     /// Quantises `w[n, k]` (`k` a multiple of [`QBLOCK`]); `None` otherwise.
     pub fn quantize(w: &[f32], k: usize) -> Option<Self> {
+        Self::quantize_rows(w, k)
+    }
+
+    /// [`Q8Matrix::quantize`] of bf16 bit patterns, read as their f32 values.
+    pub fn quantize_bf16(w: &[u16], k: usize) -> Option<Self> {
+        Self::quantize_rows(w, k)
+    }
+
+    fn quantize_rows<T: quantize::Widen + Sync>(w: &[T], k: usize) -> Option<Self> {
         if k == 0 || !k.is_multiple_of(QBLOCK) {
             return None;
         }
         let mut q = vec![0i8; w.len()];
-        let mut scales = Vec::with_capacity(w.len() / QBLOCK);
-        for (src, dst) in w.chunks_exact(QBLOCK).zip(q.chunks_exact_mut(QBLOCK)) {
-            let max = src.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let s = if max > 0.0 { max / 127.0 } else { 1.0 };
-            dst.iter_mut()
-                .zip(src)
-                .for_each(|(d, v)| *d = (v / s).round().clamp(-127.0, 127.0) as i8);
-            scales.push(s);
-        }
+        let mut scales = vec![0f32; w.len() / QBLOCK];
+        // Whole rows per task: every block lies in one.
+        q.par_chunks_mut(k)
+            .zip(scales.par_chunks_mut(k / QBLOCK))
+            .zip(w.par_chunks(k))
+            .for_each(|((q, scales), w)| quantize::weights(w, q, scales));
         Some(Q8Matrix { q, scales })
     }
 }
@@ -145,16 +153,7 @@ pub fn matmul_on(
 fn quantize_activations(x: &[f32], xq: &mut Vec<i16>, xs: &mut Vec<f32>) {
     xq.resize(x.len(), 0);
     xs.resize(x.len() / QBLOCK, 0.0);
-    for (src, (dst, s)) in x
-        .chunks_exact(QBLOCK)
-        .zip(xq.chunks_exact_mut(QBLOCK).zip(xs.iter_mut()))
-    {
-        let max = src.iter().fold(0f32, |m, v| m.max(v.abs()));
-        *s = if max > 0.0 { max / 32767.0 } else { 1.0 };
-        dst.iter_mut()
-            .zip(src)
-            .for_each(|(q, v)| *q = (v / *s).round() as i16);
-    }
+    quantize::activations(x, xq, xs);
 }
 
 /// Dot product of one quantised activation row with one int8 weight row (AVX-512 VNNI).
