@@ -1,4 +1,4 @@
-//! The merge's arithmetic: `row += scale · (b_row · A)` for one row of a projection, the delta summed
+//! The merge's arithmetic: `row += scale · (b_row · A)` for each row of a projection, the delta summed
 //! over the rank in f32 and in rank order, then scaled and added, as PEFT computes
 //! `W + (B @ A) * scale`.
 //!
