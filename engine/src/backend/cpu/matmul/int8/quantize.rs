@@ -142,10 +142,26 @@ mod tests {
         // to NaN), in blocks of their own.
         x[2 * QBLOCK + 5] = f32::NAN;
         x[3 * QBLOCK + 9] = f32::NEG_INFINITY;
-        let (mut q8, mut s8) = (vec![0i8; x.len()], vec![0f32; x.len() / QBLOCK]);
-        let (mut q16, mut s16) = (vec![0i16; x.len()], vec![0f32; x.len() / QBLOCK]);
-        weights(&x, &mut q8, &mut s8);
-        activations(&x, &mut q16, &mut s16);
+        // The dispatched forms (AVX2 where present), then the portable ones called directly.
+        for portable in [false, true] {
+            let (mut q8, mut s8) = (vec![0i8; x.len()], vec![0f32; x.len() / QBLOCK]);
+            let (mut q16, mut s16) = (vec![0i16; x.len()], vec![0f32; x.len() / QBLOCK]);
+            if portable {
+                weight_blocks(&x, &mut q8, &mut s8);
+                activation_blocks(&x, &mut q16, &mut s16);
+            } else {
+                weights(&x, &mut q8, &mut s8);
+                activations(&x, &mut q16, &mut s16);
+            }
+            check_against_one_value_at_a_time(&x, (&q8, &s8), (&q16, &s16));
+        }
+    }
+
+    fn check_against_one_value_at_a_time(
+        x: &[f32],
+        (q8, s8): (&[i8], &[f32]),
+        (q16, s16): (&[i16], &[f32]),
+    ) {
         for (b, src) in x.chunks_exact(QBLOCK).enumerate() {
             let max = src.iter().fold(0f32, |m, v| m.max(v.abs()));
             let (w_s, x_s) = match max > 0.0 {
