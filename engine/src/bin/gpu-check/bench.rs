@@ -231,7 +231,7 @@ fn decode_attention_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
 /// `docqa models synth`'s writer into `$DOCQA_BENCH_MODEL_DIR/<shape>` (kept there, so HF can time the
 /// same weights) unless it is there already, then decode with CUDA graphs at batch 1 after a 512-token
 /// prompt (where the weights are nearly all a step reads), at batch 1, 32 and 128 after 8,192-token
-/// prompts and at batch 1 and 8 after 32,768 (bf16 KV, or [`decode::kv_dtype`]'s; what does not fit in
+/// prompts and at batch 1, 8, 32 and 128 after 32,768 ([`decode_cases`]; bf16 KV, or [`decode::kv_dtype`]'s; what does not fit in
 /// the GPU's memory says so). `DOCQA_BENCH_LAYERS=N` cuts the model to N layers of the real width.
 pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
     for name in shapes.split(',') {
@@ -249,25 +249,48 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
             .max_context()
             .saturating_sub(decode::WARM_UP + decode::STEPS)
             .max(1);
-        for (seqs, context) in [
+        for (seqs, context) in decode_cases() {
+            let case = (seqs, context.min(longest));
+            if let Err(e) = decode::report_after(&model, rng, case, true) {
+                println!("  decode batch {:>3} after {}: {e}", case.0, case.1);
+            }
+        }
+        // The rows beside the default's only where the cases are the default's.
+        let lab = std::env::var_os("DOCQA_BENCH_CASES").is_some();
+        for case in [(1, 8192), (1, 32768.min(longest))]
+            .into_iter()
+            .filter(|_| !lab)
+        {
+            without_pdl(&model, || decode::report_after(&model, rng, case, true))?;
+            with_one_step_splits(&model, || decode::report_after(&model, rng, case, true))?;
+        }
+    }
+    Ok(())
+}
+
+/// The (sequences, context) cases [`real_scale`] times: batch 1 after 512 tokens, batch 1, 32 and 128
+/// after 8,192 and after 32,768, and batch 8 after 32,768; or those `DOCQA_BENCH_CASES=32x32768,...` names.
+fn decode_cases() -> Vec<(usize, usize)> {
+    let named = std::env::var("DOCQA_BENCH_CASES").ok().map(|list| {
+        list.split(',')
+            .filter_map(|case| {
+                let (seqs, context) = case.split_once('x')?;
+                Some((seqs.trim().parse().ok()?, context.trim().parse().ok()?))
+            })
+            .collect::<Vec<_>>()
+    });
+    named.unwrap_or_else(|| {
+        vec![
             (1, 512),
             (1, 8192),
             (32, 8192),
             (128, 8192),
             (1, 32768),
             (8, 32768),
-        ] {
-            let case = (seqs, context.min(longest));
-            if let Err(e) = decode::report_after(&model, rng, case, true) {
-                println!("  decode batch {:>3} after {}: {e}", case.0, case.1);
-            }
-        }
-        for case in [(1, 8192), (1, 32768.min(longest))] {
-            without_pdl(&model, || decode::report_after(&model, rng, case, true))?;
-            with_one_step_splits(&model, || decode::report_after(&model, rng, case, true))?;
-        }
-    }
-    Ok(())
+            (32, 32768),
+            (128, 32768),
+        ]
+    })
 }
 
 /// A random checkpoint of the shape `name` in `$DOCQA_BENCH_MODEL_DIR` (default `/tmp/real-scale`),

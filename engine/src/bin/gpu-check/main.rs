@@ -8,7 +8,8 @@
 //! the model families against transformers' logits (`tests/golden/families`), `--tp-only` the tensor-parallel
 //! checks (NCCL collectives, split models against whole; `DOCQA_TP_SHAPES` adds real shapes).
 //! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else (over int8
-//! KV pools with `DOCQA_BENCH_KV_DTYPE=int8`),
+//! KV pools with `DOCQA_BENCH_KV_DTYPE=int8`; `DOCQA_BENCH_CASES=32x32768,...` names the batch sizes and
+//! contexts),
 //! `DOCQA_BENCH_TP=llama-3.1-8b,...` prefill and decode whole against split over the GPUs and NCCL's sum;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
