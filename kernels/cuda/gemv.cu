@@ -11,9 +11,10 @@
 // staged rows. Where the input fits in the stage (STAGE_ELEMS values, all rows together), the launch
 // has about two blocks an SM and each warp streams feature after feature without a pause; longer
 // inputs are staged a tile at a time, once for every feature a block's warps take. The first pieces
-// are requested before the staging, and before the kernel waits for the previous one (launched with
-// programmatic dependent launch, it starts while that kernel finishes), so their latency overlaps
-// both.
+// (two groups of them where the input fits the stage) are requested before the staging, and before
+// the kernel waits for the previous one (launched with programmatic dependent launch, it starts while
+// that kernel finishes), so their latency overlaps both. With an RMSNorm and a short input the block
+// reads the activations once, for the norm's sum and the staging together.
 #include "common.cuh"
 
 #define GEMV_WARPS 8  // output features per block
@@ -72,6 +73,16 @@ __device__ __forceinline__ void block_row_scales(const float* __restrict__ x, in
     }
 }
 
+// scale[r] for a row r known only at run time, chosen among registers (an indexed read of the array
+// would put it in local memory).
+template <int R>
+__device__ __forceinline__ float row_scale(const float* scale, int r) {
+    float s = scale[0];
+#pragma unroll
+    for (int rr = 1; rr < R; ++rr) s = rr == r ? scale[rr] : s;
+    return s;
+}
+
 // Stages x'[r, lo..hi) for the first `rows` rows as bf16 pieces of 8 (row r from xs[r · row_pieces]),
 // x' being x, or x · scale[r] · norm_w with NORM. Every thread of the block calls it.
 template <int R, bool NORM>
@@ -88,13 +99,85 @@ __device__ __forceinline__ void stage_tile(uint4* xs, int row_pieces, const floa
             const float4 g0 = *reinterpret_cast<const float4*>(norm_w + k);
             const float4 g1 = *reinterpret_cast<const float4*>(norm_w + k + 4);
             const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+            const float s = row_scale<R>(scale, r);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = v[j] * scale[r] * g[j];
+            for (int j = 0; j < 8; ++j) v[j] = v[j] * s * g[j];
         }
         xs[r * row_pieces + ((k - lo) >> 3)] =
             make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
                        pack_bf16x2(v[6], v[7]));
     }
+}
+
+// Pieces of 8 activations a thread holds at most when the block stages x' in one pass.
+#define ONE_PASS_PIECES 2
+#ifndef GEMV_ONE_PASS
+#define GEMV_ONE_PASS 1
+#endif
+
+// stage_tile over all of x for the first `rows` rows, with the RMSNorm's scale taken from the same
+// loads: each thread reads its pieces of x (and of norm_w) once into registers, the block sums the
+// squares, and the scaled pieces go to shared memory. One round trip to x instead of the two of
+// block_row_scales then stage_tile. Returns false, staging nothing, where a thread would hold more than
+// ONE_PASS_PIECES pieces. Every thread of the block calls it.
+template <int R>
+__device__ __forceinline__ bool stage_normalised_in_one_pass(uint4* xs, const float* __restrict__ x,
+                                                            const float* __restrict__ norm_w,
+                                                            float eps, int rows, int in) {
+    const int pieces = in >> 3, total = rows * pieces;
+    if (!GEMV_ONE_PASS || total > ONE_PASS_PIECES * GEMV_THREADS) return false;
+    __shared__ float partial[R][GEMV_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float v[ONE_PASS_PIECES][8], g[ONE_PASS_PIECES][8], ss[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) ss[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ONE_PASS_PIECES; ++i) {
+        const int p = threadIdx.x + i * GEMV_THREADS;
+        if (p >= total) break;
+        const int r = p / pieces, k = 8 * (p - r * pieces);
+        const float4 a = *reinterpret_cast<const float4*>(x + (size_t)r * in + k);
+        const float4 b = *reinterpret_cast<const float4*>(x + (size_t)r * in + k + 4);
+        const float4 g0 = *reinterpret_cast<const float4*>(norm_w + k);
+        const float4 g1 = *reinterpret_cast<const float4*>(norm_w + k + 4);
+        const float vi[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const float gi[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+        float sq = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            v[i][j] = vi[j];
+            g[i][j] = gi[j];
+            sq += vi[j] * vi[j];
+        }
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) ss[rr] += rr == r ? sq : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const float s = warp_sum(ss[r]);
+        if (lane == 0) partial[r][warp] = s;
+    }
+    __syncthreads();
+    float scale[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < GEMV_WARPS; ++w) sum += partial[r][w];
+        scale[r] = rsqrtf(sum / in + eps);
+    }
+#pragma unroll
+    for (int i = 0; i < ONE_PASS_PIECES; ++i) {
+        const int p = threadIdx.x + i * GEMV_THREADS;
+        if (p >= total) break;
+        const float s = row_scale<R>(scale, p / pieces);
+        float y[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) y[j] = v[i][j] * s * g[i][j];
+        xs[p] = make_uint4(pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]),
+                           pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7]));
+    }
+    return true;
 }
 
 // The U pieces of each of the M weight rows a lane takes at inputs k, k + 256, ...: zeros past `in`
@@ -233,7 +316,9 @@ __device__ __forceinline__ void tiled_products(uint4* xs, RowsOf rows_of, Finish
 // The products of inputs short enough to stage at once (in ≤ TILE): the block stages x' once, then
 // each warp streams the weight rows of its features o = blockIdx.x · GEMV_WARPS + warp, then every
 // gridDim.x · GEMV_WARPS, as one stream of pieces: the next feature's first pieces are requested
-// while the last of the previous are multiplied. Every thread of the block calls it.
+// while the last of the previous are multiplied. A warp's first two groups of pieces are requested
+// before the kernel waits for the previous one, so that both are in flight while it stages x'. Every
+// thread of the block calls it.
 template <int R, int M, bool NORM, class RowsOf, class Finish>
 __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Finish finish,
                                                   int outputs, const float* __restrict__ x,
@@ -244,48 +329,58 @@ __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Fin
     const int lane = threadIdx.x & 31;
     const int stride = gridDim.x * GEMV_WARPS;
     const int steps = (in + GROUP - 1) / GROUP;
-    int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    bool active = o < outputs;
+    // The group after (o, step): the next step of the same feature, or the first of the warp's next.
+    auto after = [=](int& o, int& step) {
+        if (++step == steps) {
+            step = 0;
+            o += stride;
+        }
+    };
+    int o = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), step = 0;
+    const bool active = o < outputs;
     const bf16_t* w_rows[M];
     rows_of(active ? o : 0, w_rows);
     uint4 cur[M][U];
     load_group<M, U>(cur, w_rows, active, in, lane * 8);
+    int next_o = o, next_step = step;
+    after(next_o, next_step);
+    bool next_active = next_o < outputs;
+    const bf16_t* next_rows[M];
+    rows_of(next_active ? next_o : 0, next_rows);
+    uint4 next[M][U];
+    load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
     // The weights above are no kernel's output; x and y may be the previous kernel's.
     allow_next_grid();
     wait_for_previous_grid();
-    float scale[R];
-    block_row_scales<R, NORM>(x, rows, in, eps, scale);
-    stage_tile<R, NORM>(xs, in / 8, x, norm_w, scale, rows, in, 0, in);
+    if (!NORM || !stage_normalised_in_one_pass<R>(xs, x, norm_w, eps, rows, in)) {
+        float scale[R];
+        block_row_scales<R, NORM>(x, rows, in, eps, scale);
+        stage_tile<R, NORM>(xs, in / 8, x, norm_w, scale, rows, in, 0, in);
+    }
     __syncthreads();
     if (!active) return;
     float acc[M][R];
     zero<R, M>(acc);
-    int step = 0;
 #pragma unroll 1
     while (true) {
-        const bool last_step = step + 1 == steps;
-        const int next_o = last_step ? o + stride : o;
-        const int next_step = last_step ? 0 : step + 1;
-        const bool next_active = next_o < outputs;
-        const bf16_t* next_rows[M];
-        rows_of(next_active ? next_o : 0, next_rows);
-        uint4 next[M][U];
-        load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
         dot_group<R, M, U>(cur, xs, in / 8, rows, in, step * GROUP + lane * 8, 0, acc);
-        if (last_step) {
+        if (step + 1 == steps) {
             warp_sums<R, M>(acc);
             finish(o, acc);
             zero<R, M>(acc);
-            if (!next_active) break;
         }
+        if (!next_active) break;
         o = next_o;
         step = next_step;
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-            w_rows[m] = next_rows[m];
 #pragma unroll
             for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
         }
+        after(next_o, next_step);
+        next_active = next_o < outputs;
+        rows_of(next_active ? next_o : 0, next_rows);
+        load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
     }
 }
 
