@@ -12,7 +12,7 @@ the embedding, the LM head of the last token), every gap between kernels and eve
 sustained load, so no implementation that uses these kernels can prefill faster. Given HF transformers'
 time for the same prefill (bench/hf_real_scale.py, bench/hf_generate.py), HF / bound is the largest
 speed-up over HF that such an implementation can reach. Times are CUDA events, the median of several runs
-after a warm-up, on random inputs.
+after a warm-up (`median_ms` of bench/attention_sdpa.py), on random inputs.
 
 Run on the GPU machine: python3 bench/prefill_bound.py [SHAPE:N,N ...]
 (default: smollm2-135m:8192 llama-3.2-1b:8192,32768 llama-3.1-8b:8192,32768 qwen2.5-7b:8192,32768)
@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attention_sdpa import median_ms
+
 # hidden, intermediate, query heads, KV heads, head_dim, layers: the published configs' values.
 SHAPES = {
     "smollm2-135m": (576, 1536, 9, 3, 64, 30),
@@ -32,20 +34,6 @@ SHAPES = {
     "qwen2.5-7b": (3584, 18944, 28, 4, 128, 28),
 }
 DEFAULT = ["smollm2-135m:8192", "llama-3.2-1b:8192,32768", "llama-3.1-8b:8192,32768", "qwen2.5-7b:8192,32768"]
-
-
-def median_ms(fn, reps=7):
-    fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def products_ms(n, hidden, inter, heads, kv_heads, head_dim):
@@ -57,7 +45,7 @@ def products_ms(n, hidden, inter, heads, kv_heads, head_dim):
     for name, (k, m) in shapes.items():
         x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        out[name] = (median_ms(lambda x=x, w=w: F.linear(x, w)), 2.0 * n * k * m)
+        out[name] = (median_ms(lambda x=x, w=w: F.linear(x, w), 7), 2.0 * n * k * m)
         del x, w
     return out
 
@@ -69,7 +57,7 @@ def attention_ms(n, heads, head_dim):
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             with sdpa_kernel(backend):
-                ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+                ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 7)
         except RuntimeError:
             continue
         if best is None or ms < best[0]:
