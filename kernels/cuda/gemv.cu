@@ -40,27 +40,16 @@ __device__ __forceinline__ void unpack8(const uint4 w, float* f) {
     }
 }
 
-// The RMSNorm scale of each row, rsqrt(mean(x²) + eps) as rms_norm_f32 computes it (summed over the
-// block), or 1 without a norm. Every thread of the block calls it.
-template <int R, bool NORM>
-__device__ __forceinline__ void block_row_scales(const float* __restrict__ x, int rows, int in,
-                                                 float eps, float* scale) {
+// Every row's RMSNorm scale, rsqrt(mean(x²) + eps) as rms_norm_f32 computes it, from each thread's
+// partial sums of squares ss[r] summed over the block. Every thread of the block calls it.
+template <int R>
+__device__ __forceinline__ void block_rms_scales(const float* ss, int in, float eps, float* scale) {
     __shared__ float partial[R][GEMV_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int r = 0; r < R; ++r) scale[r] = 1.0f;
-    if constexpr (NORM) {
-#pragma unroll
     for (int r = 0; r < R; ++r) {
-        float ss = 0.0f;
-        if (r < rows) {
-            for (int k = threadIdx.x * 4; k < in; k += GEMV_THREADS * 4) {
-                const float4 a = *reinterpret_cast<const float4*>(x + (size_t)r * in + k);
-                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            }
-        }
-        ss = warp_sum(ss);
-        if (lane == 0) partial[r][warp] = ss;
+        const float s = warp_sum(ss[r]);
+        if (lane == 0) partial[r][warp] = s;
     }
     __syncthreads();
 #pragma unroll
@@ -70,6 +59,28 @@ __device__ __forceinline__ void block_row_scales(const float* __restrict__ x, in
         for (int w = 0; w < GEMV_WARPS; ++w) total += partial[r][w];
         scale[r] = rsqrtf(total / in + eps);
     }
+}
+
+// The RMSNorm scale of each row (block_rms_scales over x), or 1 without a norm. Every thread of the
+// block calls it.
+template <int R, bool NORM>
+__device__ __forceinline__ void block_row_scales(const float* __restrict__ x, int rows, int in,
+                                                 float eps, float* scale) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) scale[r] = 1.0f;
+    if constexpr (NORM) {
+        float ss[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            ss[r] = 0.0f;
+            if (r < rows) {
+                for (int k = threadIdx.x * 4; k < in; k += GEMV_THREADS * 4) {
+                    const float4 a = *reinterpret_cast<const float4*>(x + (size_t)r * in + k);
+                    ss[r] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                }
+            }
+        }
+        block_rms_scales<R>(ss, in, eps, scale);
     }
 }
 
@@ -126,8 +137,6 @@ __device__ __forceinline__ bool stage_normalised_in_one_pass(uint4* xs, const fl
                                                             float eps, int rows, int in) {
     const int pieces = in >> 3, total = rows * pieces;
     if (!GEMV_ONE_PASS || total > ONE_PASS_PIECES * GEMV_THREADS) return false;
-    __shared__ float partial[R][GEMV_WARPS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float v[ONE_PASS_PIECES][8], g[ONE_PASS_PIECES][8], ss[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) ss[r] = 0.0f;
@@ -152,20 +161,8 @@ __device__ __forceinline__ bool stage_normalised_in_one_pass(uint4* xs, const fl
 #pragma unroll
         for (int rr = 0; rr < R; ++rr) ss[rr] += rr == r ? sq : 0.0f;
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const float s = warp_sum(ss[r]);
-        if (lane == 0) partial[r][warp] = s;
-    }
-    __syncthreads();
     float scale[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < GEMV_WARPS; ++w) sum += partial[r][w];
-        scale[r] = rsqrtf(sum / in + eps);
-    }
+    block_rms_scales<R>(ss, in, eps, scale);
 #pragma unroll
     for (int i = 0; i < ONE_PASS_PIECES; ++i) {
         const int p = threadIdx.x + i * GEMV_THREADS;
