@@ -490,8 +490,8 @@ pub fn end_to_end(rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
-/// One prefill of 8,191 tokens and one decode step at batch 1 (graphs on) of a random model of the
-/// named shape (`DOCQA_PROFILE_MODEL=llama-3.2-1b`, or any `docqa models synth` shape; at most
+/// One prefill of 8,191 tokens (`DOCQA_PROFILE_TOKENS` where that is set) and one decode step at batch
+/// 1 (graphs on) of a random model of the named shape (`DOCQA_PROFILE_MODEL=llama-3.2-1b`, or any `docqa models synth` shape; at most
 /// `DOCQA_BENCH_LAYERS` layers of it where that is set), each between cuProfilerStart and Stop, for
 /// `ncu --profile-from-start off` to time each of their kernels.
 pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
@@ -508,7 +508,10 @@ pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
     let temp = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
     write_llama(temp.path(), shape, rng)?;
     let model = Llama::load(CudaBackend::new(0)?, temp.path())?;
-    let n = 8192 - 1;
+    let n = std::env::var("DOCQA_PROFILE_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8192 - 1);
     let p = decode::prompt(n, model.config.vocab_size, rng);
     for profiled in [false, true] {
         let mut seq = SingleSequence::new(&model, n + 1, n, KvDtype::Bf16)?;
