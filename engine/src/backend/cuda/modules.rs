@@ -40,6 +40,14 @@ fn read_cubin(m: &KernelSource, cc: (i32, i32)) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }
 
+/// The virtual architecture NVRTC compiles for. Compute capability 9.0 takes the
+/// architecture-specific target, as the cubins are built: the Hopper kernels' warpgroup MMAs exist
+/// only there.
+fn nvrtc_arch(cc: (i32, i32)) -> String {
+    let suffix = if cc == (9, 0) { "a" } else { "" };
+    format!("compute_{}{}{suffix}", cc.0, cc.1)
+}
+
 /// Compiles `m` with NVRTC for this device's virtual architecture.
 fn compile(m: &KernelSource, cc: (i32, i32)) -> Result<Ptx> {
     if !nvrtc_present() {
@@ -47,11 +55,7 @@ fn compile(m: &KernelSource, cc: (i32, i32)) -> Result<Ptx> {
             "no prebuilt cubins for this GPU and NVRTC (libnvrtc) is not installed".into(),
         ));
     }
-    // Compute capability 9.0 compiles for the architecture-specific target, as the cubins are built:
-    // the Hopper kernels' warpgroup MMAs exist only there.
-    let suffix = if cc == (9, 0) { "a" } else { "" };
-    let arch: &'static str =
-        Box::leak(format!("compute_{}{}{suffix}", cc.0, cc.1).into_boxed_str());
+    let arch: &'static str = Box::leak(nvrtc_arch(cc).into_boxed_str());
     let opts = CompileOptions {
         arch: Some(arch),
         name: Some(format!("{}.cu", m.name)),
@@ -84,7 +88,7 @@ impl Kernels {
         }
         let origin = match (cubins, compiled) {
             (c, 0) => format!("cubin sm_90a ({c} modules)"),
-            (0, n) => format!("NVRTC compute_{}{} ({n} modules)", cc.0, cc.1),
+            (0, n) => format!("NVRTC {} ({n} modules)", nvrtc_arch(cc)),
             (c, n) => format!("{c} cubin + {n} NVRTC modules"),
         };
         Ok(Kernels { functions, origin })
@@ -101,6 +105,13 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvrtc_targets_hopper_specifically_and_other_gpus_by_their_capability() {
+        assert_eq!(nvrtc_arch((9, 0)), "compute_90a");
+        assert_eq!(nvrtc_arch((8, 9)), "compute_89");
+        assert_eq!(nvrtc_arch((10, 0)), "compute_100");
+    }
 
     /// NVRTC is the fallback for GPUs without prebuilt cubins, so every module must compile with it
     /// too (no include path, no math.h macros). Skipped where NVRTC is not installed, unless
