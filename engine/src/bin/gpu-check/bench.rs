@@ -490,10 +490,10 @@ pub fn end_to_end(rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
-/// One prefill of 8,191 tokens (`DOCQA_PROFILE_TOKENS` where that is set) and one decode step at batch
-/// 1 (graphs on) of a random model of the named shape (`DOCQA_PROFILE_MODEL=llama-3.2-1b`, or any `docqa models synth` shape; at most
-/// `DOCQA_BENCH_LAYERS` layers of it where that is set), each between cuProfilerStart and Stop, for
-/// `ncu --profile-from-start off` to time each of their kernels.
+/// One prefill of 8,191 tokens (`DOCQA_PROFILE_TOKENS` where that is set) and one decode step at
+/// batch 1 (graphs on) of a random model of the named shape (`DOCQA_PROFILE_MODEL=llama-3.2-1b`, or
+/// any `docqa models synth` shape; at most `DOCQA_BENCH_LAYERS` layers of it where that is set), each
+/// between cuProfilerStart and Stop, for `ncu --profile-from-start off` to time each of their kernels.
 pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
     let mut shape = [SMOLLM2, LLAMA32_1B]
         .into_iter()

@@ -19,10 +19,10 @@
 //! the skinny products at real widths, then end to end), `DOCQA_PROFILE_PREFILL=1` (`=int8`) runs the
 //! prefill kernel once at head_dim 128 and 16K tokens over bf16 (int8) pools, and
 //! `DOCQA_PROFILE_MODEL=llama-3.2-1b` runs one prefill (of `DOCQA_PROFILE_TOKENS`, default 8,191) and
-//! one decode step of a random model of that shape under cuProfilerStart/Stop (for ncu). Exit status 0 when every check passes, 1 when one fails, 2 when
-//! there is no CUDA device. `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt
-//! cubins (default: `cubins/` beside the executable), else the
-//! kernels are compiled with NVRTC.
+//! one decode step of a random model of that shape under cuProfilerStart/Stop (for ncu). Exit status 0
+//! when every check passes, 1 when one fails, 2 when there is no CUDA device. `DOCQA_TEST_SEED`
+//! replays a run; `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the
+//! executable), else the kernels are compiled with NVRTC.
 
 mod attention;
 mod batched;
