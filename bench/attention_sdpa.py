@@ -41,7 +41,7 @@ def prefill():
             for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                 try:
                     with sdpa_kernel(backend):
-                        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 7)
+                        ms = median_ms(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True), 7)
                     print(f"  head_dim {hd:>3}  N {n:>6}  {name:<5} {ms:>9.3f} ms  {flops / ms * 1e-9:>7.2f} TFLOP/s")
                 except RuntimeError as e:
                     print(f"  head_dim {hd:>3}  N {n:>6}  {name:<5} unavailable: {str(e).splitlines()[0]}")
@@ -52,7 +52,7 @@ def decode():
     for ctx in (4096, 8192, 16384, 32768, 65536, 131072):
         q = torch.randn(8, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(8, 8, ctx, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 11)
+        ms = median_ms(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 11)
         nbytes = 8 * ctx * 8 * 128 * 2 * 2
         print(f"  ctx {ctx:>6}  {ms:>9.3f} ms  {nbytes / ms * 1e-9:>7.3f} TB/s")
 
@@ -65,7 +65,7 @@ def decode_one():
         for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
                 with sdpa_kernel(backend):
-                    ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 21)
+                    ms = median_ms(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 21)
                 nbytes = ctx * 8 * 128 * 2 * 2
                 print(f"  ctx {ctx:>6}  {name:<5} {ms * 1e3:>8.1f} us  {nbytes / ms * 1e-9:>7.3f} TB/s")
             except RuntimeError as e:

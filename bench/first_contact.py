@@ -35,7 +35,7 @@ def request(base, method, path, body=None, headers=None):
 def upload(base, name, text):
     boundary = "docqa-bench-boundary"
     body = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
         f"Content-Type: text/plain\r\n\r\n{text}\r\n--{boundary}--\r\n"
     ).encode()
     req = urllib.request.Request(base + "/v1/documents?allow_duplicate=true", data=body, method="POST")
@@ -78,9 +78,7 @@ def ask_streaming(base, document_id, question):
 
 def serve(docqa, flags, data_dir):
     args = [docqa, "serve", "--bind", "127.0.0.1:0", "--data-dir", data_dir, "--local-mode", "on"]
-    proc = subprocess.Popen(
-        args + shlex.split(flags), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = subprocess.Popen(args + shlex.split(flags), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         found = re.search(r"listening on (http://\S+)", line)
         if found:
@@ -119,7 +117,8 @@ def main():
     p.add_argument("--questions", type=int, default=2, help="the meeting's first specific questions")
     p.add_argument("--setting", action="append", default=[], help="extra docqa serve flags")
     args = p.parse_args()
-    meeting = json.loads(open(args.qmsum).readline())
+    with open(args.qmsum) as f:
+        meeting = json.loads(f.readline())
     text = meeting["text"][: args.chars]
     questions = [q["question"] for q in meeting["questions"] if q["evidence"]][: args.questions]
     print(json.dumps({"load_average_before": os.getloadavg(), "document_chars": len(text)}), flush=True)

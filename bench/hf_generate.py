@@ -42,7 +42,7 @@ def timed(fn):
 def prefill(model, vocab, max_positions):
     for n in (n for n in (2048, 8191, 32767) if n < max_positions):
         ids = torch.randint(3, vocab, (1, n), device="cuda")
-        best = min(timed(lambda: model(ids, use_cache=True, logits_to_keep=1)) for _ in range(3))
+        best = min(timed(lambda ids=ids: model(ids, use_cache=True, logits_to_keep=1)) for _ in range(3))
         print(f"  prefill {n:>5} tokens  {best * 1e3:>8.1f} ms  {n / best:>9.0f} tok/s")
 
 
@@ -51,7 +51,7 @@ def decode(model, vocab):
         ids = torch.randint(3, vocab, (batch, PROMPT), device="cuda")
         mask = torch.ones_like(ids)
 
-        def run(new):
+        def run(new, ids=ids, mask=mask):
             model.generate(
                 ids,
                 attention_mask=mask,

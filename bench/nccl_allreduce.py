@@ -6,6 +6,7 @@ wall clock, and the bus bandwidth NCCL's own tests report (2 (n - 1) / n of the 
 Usage: python3 bench/nccl_allreduce.py [--gpus N] [--hidden 4096]
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0 unless set).
 """
+
 import argparse
 import os
 import time
@@ -45,12 +46,16 @@ def main():
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     mp.spawn(rank_main, args=(args.gpus, args.hidden, 29512, results), nprocs=args.gpus, join=True)
-    print(f"anchor: PyTorch {torch.__version__} all_reduce (NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}), {args.gpus} GPUs")
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    print(f"anchor: PyTorch {torch.__version__} all_reduce (NCCL {nccl}), {args.gpus} GPUs")
     for _ in range(2):
         rows, secs = results.get()
         n_bytes = rows * args.hidden * 4
         bus = 2 * (args.gpus - 1) / args.gpus * n_bytes / secs
-        print(f"  torch all-reduce, {args.gpus} ranks, {rows:>4} rows of {args.hidden} f32  {secs * 1e6:8.1f} us  bus {bus * 1e-9:6.1f} GB/s")
+        print(
+            f"  torch all-reduce, {args.gpus} ranks, {rows:>4} rows of {args.hidden} f32"
+            f"  {secs * 1e6:8.1f} us  bus {bus * 1e-9:6.1f} GB/s"
+        )
 
 
 if __name__ == "__main__":
