@@ -35,8 +35,10 @@ pub struct KvPool<B: Backend> {
 }
 
 impl<B: Backend> KvPool<B> {
-    /// Allocates `layers` K and V pools of `shape`.
+    /// Allocates `layers` K and V pools of `shape`. On a device whose free memory is known (CUDA), a
+    /// cache larger than that is refused with its size and the free memory, before any allocation.
     pub fn new(backend: &B, layers: usize, shape: KvShape) -> Result<Self> {
+        check_pools_fit(layers, shape, backend.memory_info()?)?;
         let k = (0..layers)
             .map(|_| backend.alloc_kv(shape))
             .collect::<Result<_>>()?;
@@ -49,6 +51,25 @@ impl<B: Backend> KvPool<B> {
             shape,
             id: graphs::next_pool_id(),
         })
+    }
+}
+
+/// Refuses `layers` K and V pools of `shape` where they exceed the free bytes of `memory`
+/// (`(free, total)`, None where unknown).
+fn check_pools_fit(layers: usize, shape: KvShape, memory: Option<(usize, usize)>) -> Result<()> {
+    const MIB: usize = 1 << 20;
+    let need = 2 * layers * shape.num_blocks * shape.block_bytes();
+    match memory {
+        Some((free, total)) if need > free => Err(EngineError::InvalidConfig(format!(
+            "a KV cache of {} tokens ({:?}, {layers} layers) needs {} MiB, and the device has {} MiB free \
+             of {} MiB",
+            shape.num_blocks * shape.block_size,
+            shape.dtype,
+            need.div_ceil(MIB),
+            free / MIB,
+            total / MIB,
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -143,4 +164,43 @@ pub(crate) fn too_big(what: &str, asked: usize, capacity: usize) -> EngineError 
     EngineError::InvalidBatch(format!(
         "{asked} {what} exceed the workspace's capacity of {capacity}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::KvDtype;
+
+    const MIB: usize = 1 << 20;
+
+    /// 32 layers of 1,024 blocks of 16 tokens, 8 bf16 heads of 128: 2 × 32 × 1024 × 16 × 8 × 128 × 2
+    /// bytes, 2,048 MiB.
+    fn two_gib_of_pools() -> KvShape {
+        KvShape {
+            num_blocks: 1024,
+            block_size: 16,
+            num_kv_heads: 8,
+            head_dim: 128,
+            dtype: KvDtype::Bf16,
+        }
+    }
+
+    #[test]
+    fn pools_that_fit_the_free_memory_or_of_unknown_memory_are_allocated() {
+        let shape = two_gib_of_pools();
+        assert!(check_pools_fit(32, shape, Some((2048 * MIB, 80 * 1024 * MIB))).is_ok());
+        assert!(check_pools_fit(32, shape, None).is_ok());
+    }
+
+    #[test]
+    fn pools_beyond_the_free_memory_are_refused_naming_their_size_and_the_free_memory() {
+        let err = check_pools_fit(32, two_gib_of_pools(), Some((2047 * MIB, 80 * 1024 * MIB)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("16384 tokens (Bf16, 32 layers) needs 2048 MiB")
+                && err.contains("2047 MiB free of 81920 MiB"),
+            "{err}"
+        );
+    }
 }

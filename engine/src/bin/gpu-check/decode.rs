@@ -56,7 +56,6 @@ pub fn sequences(
         head_dim: cfg.head_dim,
         dtype: kv_dtype(),
     };
-    check_kv_fits(&model.backend, cfg.num_hidden_layers, shape, seqs)?;
     let kv = KvPool::new(&model.backend, cfg.num_hidden_layers, shape)?;
     let ws = model.workspace(WorkspaceSize {
         max_num_batched_tokens: max_tokens,
@@ -68,32 +67,6 @@ pub fn sequences(
         .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
         .collect();
     Ok((kv, ws, blocks))
-}
-
-/// Fails, naming the sizes, where the K and V pools of `layers` layers of `shape` would not fit in
-/// the GPU's free memory (the driver's own error says only "out of memory").
-fn check_kv_fits(gpu: &CudaBackend, layers: usize, shape: KvShape, seqs: usize) -> Result<()> {
-    let Some((free, _)) = gpu.memory_info()? else {
-        return Ok(());
-    };
-    let need = kv_pool_bytes(layers, shape);
-    if need <= free {
-        return Ok(());
-    }
-    Err(docqa_engine::EngineError::InvalidConfig(format!(
-        "does not fit: {seqs} sequences of {} tokens need {:.1} GiB of {:?} KV, and {:.1} GiB of the GPU is free",
-        shape.num_blocks / seqs * shape.block_size,
-        need as f64 / GIB,
-        shape.dtype,
-        free as f64 / GIB,
-    )))
-}
-
-const GIB: f64 = (1u64 << 30) as f64;
-
-/// Bytes of the K and V pools of `layers` layers of `shape`.
-fn kv_pool_bytes(layers: usize, shape: KvShape) -> usize {
-    2 * layers * shape.num_blocks * shape.block_bytes()
 }
 
 /// Times decode at `seqs` sequences after 512-token prompts and prints one line.
