@@ -325,14 +325,23 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// Two adjacent output values, as f32 or rounded to bf16.
+__device__ __forceinline__ void store2(float* p, float a, float b) {
+    *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void store2(bf16_t* p, float a, float b) {
+    *reinterpret_cast<unsigned*>(p) = pack_bf16x2(a, b);
+}
+
 // Writes a warp's 16 output rows of one head (this lane: rows lane/4 and lane/4 + 8 from `row0` on,
 // counted from the sequence's first row `first`), each accumulator row divided by its softmax sum
 // (`l`, this lane's share, summed over the lane's quad here); rows at or past `rows` are not written.
-template <int OT>
+// `out` is f32, or bf16 where the output product reads bf16 next.
+template <int OT, typename T>
 __device__ __forceinline__ void store_rows(
     float (*o)[4],    // [OT][4]: output accumulators
     const float* l,   // [2]: the rows' partial sums
-    float* out,       // [num_tokens, row_stride]: at the head's first column
+    T* out,           // [num_tokens, row_stride]: at the head's first column
     int first, int row0, int rows, int row_stride) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -341,11 +350,10 @@ __device__ __forceinline__ void store_rows(
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int row = row0 + g + r * 8;
         if (row < rows) {
-            float* dst = out + (long long)(first + row) * row_stride + 2 * t;
+            T* dst = out + (long long)(first + row) * row_stride + 2 * t;
 #pragma unroll
             for (int ot = 0; ot < OT; ++ot) {
-                *reinterpret_cast<float2*>(dst + ot * 8) =
-                    make_float2(o[ot][2 * r] * inv, o[ot][2 * r + 1] * inv);
+                store2(dst + ot * 8, o[ot][2 * r] * inv, o[ot][2 * r + 1] * inv);
             }
         }
     }

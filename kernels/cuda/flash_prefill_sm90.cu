@@ -106,21 +106,32 @@ __device__ __forceinline__ unsigned swizzled(int rows, int r, int c) {
     return (c >> 3) * rows * ROW_BYTES + r * ROW_BYTES + (((c & 7) ^ (r & 7)) << 4);
 }
 
+// Eight consecutive query values rounded to the MMAs' type E (bf16 ones are already rounded).
+template <typename E>
+__device__ __forceinline__ uint4 packed8(const float* src) {
+    const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+    return make_uint4(pack_pair<E>(a.x, a.y), pack_pair<E>(a.z, a.w), pack_pair<E>(b.x, b.y),
+                      pack_pair<E>(b.z, b.w));
+}
+template <typename E>
+__device__ uint4 packed8(const bf16_t* src);  // bf16 queries go with bf16 MMAs only
+template <>
+__device__ __forceinline__ uint4 packed8<MmaBf16>(const bf16_t* src) {
+    return *reinterpret_cast<const uint4*>(src);
+}
+
 // A consumer warpgroup's 64 query rows (`tid` its thread), rounded to the MMAs' type E, into its
 // part of the swizzled Q tile of BM rows, from row `first_row` on; rows past `rows` are zero.
-template <int HD, int BM, typename E>
+template <int HD, int BM, typename E, typename IO>
 __device__ __forceinline__ void store_q(
     unsigned char* q_s,  // [BM · HD · 2 bytes], shared, swizzled
-    const float* q,      // [num_tokens, num_heads, HD]: at the warpgroup's first row and head
+    const IO* q,         // [num_tokens, num_heads, HD]: at the warpgroup's first row and head
     int q_stride, int rows, int first_row, int tid) {
     for (int i = tid; i < 64 * HD / 8; i += 128) {
         const int r = i / (HD / 8), c = i % (HD / 8);
         uint4 packed = make_uint4(0u, 0u, 0u, 0u);
         if (r < rows) {
-            const float4* src = reinterpret_cast<const float4*>(q + (long long)r * q_stride + c * 8);
-            const float4 a = src[0], b = src[1];
-            packed = make_uint4(pack_pair<E>(a.x, a.y), pack_pair<E>(a.z, a.w),
-                                pack_pair<E>(b.x, b.y), pack_pair<E>(b.z, b.w));
+            packed = packed8<E>(q + (long long)r * q_stride + c * 8);
         }
         *reinterpret_cast<uint4*>(q_s + swizzled(BM, first_row + r, c)) = packed;
     }
@@ -411,9 +422,9 @@ __device__ __forceinline__ void zero_rows(unsigned tile, int from, int tid) {
     }
 }
 
-template <int HD, int WG, bool TMA, bool INT8>
+template <int HD, int WG, bool TMA, bool INT8, typename IO>
 __device__ void prefill_sm90(
-    const float* q,                   // [num_tokens, num_heads, HD]
+    const IO* q,                      // [num_tokens, num_heads, HD]: f32, or bf16 (bf16 pools)
     const void* k_cache,              // [num_blocks, block_size, num_kv_heads, HD]: bf16 or int8
     const void* v_cache,              // (cp.async form)
     const float* k_scales,            // [num_blocks, block_size, num_kv_heads]: int8 pools
@@ -423,7 +434,7 @@ __device__ void prefill_sm90(
     const unsigned* query_start_loc,  // [num_seqs + 1]
     const unsigned* seq_lens,         // [num_seqs]
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
-    float* out,                       // [num_tokens, num_heads, HD]
+    IO* out,                          // [num_tokens, num_heads, HD]
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
@@ -435,6 +446,7 @@ __device__ void prefill_sm90(
     static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 + INT8_BYTES <= 227 * 1024,
                   "a block's shared memory");
     static_assert(!(INT8 && TMA), "the TMA form reads bf16 pools");
+    static_assert(!(INT8 && sizeof(IO) == 2), "bf16 queries and outputs go with bf16 pools");
     static_assert(!SM90_PINGPONG || WG == 2, "ping-pong takes two consumer warpgroups");
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
     // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 (f16 over int8 pools) and
@@ -617,62 +629,77 @@ __device__ void prefill_sm90(
 
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS_OF(WG) threads (the launch
 // bound; BM = 64 · WG), dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2 + 1024 + 128 bytes;
-// surplus blocks return at once. Both forms take q [num_tokens, num_heads, HD] (f32), then the pools, then the
-// batch: query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs,
-// max_blocks_per_seq], out [num_tokens, num_heads, HD] (f32), the sizes and the softmax scale.
+// surplus blocks return at once. Every form takes q [num_tokens, num_heads, HD], then the pools, then
+// the batch: query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs,
+// max_blocks_per_seq], out [num_tokens, num_heads, HD], the sizes and the softmax scale. q and out are
+// f32, or bf16 in the `_bf16io` forms (bf16 pools only: the products before and after read and write
+// bf16, so neither is rounded on its own pass).
 // The cp.async form takes the bf16 pools [num_blocks, block_size, num_kv_heads, HD] (block sizes
 // multiples of SM90_BLOCK_MULTIPLE); the TMA form their tensor maps over [num_blocks · block_size,
 // num_kv_heads, HD] (boxes of 64 × 1 × block_size, 128-byte swizzle; block sizes dividing 128).
-#define SM90_BATCH_PARAMS                                                                   \
+#define SM90_BATCH_PARAMS(IO)                                                               \
     const unsigned *query_start_loc, const unsigned *seq_lens, const unsigned *block_table, \
-        float *out, int num_seqs, int num_heads, int num_kv_heads, int block_size,          \
+        IO *out, int num_seqs, int num_heads, int num_kv_heads, int block_size,             \
         int max_blocks_per_seq, float scale
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SM90_RUN(HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)                                   \
-    prefill_sm90<HD, WG, TMA, INT8>(                                                               \
+#define SM90_RUN(IO, HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)                               \
+    prefill_sm90<HD, WG, TMA, INT8, IO>(                                                           \
         q, K, V, KS, VS, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, num_seqs,     \
         num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale)
 #else
-#define SM90_RUN(HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)
+#define SM90_RUN(IO, HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)
 #endif
 // Consumer warpgroups of the int8 form at head_dim 64 (kernel lab: 2 against 3).
 #ifndef SM90_WG_INT8_HD64
 #define SM90_WG_INT8_HD64 3
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_bf16_hd64(
-    const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
-    SM90_RUN(64, SM90_WG_HD64, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
-}
+// The four forms over bf16 pools (cp.async and TMA, head_dim 64 and 128) with q and out of type IO.
+#define SM90_BF16_POOL_FORMS(IO, SUFFIX)                                                             \
+    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1)                        \
+        flash_prefill_sm90_bf16_hd64##SUFFIX(const IO* q, const bf16_t* k_cache,                     \
+                                             const bf16_t* v_cache, SM90_BATCH_PARAMS(IO)) {         \
+        SM90_RUN(IO, 64, SM90_WG_HD64, false, false, k_cache, v_cache, nullptr, nullptr, nullptr,   \
+                 nullptr);                                                                           \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1)                       \
+        flash_prefill_sm90_bf16_hd128##SUFFIX(const IO* q, const bf16_t* k_cache,                    \
+                                              const bf16_t* v_cache, SM90_BATCH_PARAMS(IO)) {        \
+        SM90_RUN(IO, 128, SM90_WG_HD128, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, \
+                 nullptr);                                                                           \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1)                        \
+        flash_prefill_sm90_tma_bf16_hd64##SUFFIX(const IO* q, const __grid_constant__ TensorMap k_map, \
+                                                 const __grid_constant__ TensorMap v_map,            \
+                                                 SM90_BATCH_PARAMS(IO)) {                            \
+        SM90_RUN(IO, 64, SM90_WG_HD64, true, false, nullptr, nullptr, nullptr, nullptr, &k_map,     \
+                 &v_map);                                                                            \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1)                       \
+        flash_prefill_sm90_tma_bf16_hd128##SUFFIX(const IO* q,                                       \
+                                                  const __grid_constant__ TensorMap k_map,           \
+                                                  const __grid_constant__ TensorMap v_map,           \
+                                                  SM90_BATCH_PARAMS(IO)) {                           \
+        SM90_RUN(IO, 128, SM90_WG_HD128, true, false, nullptr, nullptr, nullptr, nullptr, &k_map,   \
+                 &v_map);                                                                            \
+    }
 
-extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_bf16_hd128(
-    const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS) {
-    SM90_RUN(128, SM90_WG_HD128, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
-}
+SM90_BF16_POOL_FORMS(float, )
+SM90_BF16_POOL_FORMS(bf16_t, _bf16io)
 
 // int8 pools [num_blocks, block_size, num_kv_heads, HD] and their scales [num_blocks, block_size,
 // num_kv_heads] (f32), block sizes multiples of SM90_BLOCK_MULTIPLE; dynamic shared memory as the
 // bf16 form's plus INT8_SLOTS · INT8_SLOT_BYTES(BN) + ST · 2 · BN · 4 bytes.
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_INT8_HD64), 1) flash_prefill_sm90_int8_hd64(
     const float* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
-    const float* v_scales, SM90_BATCH_PARAMS) {
-    SM90_RUN(64, SM90_WG_INT8_HD64, false, true, k_cache, v_cache, k_scales, v_scales, nullptr, nullptr);
+    const float* v_scales, SM90_BATCH_PARAMS(float)) {
+    SM90_RUN(float, 64, SM90_WG_INT8_HD64, false, true, k_cache, v_cache, k_scales, v_scales, nullptr,
+             nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_int8_hd128(
     const float* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
-    const float* v_scales, SM90_BATCH_PARAMS) {
-    SM90_RUN(128, SM90_WG_HD128, false, true, k_cache, v_cache, k_scales, v_scales, nullptr, nullptr);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_tma_bf16_hd64(
-    const float* q, const __grid_constant__ TensorMap k_map,
-    const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
-    SM90_RUN(64, SM90_WG_HD64, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_tma_bf16_hd128(
-    const float* q, const __grid_constant__ TensorMap k_map,
-    const __grid_constant__ TensorMap v_map, SM90_BATCH_PARAMS) {
-    SM90_RUN(128, SM90_WG_HD128, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
+    const float* v_scales, SM90_BATCH_PARAMS(float)) {
+    SM90_RUN(float, 128, SM90_WG_HD128, false, true, k_cache, v_cache, k_scales, v_scales, nullptr,
+             nullptr);
 }

@@ -201,6 +201,82 @@ extern "C" __global__ void rope_kv_write_bf16(float* q, float* k, const float* v
     rope_scatter(q, k, v, table, slots, kc, vc, rows, heads, kv_heads, head_dim);
 }
 
+// Eight bf16 values at `p` as f32, plus `bias` (f32, at the same offset) where there is one.
+__device__ __forceinline__ void load8_biased(const bf16_t* p, const float* bias, float* f) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    if (bias != nullptr) {
+        const float4 a = reinterpret_cast<const float4*>(bias)[0];
+        const float4 b = reinterpret_cast<const float4*>(bias)[1];
+        f[0] += a.x, f[1] += a.y, f[2] += a.z, f[3] += a.w;
+        f[4] += b.x, f[5] += b.y, f[6] += b.z, f[7] += b.w;
+    }
+}
+
+__device__ __forceinline__ void store8_bf16(bf16_t* p, const float* f) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
+                                              pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+}
+
+// The bf16 form of rope_kv_write, for prefill whose q, k and v products were written in bf16: each
+// gets its bias (where `q_bias` etc. are not null), q is rotated in place (bf16), k rotated and v
+// copied into their bf16 pool slots (the k product is left as it was: nothing reads it again).
+// `head_dim` a multiple of 16: a thread takes eight pairs (16-byte loads). 1-D grid of any shape.
+extern "C" __global__ void rope_kv_write_bf16io(
+    bf16_t* q,              // [rows, heads, head_dim]
+    const bf16_t* k,        // [rows, kv_heads, head_dim]
+    const bf16_t* v,        // [rows, kv_heads, head_dim]
+    const float* q_bias,    // [heads · head_dim] or null
+    const float* k_bias,    // [kv_heads · head_dim] or null
+    const float* v_bias,    // [kv_heads · head_dim] or null
+    const float* table,     // [rows, head_dim]: cos then sin
+    const unsigned* slots,  // [rows]
+    bf16_t* kc,             // [num_slots, kv_heads · head_dim]
+    bf16_t* vc,             // [num_slots, kv_heads · head_dim]
+    int rows, int heads, int kv_heads, int head_dim) {
+    allow_next_grid();
+    wait_for_previous_grid();
+    const int half = head_dim / 2, all = heads + kv_heads, octs = half / 8;
+    const long long n = (long long)rows * all * octs;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / ((long long)all * octs);
+        const int h = (int)(i / octs % all), j = (int)(i % octs) * 8;
+        const bool is_q = h < heads;
+        const int col = (is_q ? h : h - heads) * head_dim;
+        const long long at = is_q ? (r * heads) * head_dim + col : (r * kv_heads) * head_dim + col;
+        const float* bias = is_q ? q_bias : k_bias;
+        float x1[8], x2[8], y1[8], y2[8];
+        load8_biased((is_q ? q : k) + at + j, bias ? bias + col + j : nullptr, x1);
+        load8_biased((is_q ? q : k) + at + half + j, bias ? bias + col + half + j : nullptr, x2);
+        const float* cr = table + r * head_dim + j;
+        const float* sr = table + r * head_dim + half + j;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            y1[e] = x1[e] * cr[e] - x2[e] * sr[e];
+            y2[e] = x2[e] * cr[e] + x1[e] * sr[e];
+        }
+        if (is_q) {
+            store8_bf16(q + at + j, y1);
+            store8_bf16(q + at + half + j, y2);
+        } else {
+            const long long dst = (long long)slots[r] * kv_heads * head_dim + col;
+            float v1[8], v2[8];
+            load8_biased(v + at + j, v_bias ? v_bias + col + j : nullptr, v1);
+            load8_biased(v + at + half + j, v_bias ? v_bias + col + half + j : nullptr, v2);
+            store8_bf16(kc + dst + j, y1);
+            store8_bf16(kc + dst + half + j, y2);
+            store8_bf16(vc + dst + j, v1);
+            store8_bf16(vc + dst + half + j, v2);
+        }
+    }
+}
+
 // rope_kv_write for int8 pools, whose write needs a whole head's largest value: one warp per (row,
 // head of q then k). A q head is rotated in place; a k head is rotated in place and quantised into its
 // slot (by `quantize_head`, once the warp's lanes see each other's rotated values), and the v head

@@ -197,6 +197,30 @@ pub struct RopeKvWrite<'a, B: Backend> {
     pub caches: (&'a mut B::Kv, &'a mut B::Kv),
 }
 
+/// The weights of a decoder layer's attention sublayer, for [`Backend::attention_sublayer`].
+pub struct AttnWeights<'a, B: Backend> {
+    /// The input RMSNorm's weight and epsilon.
+    pub norm: (&'a B::Weight, f32),
+    /// The q, k and v projections and their biases.
+    pub qkv: ([&'a B::Weight; 3], [Option<&'a B::Weight>; 3]),
+    /// The output projection `[hidden, heads · head_dim]`.
+    pub o: &'a B::Weight,
+    /// The residual stream's width.
+    pub hidden: usize,
+    /// Whether the output product is added onto `x` (a whole model, or a tensor-parallel group's
+    /// first rank) or written over it (the group's other ranks).
+    pub adds_residual: bool,
+}
+
+/// The buffers of an attention sublayer's steps, where the backend runs them one by one: the
+/// normalised input (hidden-wide, then the output product's scratch), q, k, v and attention's
+/// output.
+pub type AttnBuffers<'a, B> = (
+    &'a mut <B as Backend>::Buf,
+    [&'a mut <B as Backend>::Buf; 3],
+    &'a mut <B as Backend>::Buf,
+);
+
 fn no_graphs(backend: &str) -> crate::error::EngineError {
     crate::error::EngineError::Internal(format!("the {backend} backend records no graphs"))
 }
@@ -423,6 +447,22 @@ pub trait Backend: Send + Sync + Sized {
             (rows, heads, kv_heads, head_dim),
             rope.caches,
         )
+    }
+
+    /// A decoder layer's attention sublayer without sink windows: the norm and q/k/v products
+    /// ([`Backend::matmul3_rope_kv_write`], whose K and V go to the pools), paged attention over
+    /// `meta`'s batch, and the output product added onto `x` (or written over it). A backend may keep
+    /// what passes between the steps in a narrower type than `bufs`, which then hold nothing the
+    /// caller may read.
+    fn attention_sublayer(
+        &self,
+        x: &mut Self::Buf,
+        weights: AttnWeights<'_, Self>,
+        rope: RopeKvWrite<'_, Self>,
+        (meta, shape): (&PagedAttnMeta<'_, Self>, AttnShape),
+        bufs: AttnBuffers<'_, Self>,
+    ) -> Result<()> {
+        unfused::attention_sublayer(self, x, weights, rope, (meta, shape), bufs)
     }
 
     /// `ids[r]` = the index of the largest logit of row `r` of `logits [rows, vocab]`, the first of

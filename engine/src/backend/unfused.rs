@@ -1,7 +1,10 @@
 //! The fused products' op-by-op sequences, in terms of the basic ops: what the [`Backend`] trait's
 //! defaults run, and what a backend that fuses some shapes runs for the others.
 
-use super::{Backend, RmsNormInto, SwigluBuffers, SwigluWeights};
+use super::{
+    AttnBuffers, AttnShape, AttnWeights, Backend, PagedAttnMeta, RmsNormInto, RopeKvWrite,
+    SwigluBuffers, SwigluWeights,
+};
 use crate::error::Result;
 
 /// `x`, or `x` RMS-normalised into the norm's buffer.
@@ -91,4 +94,40 @@ pub fn rope_kv_write<B: Backend>(
     b.rope(q, table, rows, heads, head_dim)?;
     b.rope(k, table, rows, kv_heads, head_dim)?;
     b.kv_write(k, v, slot_mapping, rows, k_cache, v_cache)
+}
+
+/// [`Backend::attention_sublayer`] as the norm with the q/k/v products, RoPE and the KV write, paged
+/// attention, and the output product (added onto `x` through the norm's buffer, or written over it).
+pub fn attention_sublayer<B: Backend>(
+    b: &B,
+    x: &mut B::Buf,
+    weights: AttnWeights<'_, B>,
+    rope: RopeKvWrite<'_, B>,
+    (meta, shape): (&PagedAttnMeta<'_, B>, AttnShape),
+    (h, [q, k, v], attn): AttnBuffers<'_, B>,
+) -> Result<()> {
+    let rows = meta.num_tokens;
+    let RopeKvWrite {
+        table,
+        slot_mapping,
+        heads,
+        caches: (kc, vc),
+    } = rope;
+    let norm = RmsNormInto {
+        weight: weights.norm.0,
+        eps: weights.norm.1,
+        out: &mut *h,
+    };
+    let rope = RopeKvWrite {
+        table,
+        slot_mapping,
+        heads,
+        caches: (&mut *kc, &mut *vc),
+    };
+    b.matmul3_rope_kv_write(x, Some(norm), weights.qkv, rows, [&mut *q, k, v], rope)?;
+    b.paged_attention(q, kc, vc, meta, shape, attn)?;
+    match weights.adds_residual {
+        true => b.matmul_add(attn, weights.o, (rows, weights.hidden), h, x),
+        false => b.matmul(attn, weights.o, None, rows, x),
+    }
 }

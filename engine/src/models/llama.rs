@@ -17,7 +17,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::adapter::Adapter;
-use crate::backend::{AttnShape, Backend, PagedAttnMeta, RmsNormInto, RopeKvWrite, WindowedAttn};
+use crate::backend::{
+    AttnShape, AttnWeights, Backend, PagedAttnMeta, RmsNormInto, RopeKvWrite, WindowedAttn,
+};
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
 use crate::models::batch::WindowMeta;
@@ -369,12 +371,7 @@ impl<B: Backend> Llama<B> {
         ws: &mut LlamaWorkspace<B>,
     ) -> Result<()> {
         let (b, cfg, n) = (&self.backend, &self.part, dims.tokens);
-        let norm = RmsNormInto {
-            weight: &l.input_norm,
-            eps: cfg.rms_norm_eps,
-            out: &mut ws.h,
-        };
-        let weights = (
+        let qkv = (
             [&l.q, &l.k, &l.v],
             [l.q_bias.as_ref(), l.k_bias.as_ref(), l.v_bias.as_ref()],
         );
@@ -385,13 +382,12 @@ impl<B: Backend> Llama<B> {
         );
         if dims.windowed {
             // The sinks' queries are rotated from the products before RoPE at the rows' positions.
-            b.matmul3(
-                &ws.x,
-                Some(norm),
-                weights,
-                n,
-                [&mut ws.q, &mut ws.k, &mut ws.v],
-            )?;
+            let norm = RmsNormInto {
+                weight: &l.input_norm,
+                eps: cfg.rms_norm_eps,
+                out: &mut ws.h,
+            };
+            b.matmul3(&ws.x, Some(norm), qkv, n, [&mut ws.q, &mut ws.k, &mut ws.v])?;
             b.copy(&ws.q, n * heads * hd, &mut ws.q_sinks)?;
             b.rope(&mut ws.q_sinks, &ws.rope_sinks, n, heads, hd)?;
             b.rope_kv_write(
@@ -400,21 +396,6 @@ impl<B: Backend> Llama<B> {
                 &ws.slots,
                 (n, heads, kv_heads, hd),
                 (&mut kv.k[i], &mut kv.v[i]),
-            )?;
-        } else {
-            let rope = RopeKvWrite {
-                table: &ws.rope,
-                slot_mapping: &ws.slots,
-                heads: (heads, kv_heads, hd),
-                caches: (&mut kv.k[i], &mut kv.v[i]),
-            };
-            b.matmul3_rope_kv_write(
-                &ws.x,
-                Some(norm),
-                weights,
-                n,
-                [&mut ws.q, &mut ws.k, &mut ws.v],
-                rope,
             )?;
         }
         let meta = PagedAttnMeta {
@@ -441,10 +422,28 @@ impl<B: Backend> Llama<B> {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
         };
-        b.paged_attention(&ws.q, &kv.k[i], &kv.v[i], &meta, shape, &mut ws.attn)?;
-        match self.adds_residual() {
-            true => b.matmul_add(&ws.attn, &l.o, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)?,
-            false => b.matmul(&ws.attn, &l.o, None, n, &mut ws.x)?,
+        if dims.windowed {
+            b.paged_attention(&ws.q, &kv.k[i], &kv.v[i], &meta, shape, &mut ws.attn)?;
+            match self.adds_residual() {
+                true => b.matmul_add(&ws.attn, &l.o, (n, cfg.hidden_size), &mut ws.h, &mut ws.x)?,
+                false => b.matmul(&ws.attn, &l.o, None, n, &mut ws.x)?,
+            }
+        } else {
+            let weights = AttnWeights {
+                norm: (&l.input_norm, cfg.rms_norm_eps),
+                qkv,
+                o: &l.o,
+                hidden: cfg.hidden_size,
+                adds_residual: self.adds_residual(),
+            };
+            let rope = RopeKvWrite {
+                table: &ws.rope,
+                slot_mapping: &ws.slots,
+                heads: (heads, kv_heads, hd),
+                caches: (&mut kv.k[i], &mut kv.v[i]),
+            };
+            let bufs = (&mut ws.h, [&mut ws.q, &mut ws.k, &mut ws.v], &mut ws.attn);
+            b.attention_sublayer(&mut ws.x, weights, rope, (&meta, shape), bufs)?;
         }
         self.sum_over_ranks(&mut ws.x, n)
     }

@@ -89,7 +89,7 @@ pub(super) fn paged(
             return flash::decode(be, q, (kc, vc), meta, shape, out);
         }
         if !decode && flash::prefill_takes_block_size(bs) {
-            return flash::prefill(be, q, (kc, vc), meta, shape, out);
+            return flash::prefill(be, flash::PrefillIo::F32(q, out), (kc, vc), meta, shape);
         }
     }
     if let Some(w) = &meta.windows {

@@ -19,7 +19,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use super::pdl::PdlArgs;
 use super::{CudaBackend, CudaKv, cuda_err, pools, tma};
 use crate::backend::{AttnShape, KvDtype, PagedAttnMeta};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 /// Most keys per prefill tile (the kernel's `BN_OF(HD)`: 32 or 64); shared memory is sized for it.
 const MAX_TILE_KEYS: usize = 64;
@@ -114,15 +114,23 @@ fn prefill_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
     }
 }
 
+/// Where prefill reads its queries and writes its output, both `[num_tokens, num_heads, head_dim]`.
+pub(super) enum PrefillIo<'a> {
+    /// f32 buffers.
+    F32(&'a CudaSlice<f32>, &'a mut CudaSlice<f32>),
+    /// Device addresses of bf16 arrays, for the Hopper kernel's `_bf16io` forms over bf16 pools
+    /// without windows; the caller vouches that they hold the batch's rows.
+    Bf16 { q: u64, out: u64 },
+}
+
 /// Causal prefill (any batch shape) over bf16 or int8 pools; with windows in `meta`, sequences may
 /// stream through sink windows (each query reads the sinks with its row of `q_sinks`).
 pub(super) fn prefill(
     be: &CudaBackend,
-    q: &CudaSlice<f32>,           // [num_tokens, num_heads, head_dim]
+    io: PrefillIo<'_>,
     (kc, vc): (&CudaKv, &CudaKv), // [num_blocks, block_size, num_kv_heads, head_dim]
     meta: &PagedAttnMeta<'_, CudaBackend>,
     shape: AttnShape,
-    out: &mut CudaSlice<f32>, // [num_tokens, num_heads, head_dim]
 ) -> Result<()> {
     let dtype = pools::shared_dtype(kc, vc)?;
     let hopper = dtype != "f32" && meta.windows.is_none() && be.hopper_prefill();
@@ -133,9 +141,17 @@ pub(super) fn prefill(
         (false, true, false) => "_sm90",
         (false, false, _) => "",
     };
-    let func = be
-        .kernels
-        .get(&format!("flash_prefill{kind}_{dtype}_hd{}", shape.head_dim))?;
+    let bf16io = match (&io, hopper && dtype == "bf16") {
+        (PrefillIo::F32(..), _) => "",
+        (PrefillIo::Bf16 { .. }, true) => "_bf16io",
+        (PrefillIo::Bf16 { .. }, false) => {
+            return Err(EngineError::Internal(
+                "bf16 queries go to the Hopper prefill kernel over bf16 pools only".into(),
+            ));
+        }
+    };
+    let name = format!("flash_prefill{kind}_{dtype}_hd{}{bf16io}", shape.head_dim);
+    let func = be.kernels.get(&name)?;
     // The kernel's launch bound is its block size: 32 query rows per warp (PREFILL_WARPS · 32), or
     // 64 per consumer warpgroup of 128 threads (the Hopper kernel).
     let threads = func.get_attribute(MAX_THREADS).map_err(cuda_err)? as usize / 32 * 32;
@@ -170,8 +186,15 @@ pub(super) fn prefill(
         true => Some((tma::pool_map(kc, stream)?, tma::pool_map(vc, stream)?)),
         false => None,
     };
+    let (q_at, out_at) = match &io {
+        PrefillIo::Bf16 { q, out } => (*q, *out),
+        PrefillIo::F32(..) => (0, 0),
+    };
     let mut b = stream.launch_builder(func);
-    b.arg(q);
+    match &io {
+        PrefillIo::F32(q, _) => b.arg(*q),
+        PrefillIo::Bf16 { .. } => b.arg(&q_at),
+    };
     if let Some(w) = &meta.windows {
         b.arg(w.q_sinks);
     }
@@ -187,7 +210,10 @@ pub(super) fn prefill(
     if let Some(w) = &meta.windows {
         b.arg(w.windows);
     }
-    b.arg(out);
+    match io {
+        PrefillIo::F32(_, out) => b.arg(out),
+        PrefillIo::Bf16 { .. } => b.arg(&out_at),
+    };
     for i in &ints {
         b.arg(i);
     }

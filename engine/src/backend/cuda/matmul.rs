@@ -22,10 +22,10 @@ use super::{CudaBackend, CudaWeight, CudaWeightData, check_len, cuda_err, grid};
 use crate::error::Result;
 
 /// The backend's bf16 scratch buffer, locked while a caller's products read it.
-struct Staged<'a>(MutexGuard<'a, Option<CudaSlice<u16>>>);
+pub(super) struct Staged<'a>(MutexGuard<'a, Option<CudaSlice<u16>>>);
 
 impl Staged<'_> {
-    fn buf(&mut self) -> &mut CudaSlice<u16> {
+    pub(super) fn buf(&mut self) -> &mut CudaSlice<u16> {
         let Some(buf) = self.0.as_mut() else {
             unreachable!("staged buffers are allocated")
         };
@@ -35,7 +35,7 @@ impl Staged<'_> {
 
 /// Rounds `x[rows, k]` to bf16 into the backend's scratch buffer (grown to at least `capacity`
 /// elements), RMS-normalised first with `norm`.
-fn staged_bf16<'a>(
+pub(super) fn staged_bf16<'a>(
     be: &'a CudaBackend,
     (x, norm): (&CudaSlice<f32>, FusedNorm<'_>),
     (rows, k): (usize, usize),
@@ -60,7 +60,7 @@ fn staged_bf16<'a>(
 
 /// `out[rows, n] = xb · Wᵀ + beta · out` for bf16 activations `xb [rows, k]` and bf16 weights
 /// `W [n, k]`, accumulated in f32.
-fn gemm_bf16(
+pub(super) fn gemm_bf16(
     be: &CudaBackend,
     (xb, wd): (&CudaSlice<u16>, &CudaSlice<u16>),
     (rows, n, k): (usize, usize, usize),
@@ -85,7 +85,7 @@ fn gemm_bf16(
 ///
 /// # Safety
 /// `c` must hold `rows · n` elements of `c_type`, valid on the backend's stream.
-unsafe fn gemm_bf16_into(
+pub(super) unsafe fn gemm_bf16_into(
     be: &CudaBackend,
     (xb, wd): (&CudaSlice<u16>, &CudaSlice<u16>),
     (rows, n, k): (usize, usize, usize),
@@ -147,7 +147,7 @@ fn add_bias(
 }
 
 /// The bf16 elements of every weight, when all are bf16.
-fn all_bf16<const N: usize>(ws: [&CudaWeight; N]) -> Option<[&CudaSlice<u16>; N]> {
+pub(super) fn all_bf16<const N: usize>(ws: [&CudaWeight; N]) -> Option<[&CudaSlice<u16>; N]> {
     let bf16 = ws.map(|w| match &w.data {
         CudaWeightData::Bf16(d) => Some(d),
         CudaWeightData::F32(_) => None,

@@ -24,6 +24,7 @@ mod pdl;
 mod pools;
 mod rope_kv;
 mod sample;
+mod sublayer;
 mod tma;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -32,8 +33,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::backend::{
-    AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto, RopeKvWrite, SwigluBuffers,
-    SwigluWeights, unfused,
+    AttnBuffers, AttnShape, AttnWeights, Backend, KvDtype, KvShape, PagedAttnMeta, RmsNormInto,
+    RopeKvWrite, SwigluBuffers, SwigluWeights, unfused,
 };
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
@@ -616,6 +617,20 @@ impl Backend for CudaBackend {
         self.matmul3(x, norm, weights, rows, [&mut *q, &mut *k, &mut *v])?;
         let (h, kvh, hd) = heads;
         self.rope_kv_write((q, k, v), table, slot_mapping, (rows, h, kvh, hd), (kc, vc))
+    }
+
+    fn attention_sublayer(
+        &self,
+        x: &mut CudaSlice<f32>,
+        weights: AttnWeights<'_, Self>,
+        rope: RopeKvWrite<'_, Self>,
+        attn: (&PagedAttnMeta<'_, Self>, AttnShape),
+        bufs: AttnBuffers<'_, Self>,
+    ) -> Result<()> {
+        match sublayer::takes(self, &weights, &rope, attn) {
+            true => sublayer::run(self, x, weights, rope, attn, bufs),
+            false => unfused::attention_sublayer(self, x, weights, rope, attn, bufs),
+        }
     }
 
     fn argmax_rows(

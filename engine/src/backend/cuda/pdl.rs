@@ -66,6 +66,12 @@ impl PdlArgs {
         }
     }
 
+    /// A device address the caller vouches for (memory lent by a buffer of another element type).
+    pub(super) fn addr(&mut self, ptr: u64) -> &mut Self {
+        self.slots.push(ptr);
+        self
+    }
+
     pub(super) fn int(&mut self, v: i32) -> &mut Self {
         self.slots.push(u64::from(v as u32));
         self

@@ -217,7 +217,7 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
 }
 
 /// Block ids for each sequence, from a shuffled pool; the block table, padded with zeros.
-fn block_table(rng: &mut Rng, ctx: &[usize], bs: usize) -> (Vec<u32>, usize, usize) {
+pub fn block_table(rng: &mut Rng, ctx: &[usize], bs: usize) -> (Vec<u32>, usize, usize) {
     let per: Vec<usize> = ctx.iter().map(|c| c.div_ceil(bs)).collect();
     let max_blocks = per.iter().copied().max().unwrap_or(1);
     let num_blocks = per.iter().sum::<usize>() + 3;

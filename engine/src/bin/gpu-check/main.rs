@@ -41,6 +41,7 @@ mod random_models;
 mod reload_probe;
 mod report;
 mod sample;
+mod sublayer;
 mod tensor_parallel;
 mod tiers;
 
@@ -131,6 +132,7 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     ops::run(&pair, &mut rng, &mut report)?;
     fused::run(&pair, &mut rng, &mut report)?;
     qkv_rope::run(&pair, &mut rng, &mut report)?;
+    sublayer::run(&pair, &mut rng, &mut report)?;
     sample::run(&pair, &mut rng, &mut report)?;
     attention::run(&pair, &mut rng, &mut report)?;
     if !ops_only {
