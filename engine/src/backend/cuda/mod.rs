@@ -27,7 +27,7 @@ mod sample;
 mod sublayer;
 mod tma;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
@@ -118,6 +118,9 @@ pub struct CudaBackend {
     /// Whether RoPE and the write into int8 pools run as one launch (`DOCQA_CUDA_INT8_ROPE_WRITE=0`:
     /// RoPE on q, on k, then the write, for comparison).
     int8_rope_write: bool,
+    /// Whether a prefill's attention sublayer runs in bf16 from product to product where it can
+    /// ([`sublayer`]; `DOCQA_CUDA_BF16_SUBLAYER=0`: op by op with f32 between the steps).
+    bf16_sublayer: AtomicBool,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -167,8 +170,22 @@ impl CudaBackend {
             hopper_prefill: AtomicBool::new(hopper_prefill),
             hopper_tma: AtomicBool::new(hopper_tma),
             int8_rope_write: std::env::var("DOCQA_CUDA_INT8_ROPE_WRITE").map_or(true, |v| v != "0"),
+            bf16_sublayer: AtomicBool::new(
+                std::env::var("DOCQA_CUDA_BF16_SUBLAYER").map_or(true, |v| v != "0"),
+            ),
             epoch: AtomicU64::new(0),
         })
+    }
+
+    /// Makes a prefill's attention sublayer run in bf16 from product to product where it can (`on`)
+    /// or op by op, for checks and benchmarks that compare them.
+    pub fn set_bf16_sublayer(&self, on: bool) {
+        self.bf16_sublayer.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a prefill's attention sublayer runs in bf16 where it can.
+    pub fn bf16_sublayer(&self) -> bool {
+        self.bf16_sublayer.load(Ordering::Relaxed)
     }
 
     /// The stream every op of this backend is issued on.

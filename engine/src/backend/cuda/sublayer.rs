@@ -21,7 +21,8 @@ use super::{CudaBackend, CudaKv, check_len, grid};
 use crate::backend::{AttnBuffers, AttnShape, AttnWeights, KvDtype, PagedAttnMeta, RopeKvWrite};
 use crate::error::{EngineError, Result};
 
-/// Whether this sublayer runs in bf16 here: a prefill (not a decode batch) over bf16 pools on the
+/// Whether this sublayer runs in bf16 here: the backend's switch on, and a prefill (not a decode
+/// batch) over bf16 pools on the
 /// Hopper kernel, without windows, all four products over bf16 weights at more rows than the skinny
 /// kernels take, and biases (where there are any) as f32 vectors.
 pub(super) fn takes(
@@ -33,7 +34,8 @@ pub(super) fn takes(
     let (kc, vc) = (&*rope.caches.0, &*rope.caches.1);
     let [q, k, v] = weights.qkv.0;
     let width = shape.num_heads * shape.head_dim;
-    be.hopper_prefill()
+    be.bf16_sublayer()
+        && be.hopper_prefill()
         && [kc, vc].iter().all(|c| c.shape.dtype == KvDtype::Bf16)
         && flash::supports(shape)
         && flash::prefill_takes_block_size(kc.shape.block_size)

@@ -79,15 +79,25 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// Runs every case.
+/// Runs every case, and on Hopper the bf16 prefill cases again op by op (`…, op by op`).
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for case in CASES {
-        check(p, rng, r, case)?;
+        check(p, rng, r, case, "")?;
+    }
+    if p.gpu.hopper_prefill() && p.gpu.bf16_sublayer() {
+        p.gpu.set_bf16_sublayer(false);
+        let bf16 = CASES
+            .iter()
+            .filter(|c| c.dtype == KvDtype::Bf16 && c.seqs[0].0 > 1);
+        for case in bf16 {
+            check(p, rng, r, case, ", op by op")?;
+        }
+        p.gpu.set_bf16_sublayer(true);
     }
     Ok(())
 }
 
-fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case) -> Result<()> {
+fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> Result<()> {
     let ((heads, kv_heads, hd), hidden) = (case.heads, case.hidden);
     let (nq, nkv) = (heads * hd, kv_heads * hd);
     let ctx: Vec<usize> = case.seqs.iter().map(|s| s.1).collect();
@@ -254,7 +264,10 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case) -> Result<()> {
     gpu.extend(p.gpu.read_kv(&gvc)?);
     cpu.extend(crate::cpu_kv_f32(&ckc));
     cpu.extend(crate::cpu_kv_f32(&cvc));
-    let name = format!("attention sublayer {} ({:?} pool)", case.name, case.dtype);
+    let name = format!(
+        "attention sublayer {}{label} ({:?} pool)",
+        case.name, case.dtype
+    );
     let dims = format!("{rows} rows, {heads}/{kv_heads} heads x {hd}, hidden {hidden}");
     r.check(&name, &dims, &gpu, &cpu, TOL_BF16);
     Ok(())
