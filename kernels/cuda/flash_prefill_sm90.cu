@@ -654,38 +654,50 @@ __device__ void prefill_sm90(
 #define SM90_WG_INT8_HD64 3
 #endif
 
-// The four forms over bf16 pools (cp.async and TMA, head_dim 64 and 128) with q and out of type IO.
-#define SM90_BF16_POOL_FORMS(IO, SUFFIX)                                                             \
-    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1)                        \
-        flash_prefill_sm90_bf16_hd64##SUFFIX(const IO* q, const bf16_t* k_cache,                     \
-                                             const bf16_t* v_cache, SM90_BATCH_PARAMS(IO)) {         \
-        SM90_RUN(IO, 64, SM90_WG_HD64, false, false, k_cache, v_cache, nullptr, nullptr, nullptr,   \
-                 nullptr);                                                                           \
-    }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1)                       \
-        flash_prefill_sm90_bf16_hd128##SUFFIX(const IO* q, const bf16_t* k_cache,                    \
-                                              const bf16_t* v_cache, SM90_BATCH_PARAMS(IO)) {        \
-        SM90_RUN(IO, 128, SM90_WG_HD128, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, \
-                 nullptr);                                                                           \
-    }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1)                        \
-        flash_prefill_sm90_tma_bf16_hd64##SUFFIX(const IO* q, const __grid_constant__ TensorMap k_map, \
-                                                 const __grid_constant__ TensorMap v_map,            \
-                                                 SM90_BATCH_PARAMS(IO)) {                            \
-        SM90_RUN(IO, 64, SM90_WG_HD64, true, false, nullptr, nullptr, nullptr, nullptr, &k_map,     \
-                 &v_map);                                                                            \
-    }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1)                       \
-        flash_prefill_sm90_tma_bf16_hd128##SUFFIX(const IO* q,                                       \
-                                                  const __grid_constant__ TensorMap k_map,           \
-                                                  const __grid_constant__ TensorMap v_map,           \
-                                                  SM90_BATCH_PARAMS(IO)) {                           \
-        SM90_RUN(IO, 128, SM90_WG_HD128, true, false, nullptr, nullptr, nullptr, nullptr, &k_map,   \
-                 &v_map);                                                                            \
-    }
+// The forms over bf16 pools: cp.async and TMA loads, head_dim 64 and 128, q and out in f32, then in bf16.
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_bf16_hd64(
+    const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS(float)) {
+    SM90_RUN(float, 64, SM90_WG_HD64, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
+}
 
-SM90_BF16_POOL_FORMS(float, )
-SM90_BF16_POOL_FORMS(bf16_t, _bf16io)
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_bf16_hd128(
+    const float* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS(float)) {
+    SM90_RUN(float, 128, SM90_WG_HD128, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_tma_bf16_hd64(
+    const float* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
+    SM90_BATCH_PARAMS(float)) {
+    SM90_RUN(float, 64, SM90_WG_HD64, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_tma_bf16_hd128(
+    const float* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
+    SM90_BATCH_PARAMS(float)) {
+    SM90_RUN(float, 128, SM90_WG_HD128, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_bf16_hd64_bf16io(
+    const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS(bf16_t)) {
+    SM90_RUN(bf16_t, 64, SM90_WG_HD64, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_bf16_hd128_bf16io(
+    const bf16_t* q, const bf16_t* k_cache, const bf16_t* v_cache, SM90_BATCH_PARAMS(bf16_t)) {
+    SM90_RUN(bf16_t, 128, SM90_WG_HD128, false, false, k_cache, v_cache, nullptr, nullptr, nullptr, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD64), 1) flash_prefill_sm90_tma_bf16_hd64_bf16io(
+    const bf16_t* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
+    SM90_BATCH_PARAMS(bf16_t)) {
+    SM90_RUN(bf16_t, 64, SM90_WG_HD64, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_tma_bf16_hd128_bf16io(
+    const bf16_t* q, const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map,
+    SM90_BATCH_PARAMS(bf16_t)) {
+    SM90_RUN(bf16_t, 128, SM90_WG_HD128, true, false, nullptr, nullptr, nullptr, nullptr, &k_map, &v_map);
+}
 
 // int8 pools [num_blocks, block_size, num_kv_heads, HD] and their scales [num_blocks, block_size,
 // num_kv_heads] (f32), block sizes multiples of SM90_BLOCK_MULTIPLE; dynamic shared memory as the
