@@ -114,7 +114,16 @@ __device__ __forceinline__ uint4 packed8(const float* src) {
                       pack_pair<E>(b.z, b.w));
 }
 template <typename E>
-__device__ uint4 packed8(const bf16_t* src);  // bf16 queries go with bf16 MMAs only
+__device__ __forceinline__ uint4 packed8(const bf16_t* src) {
+    const uint4 u = *reinterpret_cast<const uint4*>(src);
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+    unsigned r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        r[i] = pack_pair<E>(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
+    }
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
 template <>
 __device__ __forceinline__ uint4 packed8<MmaBf16>(const bf16_t* src) {
     return *reinterpret_cast<const uint4*>(src);
@@ -446,7 +455,6 @@ __device__ void prefill_sm90(
     static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 + INT8_BYTES <= 227 * 1024,
                   "a block's shared memory");
     static_assert(!(INT8 && TMA), "the TMA form reads bf16 pools");
-    static_assert(!(INT8 && sizeof(IO) == 2), "bf16 queries and outputs go with bf16 pools");
     static_assert(!SM90_PINGPONG || WG == 2, "ping-pong takes two consumer warpgroups");
     // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
     // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 (f16 over int8 pools) and
@@ -632,8 +640,8 @@ __device__ void prefill_sm90(
 // surplus blocks return at once. Every form takes q [num_tokens, num_heads, HD], then the pools, then
 // the batch: query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs,
 // max_blocks_per_seq], out [num_tokens, num_heads, HD], the sizes and the softmax scale. q and out are
-// f32, or bf16 in the `_bf16io` forms (bf16 pools only: the products before and after read and write
-// bf16, so neither is rounded on its own pass).
+// f32, or bf16 in the `_bf16io` forms (the products before and after read and write bf16, so neither
+// is rounded on a pass of its own).
 // The cp.async form takes the bf16 pools [num_blocks, block_size, num_kv_heads, HD] (block sizes
 // multiples of SM90_BLOCK_MULTIPLE); the TMA form their tensor maps over [num_blocks · block_size,
 // num_kv_heads, HD] (boxes of 64 × 1 × block_size, 128-byte swizzle; block sizes dividing 128).
@@ -713,5 +721,20 @@ extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash
     const float* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
     const float* v_scales, SM90_BATCH_PARAMS(float)) {
     SM90_RUN(float, 128, SM90_WG_HD128, false, true, k_cache, v_cache, k_scales, v_scales, nullptr,
+             nullptr);
+}
+
+// The int8 forms with q and out in bf16 (q widened to f16 for the MMAs as it is stored).
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_INT8_HD64), 1) flash_prefill_sm90_int8_hd64_bf16io(
+    const bf16_t* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
+    const float* v_scales, SM90_BATCH_PARAMS(bf16_t)) {
+    SM90_RUN(bf16_t, 64, SM90_WG_INT8_HD64, false, true, k_cache, v_cache, k_scales, v_scales, nullptr,
+             nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS_OF(SM90_WG_HD128), 1) flash_prefill_sm90_int8_hd128_bf16io(
+    const bf16_t* q, const signed char* k_cache, const signed char* v_cache, const float* k_scales,
+    const float* v_scales, SM90_BATCH_PARAMS(bf16_t)) {
+    SM90_RUN(bf16_t, 128, SM90_WG_HD128, false, true, k_cache, v_cache, k_scales, v_scales, nullptr,
              nullptr);
 }

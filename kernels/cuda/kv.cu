@@ -277,6 +277,112 @@ extern "C" __global__ void rope_kv_write_bf16io(
     }
 }
 
+// Quantises one head held across a warp's lanes (`x[t]` holds element lane + 32·t, `n` of them a lane,
+// those at or past `head_dim` zero) into its int8 slot and scale, as quantize_head does.
+template <int N>
+__device__ __forceinline__ void quantize_lanes(const float* x, signed char* q, float* scale,
+                                               int head_dim) {
+    const int lane = threadIdx.x & 31;
+    float amax = 0.0f;
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+        amax = fmaxf(amax, fabsf(x[t]));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    }
+    const float s = amax / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+        if (lane + 32 * t < head_dim) {
+            q[lane + 32 * t] = quantized(x[t], inv);
+        }
+    }
+    if (lane == 0) {
+        *scale = s;
+    }
+}
+
+// rope_kv_write_bf16io for int8 pools: one warp per (row, head of q then k). A q head gets its bias and
+// is rotated in place (bf16); a k head gets its bias, is rotated and quantised into its slot, and the v
+// head beside it gets its bias and is quantised; the k and v products are left as they were.
+// `head_dim` even and at most 256; 1-D grid of any block size that is a multiple of 32.
+extern "C" __global__ void rope_kv_write_int8_bf16io(
+    bf16_t* q, const bf16_t* k, const bf16_t* v, const float* q_bias, const float* k_bias,
+    const float* v_bias, const float* table, const unsigned* slots, signed char* kc,
+    signed char* vc, float* k_scales, float* v_scales, int rows, int heads, int kv_heads,
+    int head_dim) {
+    allow_next_grid();
+    wait_for_previous_grid();
+    constexpr int PAIRS = 4;  // pairs a lane holds: head_dim / 2 ≤ 128
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int all = heads + kv_heads, lane = threadIdx.x & 31, half = head_dim / 2;
+    if (warp >= (long long)rows * all) {
+        return;
+    }
+    const long long r = warp / all;
+    const int h = (int)(warp % all);
+    const bool is_q = h < heads;
+    const int col = (is_q ? h : h - heads) * head_dim;
+    const long long at = is_q ? r * heads * head_dim + col : r * kv_heads * head_dim + col;
+    const bf16_t* x = is_q ? q + at : k + at;
+    const float* bias = is_q ? q_bias : k_bias;
+    const float* cs = table + r * head_dim;
+    // The rotated head: element j + 32·t in y1[t], element half + j + 32·t in y2[t].
+    float y1[PAIRS], y2[PAIRS];
+#pragma unroll
+    for (int t = 0; t < PAIRS; ++t) {
+        const int j = lane + 32 * t;
+        y1[t] = y2[t] = 0.0f;
+        if (j < half) {
+            const float x1 = bf16_to_f32(x[j]) + (bias ? bias[col + j] : 0.0f);
+            const float x2 = bf16_to_f32(x[half + j]) + (bias ? bias[col + half + j] : 0.0f);
+            const float c = cs[j], s = cs[half + j];
+            y1[t] = x1 * c - x2 * s;
+            y2[t] = x2 * c + x1 * s;
+        }
+    }
+    if (is_q) {
+#pragma unroll
+        for (int t = 0; t < PAIRS; ++t) {
+            const int j = lane + 32 * t;
+            if (j < half) {
+                q[at + j] = f32_to_bf16(y1[t]);
+                q[at + half + j] = f32_to_bf16(y2[t]);
+            }
+        }
+        return;
+    }
+    // The head's elements in lane order for quantize_lanes: lane + 32·t for t < 2·PAIRS.
+    float kx[2 * PAIRS], vx[2 * PAIRS];
+#pragma unroll
+    for (int t = 0; t < 2 * PAIRS; ++t) {
+        kx[t] = vx[t] = 0.0f;
+    }
+    // half is a multiple of 32 here (head_dim 64 or 128 go to this kernel), so element j + 32·t of
+    // the second half is element 32·(t + half / 32) + lane of the head.
+    const int second = half / 32;
+#pragma unroll
+    for (int t = 0; t < PAIRS; ++t) {
+        if (t < second) {
+            kx[t] = y1[t];
+            kx[t + second] = y2[t];
+        }
+    }
+    const bf16_t* vr = v + at;
+#pragma unroll
+    for (int t = 0; t < 2 * PAIRS; ++t) {
+        const int e = lane + 32 * t;
+        if (e < head_dim) {
+            vx[t] = bf16_to_f32(vr[e]) + (v_bias ? v_bias[col + e] : 0.0f);
+        }
+    }
+    const long long dst = (long long)slots[r] * kv_heads + (h - heads);
+    quantize_lanes<2 * PAIRS>(kx, kc + dst * head_dim, k_scales + dst, head_dim);
+    quantize_lanes<2 * PAIRS>(vx, vc + dst * head_dim, v_scales + dst, head_dim);
+}
+
 // rope_kv_write for int8 pools, whose write needs a whole head's largest value: one warp per (row,
 // head of q then k). A q head is rotated in place; a k head is rotated in place and quantised into its
 // slot (by `quantize_head`, once the warp's lanes see each other's rotated values), and the v head

@@ -81,6 +81,7 @@ pub const SOURCES: &[KernelSource] = &[
             "rope_kv_write_bf16",
             "rope_kv_write_int8",
             "rope_kv_write_bf16io",
+            "rope_kv_write_int8_bf16io",
             "kv_blocks_gather",
             "kv_blocks_scatter",
             "kv_blocks_scatter_mapped",
@@ -130,6 +131,8 @@ pub const SOURCES: &[KernelSource] = &[
             "flash_prefill_sm90_bf16_hd128_bf16io",
             "flash_prefill_sm90_tma_bf16_hd64_bf16io",
             "flash_prefill_sm90_tma_bf16_hd128_bf16io",
+            "flash_prefill_sm90_int8_hd64_bf16io",
+            "flash_prefill_sm90_int8_hd128_bf16io",
         ],
     },
     KernelSource {

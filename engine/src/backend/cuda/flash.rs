@@ -118,8 +118,8 @@ fn prefill_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
 pub(super) enum PrefillIo<'a> {
     /// f32 buffers.
     F32(&'a CudaSlice<f32>, &'a mut CudaSlice<f32>),
-    /// Device addresses of bf16 arrays, for the Hopper kernel's `_bf16io` forms over bf16 pools
-    /// without windows; the caller vouches that they hold the batch's rows.
+    /// Device addresses of bf16 arrays, for the Hopper kernel's `_bf16io` forms (bf16 and int8
+    /// pools, no windows); the caller vouches that they hold the batch's rows.
     Bf16 { q: u64, out: u64 },
 }
 
@@ -141,12 +141,12 @@ pub(super) fn prefill(
         (false, true, false) => "_sm90",
         (false, false, _) => "",
     };
-    let bf16io = match (&io, hopper && dtype == "bf16") {
+    let bf16io = match (&io, hopper) {
         (PrefillIo::F32(..), _) => "",
         (PrefillIo::Bf16 { .. }, true) => "_bf16io",
         (PrefillIo::Bf16 { .. }, false) => {
             return Err(EngineError::Internal(
-                "bf16 queries go to the Hopper prefill kernel over bf16 pools only".into(),
+                "bf16 queries go to the Hopper prefill kernel only, without windows".into(),
             ));
         }
     };

@@ -1,8 +1,9 @@
 //! The attention sublayer of a prefill on Hopper, in bf16 from one product to the next: the input
 //! normalised and rounded once, the q, k and v products written in bf16, RoPE (and the biases) applied
-//! to them in bf16 with k and v going to the bf16 pools (`rope_kv_write_bf16io`), attention reading
-//! bf16 queries and writing its output in bf16 (`flash_prefill_sm90*_bf16io`), and the output product
-//! reading that output as it is, added onto the f32 residual stream by cuBLAS.
+//! to them in bf16 with k and v going to the pools (`rope_kv_write_bf16io`, or
+//! `rope_kv_write_int8_bf16io` quantising into int8 pools), attention reading bf16 queries and writing
+//! its output in bf16 (`flash_prefill_sm90*_bf16io`), and the output product reading that output as it
+//! is, added onto the f32 residual stream by cuBLAS.
 //!
 //! The op-by-op path writes each of q, k, v and attention's output in f32 and reads it back (and
 //! rounds attention's output to bf16 on a pass of its own): at a 32K-token prefill of the
@@ -11,7 +12,7 @@
 //! products), only earlier: q and k are rotated after their rounding instead of before.
 
 use cudarc::cublas::sys::cudaDataType_t;
-use cudarc::driver::{CudaSlice, DevicePtrMut};
+use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig};
 
 use super::flash::{self, PrefillIo};
 use super::matmul::{all_bf16, gemm_bf16, gemm_bf16_into, staged_bf16};
@@ -22,7 +23,7 @@ use crate::backend::{AttnBuffers, AttnShape, AttnWeights, KvDtype, PagedAttnMeta
 use crate::error::{EngineError, Result};
 
 /// Whether this sublayer runs in bf16 here: the backend's switch on, and a prefill (not a decode
-/// batch) over bf16 pools on the
+/// batch) over bf16 or int8 pools on the
 /// Hopper kernel, without windows, all four products over bf16 weights at more rows than the skinny
 /// kernels take, and biases (where there are any) as f32 vectors.
 pub(super) fn takes(
@@ -36,7 +37,8 @@ pub(super) fn takes(
     let width = shape.num_heads * shape.head_dim;
     be.bf16_sublayer()
         && be.hopper_prefill()
-        && [kc, vc].iter().all(|c| c.shape.dtype == KvDtype::Bf16)
+        && matches!(kc.shape.dtype, KvDtype::Bf16 | KvDtype::Int8)
+        && kc.shape.dtype == vc.shape.dtype
         && flash::supports(shape)
         && flash::prefill_takes_block_size(kc.shape.block_size)
         && meta.windows.is_none()
@@ -126,7 +128,7 @@ pub(super) fn run(
     gemm_bf16(be, (xb, wo), (rows, hidden, q_width), beta, x)
 }
 
-/// Launches `rope_kv_write_bf16io` over the bf16 products at `q`, `k` and `v`.
+/// Launches `rope_kv_write_bf16io` (or its int8 form) over the bf16 products at `q`, `k` and `v`.
 ///
 /// # Safety
 /// The addresses must hold `[rows, heads · head_dim]` and `[rows, kv_heads · head_dim]` bf16 values,
@@ -166,9 +168,25 @@ unsafe fn rope_kv_write_bf16io(
     for i in [rows, heads, kv_heads, head_dim] {
         a.int(i as i32);
     }
-    let f = be.kernels.get("rope_kv_write_bf16io")?;
-    // A thread rotates eight pairs of one head.
-    let cfg = grid(rows * (heads + kv_heads) * head_dim / 16);
+    let (name, cfg) = match kc.shape.dtype {
+        // One warp per (row, head): an int8 head's scale needs the whole head.
+        KvDtype::Int8 => {
+            let warps_per_block = 8;
+            let warps = rows * (heads + kv_heads);
+            let cfg = LaunchConfig {
+                grid_dim: (warps.div_ceil(warps_per_block).max(1) as u32, 1, 1),
+                block_dim: (32 * warps_per_block as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            ("rope_kv_write_int8_bf16io", cfg)
+        }
+        // A thread rotates eight pairs of one head.
+        _ => (
+            "rope_kv_write_bf16io",
+            grid(rows * (heads + kv_heads) * head_dim / 16),
+        ),
+    };
+    let f = be.kernels.get(name)?;
     // SAFETY: arguments match the kernel's signature; sizes checked above or vouched for by the
     // caller; slots come from the block allocator, as for kv_write. Every thread waits for the
     // previous kernel before it reads anything.

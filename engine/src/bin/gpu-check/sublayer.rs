@@ -1,7 +1,7 @@
 //! Parity of the attention sublayer (norm, q/k/v products, RoPE and the KV write, paged attention, the
 //! output product onto the residual) on the GPU against the CPU backend's op-by-op sequence. On Hopper
-//! a prefill over bf16 pools runs it in bf16 from one product to the next; decode rows, int8 pools
-//! and other GPUs run the sequence op by op, checked the same way. The residual's change (not the
+//! a prefill over bf16 or int8 pools runs it in bf16 from one product to the next; decode batches and
+//! other GPUs run the sequence op by op, checked the same way. The residual's change (not the
 //! residual, which would hide it) and both pools must match.
 
 use docqa_engine::Result;
@@ -15,6 +15,12 @@ use crate::attention::block_table;
 use crate::inputs::{Pair, Rng};
 use crate::ops::TOL_BF16;
 use crate::report::Report;
+
+/// Tolerance over int8 pools. The bf16 path rotates k after rounding it to bf16, the CPU before: the
+/// difference (about 2^-9 of a value) moves roughly one element in eight across a rounding boundary of
+/// its int8 step (amax / 127), which then differs by a whole step. Over a head of values spread up to
+/// amax that is about 9e-3 of relative error, measured 7.8–8.2e-3: twice that leaves room for the draw.
+const TOL_INT8_POOLS: f64 = 2e-2;
 
 /// Tokens per KV block (the engine's default).
 const BLOCK_SIZE: usize = 16;
@@ -77,19 +83,25 @@ const CASES: &[Case] = &[
         adds_residual: true,
         dtype: KvDtype::Int8,
     },
+    Case {
+        name: "chunks after prefixes, biases",
+        seqs: &[(200, 700), (129, 129), (1, 40)],
+        heads: (16, 4, 128),
+        hidden: 2048,
+        biases: true,
+        adds_residual: true,
+        dtype: KvDtype::Int8,
+    },
 ];
 
-/// Runs every case, and on Hopper the bf16 prefill cases again op by op (`…, op by op`).
+/// Runs every case, and on Hopper the prefill cases again op by op (`…, op by op`).
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for case in CASES {
         check(p, rng, r, case, "")?;
     }
     if p.gpu.hopper_prefill() && p.gpu.bf16_sublayer() {
         p.gpu.set_bf16_sublayer(false);
-        let bf16 = CASES
-            .iter()
-            .filter(|c| c.dtype == KvDtype::Bf16 && c.seqs[0].0 > 1);
-        for case in bf16 {
+        for case in CASES.iter().filter(|c| c.seqs[0].0 > 1) {
             check(p, rng, r, case, ", op by op")?;
         }
         p.gpu.set_bf16_sublayer(true);
@@ -269,6 +281,10 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> R
         case.name, case.dtype
     );
     let dims = format!("{rows} rows, {heads}/{kv_heads} heads x {hd}, hidden {hidden}");
-    r.check(&name, &dims, &gpu, &cpu, TOL_BF16);
+    let tol = match case.dtype {
+        KvDtype::Int8 => TOL_INT8_POOLS,
+        _ => TOL_BF16,
+    };
+    r.check(&name, &dims, &gpu, &cpu, tol);
     Ok(())
 }
