@@ -7,7 +7,8 @@
 //!
 //! The op-by-op path writes each of q, k, v and attention's output in f32 and reads it back (and
 //! rounds attention's output to bf16 on a pass of its own): at a 32K-token prefill of the
-//! Llama-3.2-1B shape that is about 10 GB of traffic a forward pass that this path does not have. What
+//! Llama-3.2-1B shape that is about 20 GB of traffic a forward pass that this path does not have
+//! (some of it hidden under the products' and attention's compute). What
 //! is rounded is what the op-by-op path rounds too (k and v for the pools, q and the output for their
 //! products), only earlier: q and k are rotated after their rounding instead of before.
 
@@ -23,9 +24,8 @@ use crate::backend::{AttnBuffers, AttnShape, AttnWeights, KvDtype, PagedAttnMeta
 use crate::error::{EngineError, Result};
 
 /// Whether this sublayer runs in bf16 here: the backend's switch on, and a prefill (not a decode
-/// batch) over bf16 or int8 pools on the
-/// Hopper kernel, without windows, all four products over bf16 weights at more rows than the skinny
-/// kernels take, and biases (where there are any) as f32 vectors.
+/// batch) over bf16 or int8 pools on the Hopper kernel, without windows, all four products over bf16
+/// weights at more rows than the skinny kernels take, and biases (where there are any) as f32 vectors.
 pub(super) fn takes(
     be: &CudaBackend,
     weights: &AttnWeights<'_, CudaBackend>,
