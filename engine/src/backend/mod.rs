@@ -221,6 +221,19 @@ pub type AttnBuffers<'a, B> = (
     &'a mut <B as Backend>::Buf,
 );
 
+impl<B: Backend> RopeKvWrite<'_, B> {
+    /// The same write, borrowing this one's pools for a shorter while (to try a fused path and keep
+    /// the pools for the fallback, or for the attention that reads them next).
+    pub fn reborrow(&mut self) -> RopeKvWrite<'_, B> {
+        RopeKvWrite {
+            table: self.table,
+            slot_mapping: self.slot_mapping,
+            heads: self.heads,
+            caches: (&mut *self.caches.0, &mut *self.caches.1),
+        }
+    }
+}
+
 fn no_graphs(backend: &str) -> crate::error::EngineError {
     crate::error::EngineError::Internal(format!("the {backend} backend records no graphs"))
 }

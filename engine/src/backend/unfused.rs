@@ -106,25 +106,15 @@ pub fn attention_sublayer<B: Backend>(
     (meta, shape): (&PagedAttnMeta<'_, B>, AttnShape),
     (h, [q, k, v], attn): AttnBuffers<'_, B>,
 ) -> Result<()> {
-    let rows = meta.num_tokens;
-    let RopeKvWrite {
-        table,
-        slot_mapping,
-        heads,
-        caches: (kc, vc),
-    } = rope;
+    let (rows, mut rope) = (meta.num_tokens, rope);
     let norm = RmsNormInto {
         weight: weights.norm.0,
         eps: weights.norm.1,
         out: &mut *h,
     };
-    let rope = RopeKvWrite {
-        table,
-        slot_mapping,
-        heads,
-        caches: (&mut *kc, &mut *vc),
-    };
-    b.matmul3_rope_kv_write(x, Some(norm), weights.qkv, rows, [&mut *q, k, v], rope)?;
+    let qkv = [&mut *q, k, v];
+    b.matmul3_rope_kv_write(x, Some(norm), weights.qkv, rows, qkv, rope.reborrow())?;
+    let (kc, vc) = rope.caches;
     b.paged_attention(q, kc, vc, meta, shape, attn)?;
     match weights.adds_residual {
         true => b.matmul_add(attn, weights.o, (rows, weights.hidden), h, x),

@@ -607,33 +607,23 @@ impl Backend for CudaBackend {
         weights: ([&CudaWeight; 3], [Option<&CudaWeight>; 3]),
         rows: usize,
         [q, k, v]: [&mut CudaSlice<f32>; 3],
-        rope: RopeKvWrite<'_, Self>,
+        mut rope: RopeKvWrite<'_, Self>,
     ) -> Result<()> {
-        let RopeKvWrite {
-            table,
-            slot_mapping,
-            heads,
-            caches: (kc, vc),
-        } = rope;
         let fused = gemv::gemv3_rope_kv(
             self,
             (x, gemv::fused_norm(norm.as_ref())?),
             weights,
             rows,
             [&mut *q, &mut *k, &mut *v],
-            RopeKvWrite {
-                table,
-                slot_mapping,
-                heads,
-                caches: (&mut *kc, &mut *vc),
-            },
+            rope.reborrow(),
         );
         if let Some(done) = fused {
             return done;
         }
         self.matmul3(x, norm, weights, rows, [&mut *q, &mut *k, &mut *v])?;
-        let (h, kvh, hd) = heads;
-        self.rope_kv_write((q, k, v), table, slot_mapping, (rows, h, kvh, hd), (kc, vc))
+        let (h, kvh, hd) = rope.heads;
+        let (table, slots) = (rope.table, rope.slot_mapping);
+        self.rope_kv_write((q, k, v), table, slots, (rows, h, kvh, hd), rope.caches)
     }
 
     fn attention_sublayer(
