@@ -43,6 +43,8 @@ use device::Device;
 pub(crate) use device::cuda_err;
 pub use device::{driver_present, visible_devices};
 pub use graph::CudaGraphExec;
+/// Most activation rows the skinny decode products take; wider products go to cuBLAS.
+pub const SKINNY_MAX_ROWS: usize = gemv::MAX_ROWS;
 use modules::Kernels;
 
 /// A weight in device memory: a matrix `[rows, cols]` or a vector (`rows == 1`).
@@ -121,6 +123,8 @@ pub struct CudaBackend {
     /// Whether a prefill's attention sublayer runs in bf16 from product to product where it can
     /// ([`sublayer`]; `DOCQA_CUDA_BF16_SUBLAYER=0`: op by op with f32 between the steps).
     bf16_sublayer: AtomicBool,
+    /// Attention sublayers run in bf16 so far, for checks that the path was taken.
+    bf16_sublayer_runs: AtomicU64,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -173,6 +177,7 @@ impl CudaBackend {
             bf16_sublayer: AtomicBool::new(
                 std::env::var("DOCQA_CUDA_BF16_SUBLAYER").map_or(true, |v| v != "0"),
             ),
+            bf16_sublayer_runs: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
         })
     }
@@ -186,6 +191,11 @@ impl CudaBackend {
     /// Whether a prefill's attention sublayer runs in bf16 where it can.
     pub fn bf16_sublayer(&self) -> bool {
         self.bf16_sublayer.load(Ordering::Relaxed)
+    }
+
+    /// How many attention sublayers have run in bf16 from product to product on this backend.
+    pub fn bf16_sublayer_runs(&self) -> u64 {
+        self.bf16_sublayer_runs.load(Ordering::Relaxed)
     }
 
     /// The stream every op of this backend is issued on.
@@ -635,7 +645,10 @@ impl Backend for CudaBackend {
         bufs: AttnBuffers<'_, Self>,
     ) -> Result<()> {
         match sublayer::takes(self, &weights, &rope, attn) {
-            true => sublayer::run(self, x, weights, rope, attn, bufs),
+            true => {
+                self.bf16_sublayer_runs.fetch_add(1, Ordering::Relaxed);
+                sublayer::run(self, x, weights, rope, attn, bufs)
+            }
             false => unfused::attention_sublayer(self, x, weights, rope, attn, bufs),
         }
     }

@@ -240,6 +240,7 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> R
         max_seq_len,
         windows: None,
     };
+    let runs_before = p.gpu.bf16_sublayer_runs();
     p.gpu.attention_sublayer(
         &mut gx,
         AttnWeights {
@@ -286,5 +287,21 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> R
         _ => TOL_BF16,
     };
     r.check(&name, &dims, &gpu, &cpu, tol);
+    let took = p.gpu.bf16_sublayer_runs() > runs_before;
+    let expected = bf16_path_expected(p, case, rows);
+    let what = match took {
+        true => "the bf16 path ran",
+        false => "op by op",
+    };
+    r.note(&name, &dims, what, took == expected);
     Ok(())
+}
+
+/// Whether the GPU should run `case` in bf16 from product to product: on the Hopper kernel with the
+/// switch on, for a batch that is not pure decode and has more rows than the skinny products take.
+fn bf16_path_expected(p: &Pair, case: &Case, rows: usize) -> bool {
+    p.gpu.hopper_prefill()
+        && p.gpu.bf16_sublayer()
+        && case.seqs.iter().any(|&(q_len, _)| q_len > 1)
+        && rows > docqa_engine::backend::cuda::SKINNY_MAX_ROWS
 }
