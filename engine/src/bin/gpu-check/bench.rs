@@ -474,9 +474,10 @@ pub fn end_to_end(rng: &mut Rng) -> Result<()> {
         write_llama(&dir, shape, rng)?;
         let model = Llama::load(CudaBackend::new(0)?, &dir)?;
         println!(
-            "bench: end to end, random {}-shaped model (written and loaded in {:.1} s), bf16 weights, bf16 KV, wall clock",
+            "bench: end to end, random {}-shaped model (written and loaded in {:.1} s), bf16 weights, {:?} KV, wall clock",
             shape.name,
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            decode::kv_dtype()
         );
         prefill(&model, rng)?;
         for seqs in [1, 8, 32] {
@@ -532,12 +533,13 @@ pub fn profile_model(name: &str, rng: &mut Rng) -> Result<()> {
     decode::report(&model, rng, 1, true)
 }
 
-/// Seconds of the best of three prefills of `prompt` in one pass, batch 1, up to its first token.
+/// Seconds of the best of three prefills of `prompt` in one pass, batch 1, up to its first token,
+/// into a KV cache of [`decode::kv_dtype`]'s type.
 pub fn prefill_secs(model: &Llama<CudaBackend>, prompt: &[u32]) -> Result<f64> {
     let n = prompt.len();
     let mut best = f64::INFINITY;
     for _ in 0..3 {
-        let mut seq = SingleSequence::new(model, n + 1, n, KvDtype::Bf16)?;
+        let mut seq = SingleSequence::new(model, n + 1, n, decode::kv_dtype())?;
         let t = std::time::Instant::now();
         argmax(seq.feed(prompt, LogitsMode::LastPerSequence)?);
         best = best.min(t.elapsed().as_secs_f64());

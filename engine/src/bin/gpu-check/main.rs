@@ -14,7 +14,8 @@
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
 //! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone, `=int8`: over int8 pools),
-//! `DOCQA_BENCH_END_TO_END=1` the end-to-end prefill and decode of random models alone,
+//! `DOCQA_BENCH_END_TO_END=1` the end-to-end prefill and decode of random models alone (over int8 KV
+//! pools with `DOCQA_BENCH_KV_DTYPE=int8`),
 //! `DOCQA_BENCH_DECODE=1` decode alone (the attention kernel, then end to end at two shapes; `=products`:
 //! the skinny products at real widths, then end to end), `DOCQA_PROFILE_PREFILL=1` (`=int8`) runs the
 //! prefill kernel once at head_dim 128 and 16K tokens over bf16 (int8) pools, and
