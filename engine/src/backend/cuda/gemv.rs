@@ -23,6 +23,16 @@ const STAGE_ELEMS: usize = 16384;
 /// Blocks an SM holds at once (the kernels' launch bounds).
 const BLOCKS_PER_SM: usize = 2;
 
+/// Blocks an SM a resident launch has: [`BLOCKS_PER_SM`] unless `DOCQA_CUDA_GEMV_BLOCKS_PER_SM` asks for
+/// fewer (one leaves half of each SM's registers to the next kernel's blocks, which then start
+/// fetching their weights while this launch finishes).
+pub(super) fn blocks_per_sm_from_env() -> usize {
+    std::env::var("DOCQA_CUDA_GEMV_BLOCKS_PER_SM")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(BLOCKS_PER_SM, |n| n.clamp(1, BLOCKS_PER_SM))
+}
+
 /// The bf16 elements of `w` when a product of `rows` rows with it goes to the skinny kernels.
 pub(super) fn bf16_weight(w: &CudaWeight, rows: usize) -> Option<&CudaSlice<u16>> {
     match &w.data {
@@ -47,7 +57,7 @@ fn launch_config(be: &CudaBackend, outputs: usize, rows: usize, inp: usize) -> L
     let resident = inp * rows.next_power_of_two() <= STAGE_ELEMS;
     let (blocks, staged) = match resident {
         true => (
-            one_feature_a_warp.min(BLOCKS_PER_SM * be.dev.sm_count),
+            one_feature_a_warp.min(be.gemv_blocks_per_sm * be.dev.sm_count),
             rows * inp,
         ),
         false => (one_feature_a_warp, STAGE_ELEMS),

@@ -125,6 +125,9 @@ pub struct CudaBackend {
     bf16_sublayer: AtomicBool,
     /// Attention sublayers run in bf16 so far, for checks that the path was taken.
     bf16_sublayer_runs: AtomicU64,
+    /// Blocks an SM of a skinny product whose input is staged whole ([`gemv`];
+    /// `DOCQA_CUDA_GEMV_BLOCKS_PER_SM`: 1 or 2).
+    gemv_blocks_per_sm: usize,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -178,6 +181,7 @@ impl CudaBackend {
                 std::env::var("DOCQA_CUDA_BF16_SUBLAYER").map_or(true, |v| v != "0"),
             ),
             bf16_sublayer_runs: AtomicU64::new(0),
+            gemv_blocks_per_sm: gemv::blocks_per_sm_from_env(),
             epoch: AtomicU64::new(0),
         })
     }
