@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 use super::ops::vector;
 use super::pdl::PdlArgs;
 use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, pools};
-use crate::backend::{RmsNormInto, RopeKvWrite};
+use crate::backend::{AttnShape, RmsNormInto, RopeKvWrite};
 use crate::error::Result;
 
 /// Most activation rows the kernels take.
@@ -106,6 +106,55 @@ pub(super) fn gemv(
     // SAFETY: arguments match the kernel's signature; sizes checked above; `in` is a multiple of 8
     // (bf16_weight), so every 16-byte load is aligned and in bounds; every thread of the kernel
     // waits for the previous grid before it reads x or y.
+    unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }
+}
+
+/// Whether a decode step's output product over `w` at `rows` rows can take its attention output
+/// merged from the key splits in its staging ([`gemv_merged`]): bf16 weights, and the rows' whole
+/// input staged at once.
+pub(super) fn merged_takes(w: &CudaWeight, rows: usize) -> bool {
+    bf16_weight(w, rows).is_some() && w.cols * rows.next_power_of_two() <= STAGE_ELEMS
+}
+
+/// `y[rows, w.rows] = (accumulate ? y : 0) + a · Wᵀ`, `a` being the attention output of `rows` decode
+/// rows merged from the decode kernel's `splits` key splits (`part_o [rows, splits, heads, head_dim]`,
+/// `part_ml [rows, splits, heads, 2]`) as the split-KV reduce merges them, in the product's staging:
+/// one launch for the reduce and the output product. [`merged_takes`] must have said yes.
+pub(super) fn gemv_merged(
+    be: &CudaBackend,
+    w: &CudaWeight,
+    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    (rows, splits, shape): (usize, usize, AttnShape),
+    accumulate: bool,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let Some(wd) = bf16_weight(w, rows).filter(|_| merged_takes(w, rows)) else {
+        unreachable!("callers check merged_takes first")
+    };
+    let (out, inp) = (w.rows, w.cols);
+    let (heads, head_dim) = (shape.num_heads, shape.head_dim);
+    check_len("merged product input", heads * head_dim, inp)?;
+    check_len("merged product parts", part_o.len(), rows * splits * inp)?;
+    check_len(
+        "merged product maxima",
+        part_ml.len(),
+        rows * splits * heads * 2,
+    )?;
+    check_len("merged product y", y.len(), rows * out)?;
+    let f = be.kernels.get(&entry("gemv_merged_bf16", rows))?;
+    let stream = &be.dev.stream;
+    let mut a = PdlArgs::new();
+    a.buf(wd, stream)
+        .buf(part_o, stream)
+        .buf(part_ml, stream)
+        .buf(y, stream);
+    for i in [rows, splits, heads, head_dim, out, accumulate as usize] {
+        a.int(i as i32);
+    }
+    // SAFETY: arguments match the kernel's signature; sizes checked above; head_dim and `in` are
+    // multiples of 8 (bf16_weight), so every 16-byte load is aligned and in bounds; the input fits
+    // the stage (merged_takes), so the launch is a resident one; every thread waits for the decode
+    // kernel before it reads the partials or y.
     unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }
 }
 
