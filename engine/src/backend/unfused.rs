@@ -106,16 +106,41 @@ pub fn attention_sublayer<B: Backend>(
     (meta, shape): (&PagedAttnMeta<'_, B>, AttnShape),
     (h, [q, k, v], attn): AttnBuffers<'_, B>,
 ) -> Result<()> {
-    let (rows, mut rope) = (meta.num_tokens, rope);
+    let rows = meta.num_tokens;
+    let (kc, vc) = normed_qkv_rope(b, x, &weights, rope, rows, (&mut *h, [&mut *q, k, v]))?;
+    b.paged_attention(q, kc, vc, meta, shape, attn)?;
+    output_product(b, attn, &weights, rows, (h, x))
+}
+
+/// The first steps of an attention sublayer: the norm with the q/k/v products, RoPE and the KV write
+/// (`h` takes the normalised input). Hands back the pools for the attention that reads them.
+pub fn normed_qkv_rope<'p, B: Backend>(
+    b: &B,
+    x: &B::Buf,
+    weights: &AttnWeights<'_, B>,
+    rope: RopeKvWrite<'p, B>,
+    rows: usize,
+    (h, qkv): (&mut B::Buf, [&mut B::Buf; 3]),
+) -> Result<(&'p mut B::Kv, &'p mut B::Kv)> {
+    let mut rope = rope;
     let norm = RmsNormInto {
         weight: weights.norm.0,
         eps: weights.norm.1,
-        out: &mut *h,
+        out: h,
     };
-    let qkv = [&mut *q, k, v];
     b.matmul3_rope_kv_write(x, Some(norm), weights.qkv, rows, qkv, rope.reborrow())?;
-    let (kc, vc) = rope.caches;
-    b.paged_attention(q, kc, vc, meta, shape, attn)?;
+    Ok(rope.caches)
+}
+
+/// The last step of an attention sublayer: the output product of attention's output `attn`, added onto
+/// `x` (through the scratch `h`) or written over it.
+pub fn output_product<B: Backend>(
+    b: &B,
+    attn: &B::Buf,
+    weights: &AttnWeights<'_, B>,
+    rows: usize,
+    (h, x): (&mut B::Buf, &mut B::Buf),
+) -> Result<()> {
     match weights.adds_residual {
         true => b.matmul_add(attn, weights.o, (rows, weights.hidden), h, x),
         false => b.matmul(attn, weights.o, None, rows, x),

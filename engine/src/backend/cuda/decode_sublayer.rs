@@ -12,7 +12,7 @@ use cudarc::driver::CudaSlice;
 
 use super::{CudaBackend, attention, flash, gemv};
 use crate::backend::{
-    AttnBuffers, AttnShape, AttnWeights, Backend, KvDtype, PagedAttnMeta, RmsNormInto, RopeKvWrite,
+    AttnBuffers, AttnShape, AttnWeights, KvDtype, PagedAttnMeta, RopeKvWrite, unfused,
 };
 use crate::error::Result;
 
@@ -47,29 +47,14 @@ pub(super) fn run(
     (meta, shape): (&PagedAttnMeta<'_, CudaBackend>, AttnShape),
     (h, [q, k, v], attn): AttnBuffers<'_, CudaBackend>,
 ) -> Result<()> {
-    let (rows, mut rope) = (meta.num_tokens, rope);
-    let norm = RmsNormInto {
-        weight: weights.norm.0,
-        eps: weights.norm.1,
-        out: &mut *h,
-    };
-    be.matmul3_rope_kv_write(
-        x,
-        Some(norm),
-        weights.qkv,
-        rows,
-        [&mut *q, k, v],
-        rope.reborrow(),
-    )?;
-    let (kc, vc) = rope.caches;
+    let rows = meta.num_tokens;
+    let (kc, vc) =
+        unfused::normed_qkv_rope(be, x, &weights, rope, rows, (&mut *h, [&mut *q, k, v]))?;
     attention::check_paged(q, meta, shape, attn)?;
     let splits = flash::decode_splits(be, q, (kc, vc), meta, shape, attn)?;
     if splits == 1 {
         // One split: the decode kernel wrote the attention output itself, and there is nothing to merge.
-        return match weights.adds_residual {
-            true => be.matmul_add(attn, weights.o, (rows, weights.hidden), h, x),
-            false => be.matmul(attn, weights.o, None, rows, x),
-        };
+        return unfused::output_product(be, attn, &weights, rows, (h, x));
     }
     flash::with_parts(be, |part_o, part_ml| {
         let dims = (rows, splits, shape);
