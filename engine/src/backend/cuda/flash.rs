@@ -376,10 +376,21 @@ pub(super) fn decode(
 ) -> Result<()> {
     match decode_splits(be, q, (kc, vc), meta, shape, out)? {
         1 => Ok(()),
-        total => with_parts(be, |part_o, part_ml| {
-            reduce(be, (part_o, part_ml), total, meta, shape, out)
-        }),
+        total => reduce_splits(be, total, meta, shape, out),
     }
+}
+
+/// The split-KV reduce over the partial buffers the decode kernel just filled with `total` splits.
+pub(super) fn reduce_splits(
+    be: &CudaBackend,
+    total: usize,
+    meta: &PagedAttnMeta<'_, CudaBackend>,
+    shape: AttnShape,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    with_parts(be, |part_o, part_ml| {
+        reduce(be, (part_o, part_ml), total, meta, shape, out)
+    })
 }
 
 /// The decode kernel alone: each (sequence, head)'s keys cut into splits whose normalised outputs and

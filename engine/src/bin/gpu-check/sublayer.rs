@@ -41,9 +41,9 @@ struct Case {
 const CASES: &[Case] = &[
     Case {
         name: "decode, written over x",
-        seqs: &[(1, 700), (1, 90), (1, 1), (1, 257)],
-        heads: (16, 4, 128),
-        hidden: 2048,
+        seqs: &[(1, 700), (1, 257)],
+        heads: (8, 2, 128),
+        hidden: 1024,
         biases: false,
         adds_residual: false,
         dtype: KvDtype::Int8,
