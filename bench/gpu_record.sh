@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The Hopper record in one run on the GPU machine: every parity check and docqa's kernel and end-to-end
+# The GPU record in one run on the GPU machine: every parity check and docqa's kernel and end-to-end
 # timings (`gpu-check --bench`), then their anchors on the same machine (SDPA's attention kernels and the
 # copy bandwidth, bench/attention_sdpa.py; HF transformers on the same random weights, bench/hf_generate.py),
-# then the targets' table (bench/gpu_record.py) in OUT/summary.md.
+# optionally a real shape (bench/real_scale.sh against HF, and gpu-check's decode there), then the targets'
+# table (bench/gpu_record.py) in OUT/summary.md.
 #
-# Usage: bench/gpu_record.sh OUT [docqa] [anchors]   (both parts when none is named)
-# The two parts can run in two calls on the same warm machine: the anchors need the checkpoints the docqa part
-# writes into MODELS. Environment: GPU_CHECK (the gpu-check binary, built with --features cuda; default
-# target/release/gpu-check), DOCQA_CUBIN_DIR (prebuilt kernels), MODELS (default /tmp/gpu-record-models).
+# Usage: bench/gpu_record.sh OUT [docqa] [anchors] [real]   (docqa and anchors when none is named)
+# The parts can run in separate calls on the same warm machine: the anchors need the checkpoints the docqa
+# part writes into MODELS. Environment: GPU_CHECK (the gpu-check binary, built with --features cuda; default
+# target/release/gpu-check), DOCQA (the docqa binary with --features cuda, for `real`; default
+# target/release/docqa), DOCQA_CUBIN_DIR (prebuilt kernels), MODELS (default /tmp/gpu-record-models),
+# REAL_SHAPE (default llama-3.1-8b) and REAL_LENGTHS (default 8192,32768).
 set -uo pipefail
-out=${1:?usage: bench/gpu_record.sh OUT [docqa] [anchors]}
+out=${1:?usage: bench/gpu_record.sh OUT [docqa] [anchors] [real]}
 shift
 parts=${*:-docqa anchors}
 gpu_check=${GPU_CHECK:-target/release/gpu-check}
@@ -33,11 +36,28 @@ for part in $parts; do
         step sdpa python3 "$here/attention_sdpa.py"
         step hf python3 "$here/hf_generate.py" "$models"
         ;;
-    *) echo "unknown part $part (docqa, anchors)" >&2; exit 2 ;;
+    real)
+        shape=${REAL_SHAPE:-llama-3.1-8b}
+        step real env DOCQA="${DOCQA:-target/release/docqa}" MODELS="$models/real" CHUNKS=8192 \
+            HF_LENGTHS="${REAL_LENGTHS:-8192,32768}" bash "$here/real_scale.sh" "$shape" \
+            "${REAL_LENGTHS:-8192,32768}" "$out/real-scale"
+        # gpu-check's decode at that shape reads the same checkpoint, under the name it gives its own.
+        config="$models/real/$shape/config.json"
+        if [ ! -f "$config" ]; then
+            echo "real-decode: skipped, no checkpoint at $models/real/$shape (see $out/real.txt)"
+            continue
+        fi
+        layers=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['num_hidden_layers'])" "$config")
+        mkdir -p "$models/bench"
+        ln -sfn "$models/real/$shape" "$models/bench/$shape-$layers-layers"
+        step real-decode env DOCQA_BENCH_MODEL_DIR="$models/bench" DOCQA_BENCH_SHAPES="$shape" \
+            DOCQA_BENCH_CASES=1x512,1x8192,32x8192,1x32768,8x32768 "$gpu_check"
+        ;;
+    *) echo "unknown part $part (docqa, anchors, real)" >&2; exit 2 ;;
     esac
 done
 logs=()
-for name in docqa sdpa hf; do
+for name in docqa sdpa hf real real-decode; do
     [ -f "$out/$name.txt" ] && logs+=("$out/$name.txt")
 done
 python3 "$here/gpu_record.py" "${logs[@]}" | tee "$out/summary.md"
