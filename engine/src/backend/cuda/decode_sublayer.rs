@@ -9,6 +9,8 @@
 //! Off unless `DOCQA_CUDA_DECODE_MERGE=1` (or `set_decode_merge(true)`) until its timing is recorded;
 //! `gpu-check` checks it against the CPU either way.
 
+use std::sync::atomic::Ordering;
+
 use cudarc::driver::CudaSlice;
 
 use super::{CudaBackend, attention, flash, gemv};
@@ -68,6 +70,7 @@ pub(super) fn run(
         flash::reduce_splits(be, splits, meta, shape, attn)?;
         return unfused::output_product(be, attn, &weights, rows, (h, x));
     }
+    be.decode_merge_runs.fetch_add(1, Ordering::Relaxed);
     flash::with_parts(be, |part_o, part_ml| {
         let dims = (rows, splits, shape);
         gemv::gemv_merged(

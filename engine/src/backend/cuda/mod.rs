@@ -129,7 +129,8 @@ pub struct CudaBackend {
     /// Whether a decode step's split-KV reduce runs inside its output product ([`decode_sublayer`];
     /// `DOCQA_CUDA_DECODE_MERGE=1`; off by default).
     decode_merge: AtomicBool,
-    /// Decode sublayers run that way so far.
+    /// Output products that merged a decode step's splits so far (not counting the sublayers that
+    /// took the path but kept the reduce: one split, or too many partials).
     decode_merge_runs: AtomicU64,
     /// Blocks an SM of a skinny product whose input is staged whole ([`gemv`];
     /// `DOCQA_CUDA_GEMV_BLOCKS_PER_SM`: 1 or 2).
@@ -223,7 +224,7 @@ impl CudaBackend {
         self.decode_merge.load(Ordering::Relaxed)
     }
 
-    /// How many decode sublayers have run with the reduce inside the output product on this backend.
+    /// How many output products have merged a decode step's splits on this backend.
     pub fn decode_merge_runs(&self) -> u64 {
         self.decode_merge_runs.load(Ordering::Relaxed)
     }
@@ -679,7 +680,6 @@ impl Backend for CudaBackend {
             return sublayer::run(self, x, weights, rope, attn, bufs);
         }
         if decode_sublayer::takes(self, &weights, &rope, attn) {
-            self.decode_merge_runs.fetch_add(1, Ordering::Relaxed);
             return decode_sublayer::run(self, x, weights, rope, attn, bufs);
         }
         unfused::attention_sublayer(self, x, weights, rope, attn, bufs)

@@ -319,10 +319,12 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> R
     );
     let what = match took {
         (true, false) => "the bf16 path ran",
-        (false, true) => "reduce in the product",
+        (false, true) => "splits merged in the product",
         (false, false) => "op by op",
         (true, true) => "two paths ran",
     };
+    // Every decode case's partials fit the merged product (at most 64 KiB a block), so with the switch
+    // on its splits must be merged there.
     let expected = (
         bf16_path_expected(p, case, rows),
         p.gpu.decode_merge() && is_decode(case),
