@@ -310,73 +310,17 @@ __device__ __forceinline__ void tiled_products(uint4* xs, RowsOf rows_of, Finish
     }
 }
 
-// Stages x' whole (x, RMS-normalised with NORM), in one pass where the rows are short: the staging
-// of the products whose input is a previous kernel's activations.
-template <int R, bool NORM>
-__device__ __forceinline__ auto staged(const float* __restrict__ x, const float* norm_w, float eps,
-                                       int rows, int in) {
-    return [=](uint4* xs) {
-        if (!NORM || !stage_normalised_in_one_pass<R>(xs, x, norm_w, eps, rows, in)) {
-            float scale[R];
-            block_row_scales<R, NORM>(x, rows, in, eps, scale);
-            stage_tile<R, NORM>(xs, in / 8, x, norm_w, scale, rows, in, 0, in);
-        }
-        return rows;
-    };
-}
-
-// Stages the attention output of `rows` decode rows (one query row a sequence, heads · head_dim
-// values each) as bf16, each head's row merged from its key splits as flash_decode_reduce merges
-// them: the splits' normalised outputs weighted by l · 2^(m − max m), over the sum of the weights.
-// `part_o` [rows, splits, heads, head_dim] and `part_ml` [rows, splits, heads, 2] are the decode
-// kernel's partial outputs and (max, sum) pairs.
-template <int R>
-__device__ __forceinline__ auto merged_splits(const float* __restrict__ part_o,
-                                              const float* __restrict__ part_ml, int rows,
-                                              int splits, int heads, int head_dim) {
-    return [=](uint4* xs) {
-        const int pieces = heads * head_dim / 8;
-        const float2* ml = reinterpret_cast<const float2*>(part_ml);
-        for (int p = threadIdx.x; p < rows * pieces; p += GEMV_THREADS) {
-            const int r = p / pieces, k = 8 * (p - r * pieces), h = k / head_dim;
-            const long long first = (long long)r * splits * heads + h;
-            float mx = NEG_INF;
-            for (int sp = 0; sp < splits; ++sp) {
-                const float2 s = ml[first + (long long)sp * heads];
-                if (s.y > 0.0f) mx = fmaxf(mx, s.x);
-            }
-            float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, total = 0.0f;
-            for (int sp = 0; sp < splits; ++sp) {
-                const long long at = first + (long long)sp * heads;
-                const float2 s = ml[at];
-                if (s.y > 0.0f) {
-                    const float w = s.y * fast_exp2(s.x - mx);
-                    const float* o = part_o + at * head_dim + (k - h * head_dim);
-                    const float4 a = *reinterpret_cast<const float4*>(o);
-                    const float4 b = *reinterpret_cast<const float4*>(o + 4);
-                    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) acc[j] = fmaf(w, v[j], acc[j]);
-                    total += w;
-                }
-            }
-            const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-            xs[p] = make_uint4(pack_bf16x2(acc[0] * inv, acc[1] * inv), pack_bf16x2(acc[2] * inv, acc[3] * inv),
-                               pack_bf16x2(acc[4] * inv, acc[5] * inv), pack_bf16x2(acc[6] * inv, acc[7] * inv));
-        }
-        return rows;
-    };
-}
-
 // The products of inputs short enough to stage at once (in ≤ TILE): the block stages x' once, then
 // each warp streams the weight rows of its features o = blockIdx.x · GEMV_WARPS + warp, then every
 // gridDim.x · GEMV_WARPS, as one stream of pieces: the next feature's first pieces are requested
 // while the last of the previous are multiplied. A warp's first two groups of pieces are requested
-// before the kernel waits for the previous one, so that both are in flight while it stages x'
-// (`stage(xs)`: every thread calls it; it returns the rows staged). Every thread of the block calls it.
-template <int R, int M, class RowsOf, class Finish, class Stage>
+// before the kernel waits for the previous one, so that both are in flight while it stages x'. Every
+// thread of the block calls it.
+template <int R, int M, bool NORM, class RowsOf, class Finish>
 __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Finish finish,
-                                                  int outputs, Stage stage, int in) {
+                                                  int outputs, const float* __restrict__ x,
+                                                  const float* norm_w, float eps, int rows,
+                                                  int in) {
     using S = Stream<R, M>;
     constexpr int U = S::U, GROUP = S::GROUP;
     const int lane = threadIdx.x & 31;
@@ -402,10 +346,14 @@ __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Fin
     rows_of(next_active ? next_o : 0, next_rows);
     uint4 next[M][U];
     load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
-    // The weights above are no kernel's output; what `stage` reads, and y, may be the previous kernel's.
+    // The weights above are no kernel's output; x and y may be the previous kernel's.
     allow_next_grid();
     wait_for_previous_grid();
-    const int rows = stage(xs);
+    if (!NORM || !stage_normalised_in_one_pass<R>(xs, x, norm_w, eps, rows, in)) {
+        float scale[R];
+        block_row_scales<R, NORM>(x, rows, in, eps, scale);
+        stage_tile<R, NORM>(xs, in / 8, x, norm_w, scale, rows, in, 0, in);
+    }
     __syncthreads();
     if (!active) return;
     float acc[M][R];
@@ -445,9 +393,9 @@ __device__ __forceinline__ void products(RowsOf rows_of, Finish finish, int outp
     extern __shared__ uint4 xs[];  // rows · in bf16 values where they fit, else STAGE_ELEMS
     const bool resident = in <= Stream<R, M>::TILE;
     if (norm_w && resident) {
-        resident_products<R, M>(xs, rows_of, finish, outputs, staged<R, true>(x, norm_w, eps, rows, in), in);
+        resident_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else if (resident) {
-        resident_products<R, M>(xs, rows_of, finish, outputs, staged<R, false>(x, norm_w, eps, rows, in), in);
+        resident_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else if (norm_w) {
         tiled_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else {
@@ -472,31 +420,6 @@ __device__ void gemv(const bf16_t* __restrict__ W, const float* __restrict__ x, 
         }
     };
     products<R, 1>(rows_of, finish, out, x, nullptr, 0.0f, rows, in);
-}
-
-// y[r, o] = (accumulate ? y[r, o] : 0) + Σ_k W[o, k] · bf16(a[r, k]), a being the attention output of
-// decode row r merged from its key splits (merged_splits): the output product of a decode step with
-// the split-KV reduce folded into its staging, one launch instead of two. heads · head_dim · R must fit
-// the stage (STAGE_ELEMS); the launch is the resident products'.
-template <int R>
-__device__ void gemv_merged(const bf16_t* __restrict__ W, const float* part_o, const float* part_ml,
-                            float* y, int rows, int splits, int heads, int head_dim, int out,
-                            int accumulate) {
-    extern __shared__ uint4 xs[];
-    const int in = heads * head_dim;
-    auto rows_of = [=](int o, const bf16_t** w) { w[0] = W + (size_t)o * in; };
-    auto finish = [=](int o, float (*acc)[R]) {
-        if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (r < rows) {
-                float* p = y + (size_t)r * out + o;
-                *p = (accumulate ? *p : 0.0f) + acc[0][r];
-            }
-        }
-    };
-    resident_products<R, 1>(xs, rows_of, finish, out,
-                            merged_splits<R>(part_o, part_ml, rows, splits, heads, head_dim), in);
 }
 
 // Three products of one input (q, k, v), RMS-normalised first when norm_w is given: features 0..out0
@@ -709,21 +632,4 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
                           float* kc, float* vc) {
     gemv3_rope_kv<4, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
                          head_dim, table, slots, kc, vc);
-}
-// The output product of a decode step with the split-KV reduce folded in (gemv_merged), for up to 1,
-// 2 and 4 decode rows.
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
-    gemv_merged_bf16_r1(const bf16_t* W, const float* part_o, const float* part_ml, float* y, int rows,
-                        int splits, int heads, int head_dim, int out, int accumulate) {
-    gemv_merged<1>(W, part_o, part_ml, y, rows, splits, heads, head_dim, out, accumulate);
-}
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
-    gemv_merged_bf16_r2(const bf16_t* W, const float* part_o, const float* part_ml, float* y, int rows,
-                        int splits, int heads, int head_dim, int out, int accumulate) {
-    gemv_merged<2>(W, part_o, part_ml, y, rows, splits, heads, head_dim, out, accumulate);
-}
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
-    gemv_merged_bf16_r4(const bf16_t* W, const float* part_o, const float* part_ml, float* y, int rows,
-                        int splits, int heads, int head_dim, int out, int accumulate) {
-    gemv_merged<4>(W, part_o, part_ml, y, rows, splits, heads, head_dim, out, accumulate);
 }

@@ -169,9 +169,6 @@ pub const SOURCES: &[KernelSource] = &[
             "gemv3_rope_kv_f32_r1",
             "gemv3_rope_kv_f32_r2",
             "gemv3_rope_kv_f32_r4",
-            "gemv_merged_bf16_r1",
-            "gemv_merged_bf16_r2",
-            "gemv_merged_bf16_r4",
         ],
     },
     KernelSource {

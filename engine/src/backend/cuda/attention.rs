@@ -54,12 +54,13 @@ fn paged_ints(
     .map(|v| v as i32)
 }
 
-/// Fails unless q, the output and the batch's index arrays hold what `meta` and `shape` say.
-pub(super) fn check_paged(
+pub(super) fn paged(
+    be: &CudaBackend,
     q: &CudaSlice<f32>,
+    (kc, vc): (&CudaKv, &CudaKv),
     meta: &PagedAttnMeta<'_, CudaBackend>,
     shape: AttnShape,
-    out: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let width = meta.num_tokens * shape.num_heads * shape.head_dim;
     check_len("paged_attention q", q.len(), width)?;
@@ -71,19 +72,7 @@ pub(super) fn check_paged(
     )?;
     check_len("seq_lens", meta.seq_lens.len(), meta.num_seqs)?;
     let table = meta.num_seqs * meta.max_blocks_per_seq;
-    check_len("block_table", meta.block_table.len(), table)
-}
-
-pub(super) fn paged(
-    be: &CudaBackend,
-    q: &CudaSlice<f32>,
-    (kc, vc): (&CudaKv, &CudaKv),
-    meta: &PagedAttnMeta<'_, CudaBackend>,
-    shape: AttnShape,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    check_paged(q, meta, shape, out)?;
-    let width = meta.num_tokens * shape.num_heads * shape.head_dim;
+    check_len("block_table", meta.block_table.len(), table)?;
     if meta.num_tokens == 0 {
         return Ok(());
     }

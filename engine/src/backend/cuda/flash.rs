@@ -365,7 +365,8 @@ fn splits(max_len: usize, pairs: usize, step: usize, target: Option<usize>) -> (
 }
 
 /// Split-KV decode (one query row per sequence) over bf16 or int8 pools, then the reduce (none with
-/// one split).
+/// one split). Under sink windows, a sequence past its sinks and window reads the window with `q`
+/// and, in a second launch into one more split, the sinks with `q_sinks`.
 pub(super) fn decode(
     be: &CudaBackend,
     q: &CudaSlice<f32>,           // [num_seqs, num_heads, head_dim]
@@ -374,38 +375,6 @@ pub(super) fn decode(
     shape: AttnShape,
     out: &mut CudaSlice<f32>, // [num_seqs, num_heads, head_dim]
 ) -> Result<()> {
-    match decode_splits(be, q, (kc, vc), meta, shape, out)? {
-        1 => Ok(()),
-        total => reduce_splits(be, total, meta, shape, out),
-    }
-}
-
-/// The split-KV reduce over the partial buffers the decode kernel just filled with `total` splits.
-pub(super) fn reduce_splits(
-    be: &CudaBackend,
-    total: usize,
-    meta: &PagedAttnMeta<'_, CudaBackend>,
-    shape: AttnShape,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    with_parts(be, |part_o, part_ml| {
-        reduce(be, (part_o, part_ml), total, meta, shape, out)
-    })
-}
-
-/// The decode kernel alone: each (sequence, head)'s keys cut into splits whose normalised outputs and
-/// (max, sum) pairs go to the backend's partial buffers ([`with_parts`]); returns the number of
-/// splits. With one split the kernel writes the output into `out` and nothing is left to merge. Under
-/// sink windows, a sequence past its sinks and window reads the window with `q` and, in a second
-/// launch into one more split, the sinks with `q_sinks`.
-pub(super) fn decode_splits(
-    be: &CudaBackend,
-    q: &CudaSlice<f32>,           // [num_seqs, num_heads, head_dim]
-    (kc, vc): (&CudaKv, &CudaKv), // [num_blocks, block_size, num_kv_heads, head_dim]
-    meta: &PagedAttnMeta<'_, CudaBackend>,
-    shape: AttnShape,
-    out: &mut CudaSlice<f32>, // [num_seqs, num_heads, head_dim]
-) -> Result<usize> {
     let block_size = kc.shape.block_size;
     let pairs = meta.num_seqs * shape.num_kv_heads;
     let (n, len) = splits(
@@ -428,8 +397,7 @@ pub(super) fn decode_splits(
     if total == 1 {
         // One split per (KV head, sequence): its normalized output is the answer, and with one query
         // row per sequence its partial-output row is the output row, so the kernel writes `out`.
-        launch_decode(be, (q, kc, vc), meta, shape, launch, (out, part_ml))?;
-        return Ok(1);
+        return launch_decode(be, (q, kc, vc), meta, shape, launch, (out, part_ml));
     }
     if let Some(w) = &meta.windows {
         let window = DecodeLaunch {
@@ -463,32 +431,6 @@ pub(super) fn decode_splits(
     } else {
         launch_decode(be, (q, kc, vc), meta, shape, launch, (part_o, part_ml))?;
     }
-    Ok(total)
-}
-
-/// `f` with the backend's partial-output and (max, sum) buffers, as the last decode launch left them.
-pub(super) fn with_parts<T>(
-    be: &CudaBackend,
-    f: impl FnOnce(&CudaSlice<f32>, &CudaSlice<f32>) -> Result<T>,
-) -> Result<T> {
-    let parts = be.decode_parts.lock().unwrap_or_else(|e| e.into_inner());
-    match parts.as_ref() {
-        Some((part_o, part_ml)) => f(part_o, part_ml),
-        None => Err(EngineError::InvalidBatch(
-            "no decode partials to merge: the decode kernel has not run".into(),
-        )),
-    }
-}
-
-/// The split-KV reduce: each (head, sequence)'s `total` splits merged into its output row.
-fn reduce(
-    be: &CudaBackend,
-    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
-    total: usize,
-    meta: &PagedAttnMeta<'_, CudaBackend>,
-    shape: AttnShape,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
     let cfg = LaunchConfig {
         grid_dim: (shape.num_heads as u32, meta.num_seqs as u32, 1),
         block_dim: (REDUCE_THREADS, 1, 1),

@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 use super::ops::vector;
 use super::pdl::PdlArgs;
 use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, pools};
-use crate::backend::{AttnShape, RmsNormInto, RopeKvWrite};
+use crate::backend::{RmsNormInto, RopeKvWrite};
 use crate::error::Result;
 
 /// Most activation rows the kernels take.
@@ -22,16 +22,6 @@ const OUTPUTS_PER_BLOCK: usize = 8;
 const STAGE_ELEMS: usize = 16384;
 /// Blocks an SM holds at once (the kernels' launch bounds).
 const BLOCKS_PER_SM: usize = 2;
-
-/// Blocks an SM a resident launch has: [`BLOCKS_PER_SM`] unless `DOCQA_CUDA_GEMV_BLOCKS_PER_SM` asks for
-/// fewer (one leaves half of each SM's registers to the next kernel's blocks, which then start
-/// fetching their weights while this launch finishes).
-pub(super) fn blocks_per_sm_from_env() -> usize {
-    std::env::var("DOCQA_CUDA_GEMV_BLOCKS_PER_SM")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(BLOCKS_PER_SM, |n| n.clamp(1, BLOCKS_PER_SM))
-}
 
 /// The bf16 elements of `w` when a product of `rows` rows with it goes to the skinny kernels.
 pub(super) fn bf16_weight(w: &CudaWeight, rows: usize) -> Option<&CudaSlice<u16>> {
@@ -57,7 +47,7 @@ fn launch_config(be: &CudaBackend, outputs: usize, rows: usize, inp: usize) -> L
     let resident = inp * rows.next_power_of_two() <= STAGE_ELEMS;
     let (blocks, staged) = match resident {
         true => (
-            one_feature_a_warp.min(be.gemv_blocks_per_sm * be.dev.sm_count),
+            one_feature_a_warp.min(BLOCKS_PER_SM * be.dev.sm_count),
             rows * inp,
         ),
         false => (one_feature_a_warp, STAGE_ELEMS),
@@ -106,55 +96,6 @@ pub(super) fn gemv(
     // SAFETY: arguments match the kernel's signature; sizes checked above; `in` is a multiple of 8
     // (bf16_weight), so every 16-byte load is aligned and in bounds; every thread of the kernel
     // waits for the previous grid before it reads x or y.
-    unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }
-}
-
-/// Whether a decode step's output product over `w` at `rows` rows can take its attention output
-/// merged from the key splits in its staging ([`gemv_merged`]): bf16 weights, and the rows' whole
-/// input staged at once.
-pub(super) fn merged_takes(w: &CudaWeight, rows: usize) -> bool {
-    bf16_weight(w, rows).is_some() && w.cols * rows.next_power_of_two() <= STAGE_ELEMS
-}
-
-/// `y[rows, w.rows] = (accumulate ? y : 0) + a · Wᵀ`, `a` being the attention output of `rows` decode
-/// rows merged from the decode kernel's `splits` key splits (`part_o [rows, splits, heads, head_dim]`,
-/// `part_ml [rows, splits, heads, 2]`) as the split-KV reduce merges them, in the product's staging:
-/// one launch for the reduce and the output product. [`merged_takes`] must have said yes.
-pub(super) fn gemv_merged(
-    be: &CudaBackend,
-    w: &CudaWeight,
-    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
-    (rows, splits, shape): (usize, usize, AttnShape),
-    accumulate: bool,
-    y: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let Some(wd) = bf16_weight(w, rows).filter(|_| merged_takes(w, rows)) else {
-        unreachable!("callers check merged_takes first")
-    };
-    let (out, inp) = (w.rows, w.cols);
-    let (heads, head_dim) = (shape.num_heads, shape.head_dim);
-    check_len("merged product input", heads * head_dim, inp)?;
-    check_len("merged product parts", part_o.len(), rows * splits * inp)?;
-    check_len(
-        "merged product maxima",
-        part_ml.len(),
-        rows * splits * heads * 2,
-    )?;
-    check_len("merged product y", y.len(), rows * out)?;
-    let f = be.kernels.get(&entry("gemv_merged_bf16", rows))?;
-    let stream = &be.dev.stream;
-    let mut a = PdlArgs::new();
-    a.buf(wd, stream)
-        .buf(part_o, stream)
-        .buf(part_ml, stream)
-        .buf(y, stream);
-    for i in [rows, splits, heads, head_dim, out, accumulate as usize] {
-        a.int(i as i32);
-    }
-    // SAFETY: arguments match the kernel's signature; sizes checked above; head_dim and `in` are
-    // multiples of 8 (bf16_weight), so every 16-byte load is aligned and in bounds; the input fits
-    // the stage (merged_takes), so the launch is a resident one; every thread waits for the decode
-    // kernel before it reads the partials or y.
     unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }
 }
 

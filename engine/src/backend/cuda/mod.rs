@@ -11,7 +11,6 @@
 //! then multiply in cuBLAS with f32 accumulation and f32 output.
 
 mod attention;
-mod decode_sublayer;
 mod device;
 mod flash;
 mod gemv;
@@ -126,15 +125,6 @@ pub struct CudaBackend {
     bf16_sublayer: AtomicBool,
     /// Attention sublayers run in bf16 so far, for checks that the path was taken.
     bf16_sublayer_runs: AtomicU64,
-    /// Whether a decode step's split-KV reduce runs inside its output product ([`decode_sublayer`];
-    /// `DOCQA_CUDA_DECODE_MERGE=1`; off by default).
-    decode_merge: AtomicBool,
-    /// Output products that merged a decode step's splits so far (not counting the sublayers that
-    /// took the path but kept the reduce: one split, or too many partials).
-    decode_merge_runs: AtomicU64,
-    /// Blocks an SM of a skinny product whose input is staged whole ([`gemv`];
-    /// `DOCQA_CUDA_GEMV_BLOCKS_PER_SM`: 1 or 2).
-    gemv_blocks_per_sm: usize,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -188,11 +178,6 @@ impl CudaBackend {
                 std::env::var("DOCQA_CUDA_BF16_SUBLAYER").map_or(true, |v| v != "0"),
             ),
             bf16_sublayer_runs: AtomicU64::new(0),
-            decode_merge: AtomicBool::new(
-                std::env::var("DOCQA_CUDA_DECODE_MERGE").is_ok_and(|v| v != "0"),
-            ),
-            decode_merge_runs: AtomicU64::new(0),
-            gemv_blocks_per_sm: gemv::blocks_per_sm_from_env(),
             epoch: AtomicU64::new(0),
         })
     }
@@ -211,22 +196,6 @@ impl CudaBackend {
     /// How many attention sublayers have run in bf16 from product to product on this backend.
     pub fn bf16_sublayer_runs(&self) -> u64 {
         self.bf16_sublayer_runs.load(Ordering::Relaxed)
-    }
-
-    /// Makes a decode step's split-KV reduce run inside its output product where it can (`on`), or as
-    /// a launch of its own.
-    pub fn set_decode_merge(&self, on: bool) {
-        self.decode_merge.store(on, Ordering::Relaxed);
-    }
-
-    /// Whether a decode step's split-KV reduce runs inside its output product where it can.
-    pub fn decode_merge(&self) -> bool {
-        self.decode_merge.load(Ordering::Relaxed)
-    }
-
-    /// How many output products have merged a decode step's splits on this backend.
-    pub fn decode_merge_runs(&self) -> u64 {
-        self.decode_merge_runs.load(Ordering::Relaxed)
     }
 
     /// The stream every op of this backend is issued on.
@@ -675,14 +644,13 @@ impl Backend for CudaBackend {
         attn: (&PagedAttnMeta<'_, Self>, AttnShape),
         bufs: AttnBuffers<'_, Self>,
     ) -> Result<()> {
-        if sublayer::takes(self, &weights, &rope, attn) {
-            self.bf16_sublayer_runs.fetch_add(1, Ordering::Relaxed);
-            return sublayer::run(self, x, weights, rope, attn, bufs);
+        match sublayer::takes(self, &weights, &rope, attn) {
+            true => {
+                self.bf16_sublayer_runs.fetch_add(1, Ordering::Relaxed);
+                sublayer::run(self, x, weights, rope, attn, bufs)
+            }
+            false => unfused::attention_sublayer(self, x, weights, rope, attn, bufs),
         }
-        if decode_sublayer::takes(self, &weights, &rope, attn) {
-            return decode_sublayer::run(self, x, weights, rope, attn, bufs);
-        }
-        unfused::attention_sublayer(self, x, weights, rope, attn, bufs)
     }
 
     fn argmax_rows(

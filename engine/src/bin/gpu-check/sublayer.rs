@@ -1,7 +1,6 @@
 //! Parity of the attention sublayer (norm, q/k/v products, RoPE and the KV write, paged attention, the
 //! output product onto the residual) on the GPU against the CPU backend's op-by-op sequence. On Hopper
-//! a prefill over bf16 or int8 pools runs it in bf16 from one product to the next; decode batches run
-//! it op by op, and again with the split-KV reduce inside the output product (`set_decode_merge`);
+//! a prefill over bf16 or int8 pools runs it in bf16 from one product to the next; decode batches and
 //! other GPUs run the sequence op by op, checked the same way. The residual's change (not the
 //! residual, which would hide it) and both pools must match, and each row checks which path ran.
 
@@ -111,28 +110,12 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     }
     if p.gpu.hopper_prefill() && p.gpu.bf16_sublayer() {
         p.gpu.set_bf16_sublayer(false);
-        for case in CASES.iter().filter(|c| !is_decode(c)) {
+        for case in CASES.iter().filter(|c| c.seqs[0].0 > 1) {
             check(p, rng, r, case, ", op by op")?;
         }
         p.gpu.set_bf16_sublayer(true);
     }
-    // The decode cases with the reduce the other way round from the default.
-    let merge = p.gpu.decode_merge();
-    p.gpu.set_decode_merge(!merge);
-    let label = match merge {
-        true => ", reduce on its own",
-        false => ", reduce in the output product",
-    };
-    for case in CASES.iter().filter(|c| is_decode(c)) {
-        check(p, rng, r, case, label)?;
-    }
-    p.gpu.set_decode_merge(merge);
     Ok(())
-}
-
-/// Whether every sequence of the case has one new row.
-fn is_decode(case: &Case) -> bool {
-    case.seqs.iter().all(|&(q_len, _)| q_len == 1)
 }
 
 fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> Result<()> {
@@ -266,7 +249,7 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> R
         max_seq_len,
         windows: None,
     };
-    let runs_before = (p.gpu.bf16_sublayer_runs(), p.gpu.decode_merge_runs());
+    let runs_before = p.gpu.bf16_sublayer_runs();
     p.gpu.attention_sublayer(
         &mut gx,
         AttnWeights {
@@ -313,22 +296,12 @@ fn check(p: &Pair, rng: &mut Rng, r: &mut Report, case: &Case, label: &str) -> R
         _ => TOL_BF16,
     };
     r.check(&name, &dims, &gpu, &cpu, tol);
-    let took = (
-        p.gpu.bf16_sublayer_runs() > runs_before.0,
-        p.gpu.decode_merge_runs() > runs_before.1,
-    );
+    let took = p.gpu.bf16_sublayer_runs() > runs_before;
+    let expected = bf16_path_expected(p, case, rows);
     let what = match took {
-        (true, false) => "the bf16 path ran",
-        (false, true) => "splits merged in the product",
-        (false, false) => "op by op",
-        (true, true) => "two paths ran",
+        true => "the bf16 path ran",
+        false => "op by op",
     };
-    // Every decode case's partials fit the merged product (at most 64 KiB a block), so with the switch
-    // on its splits must be merged there.
-    let expected = (
-        bf16_path_expected(p, case, rows),
-        p.gpu.decode_merge() && is_decode(case),
-    );
     r.note(&name, &dims, what, took == expected);
     Ok(())
 }
