@@ -21,7 +21,8 @@ Markdown table, one row per target:
   context against the weight-bandwidth limit (>= 80 %).
 
 The bytes a decode token reads are every layer's products and the LM head (for a model with an untied head,
-the embedding table's one row is left out). A row whose figures are missing from the logs says so.
+the embedding table's one row is left out). A row with one of its two figures missing says so; the targets
+the logs give no figure for are listed after the table (a part not run, or a step that failed).
 Usage: python3 bench/gpu_record.py LOG...
 """
 
@@ -242,13 +243,22 @@ def met(value, goal):
     return "met" if value >= goal else "not met"
 
 
+def has_figures(row):
+    """Whether the logs gave the row any figure of docqa's or of its anchor."""
+    return any(cell not in ("missing", "") for cell in row[1:3])
+
+
 def main(paths):
     f = read(paths)
     print(f"GPU record on {f.get('device', 'an unnamed device')}, from {len(paths)} log(s)\n")
     print("| target | docqa | anchor | docqa / anchor | goal | |")
     print("|---|---|---|---|---|---|")
-    for row in rows(f):
+    table = rows(f)
+    for row in filter(has_figures, table):
         print("| " + " | ".join(row) + " |")
+    empty = [row[0] for row in table if not has_figures(row)]
+    if empty:
+        print(f"\nNo figures in these logs for {len(empty)} target(s): " + "; ".join(empty) + ".")
 
 
 if __name__ == "__main__":
