@@ -22,9 +22,14 @@ fi
 # The wheel's nvcc finds cicc and libdevice through the nvvm folder beside it.
 export PATH="$(dirname "$NVCC"):$(dirname "$NVCC")/../nvvm/bin:$PATH"
 
-for src in "$root"/kernels/cuda/*.cu; do
-    name="$(basename "$src" .cu)"
+# One module a core at a time (nvcc compiles a module on one thread); any module that fails, fails the script.
+build_one() {
+    local name
+    name="$(basename "$1" .cu)"
     "$NVCC" -cubin -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror all-warnings \
-        -Xptxas -warn-spills -o "$out/$name.sm_90a.cubin" "$src"
+        -Xptxas -warn-spills -o "$out/$name.sm_90a.cubin" "$1" || return 1
     echo "$name.sm_90a.cubin"
-done
+}
+export -f build_one
+export NVCC out
+printf '%s\0' "$root"/kernels/cuda/*.cu | xargs -0 -n 1 -P "$(nproc)" bash -c 'build_one "$1"' _
