@@ -359,11 +359,22 @@ __device__ __forceinline__ void store_rows(
     }
 }
 
+// How far (in log2 units) a row's new maximum may exceed the reference its probabilities are taken
+// against before the reference moves. The reference need not be the true maximum: the output, the
+// sums and the maxima handed to a split reduce stay relative to the same reference, so the result is
+// the same, with probabilities up to 2^RESCALE_SLACK_LOG2 (256 at 8: far inside bf16's, f16's and
+// f32's range). Once a row's scores have set a reference, most tiles leave it, and the warp skips
+// rescaling its output accumulators. 0 moves the reference with every new maximum.
+#ifndef RESCALE_SLACK_LOG2
+#define RESCALE_SLACK_LOG2 8.0f
+#endif
+
 // One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
-// tile of NT·8 raw scores, masked with -inf: updates the running maxima `m` (raw score units) and
-// partial sums `l` (this lane's columns only), leaves the tile's probabilities in `sc` and the factor
-// each row's output accumulators must be scaled by in `alpha` (1 where the row's maximum stayed;
-// softmax in the log2 domain: exp(x·scale) = 2^(x·scale_log2)).
+// tile of NT·8 raw scores, masked with -inf: updates the running references `m` (raw score units; a
+// row's maximum, or up to RESCALE_SLACK_LOG2 / scale_log2 below it) and partial sums `l` (this lane's
+// columns only), leaves the tile's probabilities in `sc` and the factor each row's output
+// accumulators must be scaled by in `alpha` (1 where the row's reference stayed; softmax in the log2
+// domain: exp(x·scale) = 2^(x·scale_log2)).
 template <int NT>
 __device__ __forceinline__ void softmax_tile(
     float (*sc)[4],  // [NT][4]: score fragments of the tile
@@ -392,8 +403,12 @@ __device__ __forceinline__ void softmax_tile(
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float ref = mx == NEG_INF ? 0.0f : mx * scale_log2;
-        alpha[r] = mx == m[r] ? 1.0f : fast_exp2(fmaf(m[r], scale_log2, -ref));
+        // False where the maximum stayed within the slack, and where the row has seen only masked
+        // scores (-inf - -inf is NaN).
+        const bool moved = (mx - m[r]) * scale_log2 > RESCALE_SLACK_LOG2;
+        const float kept = moved ? mx : m[r];
+        const float ref = kept == NEG_INF ? 0.0f : kept * scale_log2;
+        alpha[r] = moved ? fast_exp2(fmaf(m[r], scale_log2, -ref)) : 1.0f;
 #pragma unroll
         for (int c = 0; c < CHAINS; ++c) {
             part[c] = 0.0f;
@@ -413,12 +428,12 @@ __device__ __forceinline__ void softmax_tile(
             sum += part[c];
         }
         l[r] = l[r] * alpha[r] + sum;
-        m[r] = mx;
+        m[r] = kept;
     }
 }
 
-// Scales the output accumulators of the lane's two rows by `alpha`; once the maxima settle most
-// tiles leave every row's maximum in place, and the warp skips the multiplies.
+// Scales the output accumulators of the lane's two rows by `alpha`; once the references settle most
+// tiles leave every row's reference in place, and the warp skips the multiplies.
 template <int OT>
 __device__ __forceinline__ void rescale_rows(float (*o)[4] /* [OT][4] */, const float* alpha) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
