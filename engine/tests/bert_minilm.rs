@@ -1,7 +1,7 @@
 //! The embedder against the figures published for all-MiniLM-L6-v2 (sentence-transformers' README
 //! similarity example): cosine similarities 0.6660 / 0.1046 / 0.1411, to within 1e-3.
 
-mod common;
+use crate::common;
 
 use docqa_engine::models::bert::{BertEmbedder, MAX_TOKENS};
 

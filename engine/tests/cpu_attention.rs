@@ -3,7 +3,7 @@
 //! widths that take the blocked kernel (AVX-512 or AVX2, whichever the CPU has) and one (40) that takes
 //! the portable path.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv, KvStore};

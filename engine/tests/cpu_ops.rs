@@ -2,7 +2,7 @@
 //! row-wise ops against their formulas (attention is in `cpu_attention.rs`). Inputs are fresh random
 //! values each run (the seed is printed).
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use docqa_engine::backend::Backend;

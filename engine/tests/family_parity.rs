@@ -15,7 +15,7 @@
 //! off moves the reference logits by 3.4 to 4.5, so the same comparison against the ablated logits must
 //! miss by more than ten times the tolerance: the feature is what is being checked.
 
-mod common;
+use crate::common;
 
 use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::models::llama::Llama;

@@ -4,7 +4,7 @@
 //! holds over a tensor-parallel group of three ranks (a record joins the ranks' shares), and a disk
 //! tier written by the group is not taken for a whole model's.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

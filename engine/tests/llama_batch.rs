@@ -1,7 +1,7 @@
 //! The Llama forward pass on a tiny random checkpoint: a batch mixing prefill, chunked prefill and
 //! decode gives the logits each sequence gets alone, and bad inputs are typed errors.
 
-mod common;
+use crate::common;
 
 use common::{Rng, TinyLlama, write_tiny_llama};
 use docqa_engine::EngineError;

@@ -10,7 +10,7 @@
 //! tolerance), the same arg-max, and max |Δlogit| ≤ 0.5 over the whole 49,152-entry row — 1.5 % of the
 //! logit range, an order of magnitude below the gap that would change a greedy choice on these prompts.
 
-mod common;
+use crate::common;
 
 use common::max_abs_diff;
 

@@ -12,7 +12,7 @@
 //! larger measure); the adapter itself moves the logits by up to 10.9 (mean 2.0), so the comparison
 //! without the adapter must miss by more than ten times the tolerance.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

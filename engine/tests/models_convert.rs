@@ -1,8 +1,7 @@
 //! GGUF → HF conversion on the real SmolLM2-135M-Instruct GGUF: tensor names and shapes, the Q/K
 //! un-permutation, bf16 values, and the generated configuration files.
 
-#[path = "support/real_model.rs"]
-mod real_model;
+use crate::real_model;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! cache stays within 1% of f32, a sink window wider than the text reads it as dense attention does, and a
 //! narrow one streams with bounded blocks.
 
-mod common;
+use crate::common;
 
 use docqa_engine::backend::KvDtype;
 use docqa_engine::backend::cpu::CpuBackend;

@@ -3,7 +3,7 @@
 //! bounded memory and batch exactly, prompts read in chunks report their progress, and the repetition
 //! guard ends a looping answer. Documents are the QMSum fixture's transcript (`tests/fixtures/qa/`).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -7,7 +7,7 @@
 //! written once, and each query scores the sinks with a copy of itself rotated to its position within the
 //! cache. A dense sequence shares every batch, so both kinds of rows are checked side by side.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use docqa_engine::backend::cpu::{CpuBackend, CpuKv};

@@ -12,7 +12,7 @@
 //! logits by up to 0.02. The family checkpoints as published (bf16), split, are also held to
 //! transformers' logits with `family_parity`'s tolerance.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,8 +1,7 @@
 //! The `tokenizer.json` rebuilt from the GGUF, through [`TextTokenizer`]: round trips, digit splitting,
 //! special tokens, the ChatML chat template and streaming detokenisation.
 
-#[path = "support/real_model.rs"]
-mod real_model;
+use crate::real_model;
 
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 

@@ -1,7 +1,7 @@
 //! Chinese and mixed-script tokenisation on the CMRC needle fixture, and needle retrieval over every
 //! CMRC long document of the evaluation data (a rate over the whole file, run when it is there).
 
-mod common;
+use crate::common;
 
 use docqa_indexer::bm25::ChineseSegmentation;
 use docqa_indexer::bm25::tokenizer::analyze;

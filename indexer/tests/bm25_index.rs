@@ -1,6 +1,6 @@
 //! BM25 index behaviour: persistence, deletes, filters, replacement by chunk id.
 
-mod common;
+use crate::common;
 
 use common::chunk;
 use docqa_indexer::SearchFilter;

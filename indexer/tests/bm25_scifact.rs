@@ -1,7 +1,7 @@
 //! BM25 on SciFact (BEIR protocol): the published anchor is nDCG@10 = 0.665. A statistic over the
 //! whole corpus, so it runs when the evaluation data is there (`common::test_data`).
 
-mod common;
+use crate::common;
 
 use docqa_indexer::eval::{EvalOptions, evaluate_retrieval};
 

@@ -2,7 +2,7 @@
 //! whitespace-separated word, or per character): greedy filling, whole-sentence overlap, oversize
 //! sentences split at clauses, then whitespace, then characters; and chunking speed.
 
-mod chunk_support;
+use crate::chunk_support;
 
 use docqa_indexer::{Chunk, ChunkerConfig, ParsedDocument, TokenCounter, chunk_document};
 

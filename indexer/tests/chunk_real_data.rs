@@ -8,7 +8,7 @@
 //! scratch with the test tokenizer, is within the budget; consecutive chunks leave no gap and
 //! overlap by whole sentences within the overlap budget. See `chunk_support` for the tokenizer.
 
-mod chunk_support;
+use crate::chunk_support;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! every document of the evaluation data's QA files (`chunk_support::test_data`). Run with
 //! `cargo test -p docqa-indexer --release --test chunk_sentence_stats -- --ignored --nocapture`.
 
-mod chunk_support;
+use crate::chunk_support;
 
 use docqa_indexer::chunk::sentences;
 use unicode_segmentation::UnicodeSegmentation;

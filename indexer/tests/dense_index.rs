@@ -1,7 +1,7 @@
 //! Dense index mechanics on random unit vectors (the index, not a model, is under test):
 //! recall against exact search, persistence, tombstones and compaction.
 
-mod common;
+use crate::common;
 
 use common::random_unit_vectors;
 use docqa_indexer::SearchFilter;

@@ -1,6 +1,6 @@
 //! Fusion arithmetic on hand-made rankings, and the combined index's attribution of hits.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! checks the process's peak resident memory (`VmHWM` of `/proc/self/status`) against one ceiling,
 //! which holds for all of them together since they run in one process.
 
-mod parse_support;
+use crate::parse_support;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

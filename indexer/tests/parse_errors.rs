@@ -2,7 +2,7 @@
 //! PDFs, zero bytes, whitespace only, inputs over the size limit (as uploaded and as inflated from
 //! a DOCX), invalid UTF-8 (rejected, with the offset of the first bad byte) and unsupported types.
 
-mod parse_support;
+use crate::parse_support;
 
 use docqa_indexer::{
     DocumentFormat, IndexerError, Limit, ParseLimits, parse_document, parse_document_with_limits,

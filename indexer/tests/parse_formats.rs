@@ -2,7 +2,7 @@
 //! with a table and page breaks, HTML without scripts and hidden text, Markdown without markup,
 //! and plain text paged at form feeds.
 
-mod parse_support;
+use crate::parse_support;
 
 use docqa_indexer::{
     ChunkerConfig, DocumentFormat, ParsedDocument, chunk_document, detect_file_format,

@@ -12,8 +12,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../tests/support/test_data.rs"]
-pub mod test_data;
+pub use crate::common::test_data;
 
 use std::path::{Path, PathBuf};
 
