@@ -362,23 +362,25 @@ __device__ __forceinline__ void store_rows(
 // How far (in log2 units) a row's new maximum may exceed the reference its probabilities are taken
 // against before the reference moves. The reference need not be the true maximum: the output, the
 // sums and the maxima handed to a split reduce stay relative to the same reference, so the result is
-// the same, with probabilities up to 2^RESCALE_SLACK_LOG2 (256 at 8: far inside bf16's, f16's and
-// f32's range). Once a row's scores have set a reference, most tiles leave it, and the warp skips
-// rescaling its output accumulators. 0 moves the reference with every new maximum.
+// the same, with probabilities up to 2^RESCALE_SLACK_LOG2 (256 at 8: far inside bf16's and f32's
+// range). Once a row's scores have set a reference, most tiles leave it, and the warp skips rescaling
+// its output accumulators. 0 moves the reference with every new maximum, as do the kernels over int8
+// pools that multiply the probabilities by V's scales and round them to f16 (largest 65504): there a
+// slack would overflow for V values past about 32K in place of 8M.
 #ifndef RESCALE_SLACK_LOG2
 #define RESCALE_SLACK_LOG2 8.0f
 #endif
 
 // One online-softmax step for a warp's 16 query rows (this lane: rows lane/4 and lane/4 + 8) over a
 // tile of NT·8 raw scores, masked with -inf: updates the running references `m` (raw score units; a
-// row's maximum, or up to RESCALE_SLACK_LOG2 / scale_log2 below it) and partial sums `l` (this lane's
-// columns only), leaves the tile's probabilities in `sc` and the factor each row's output
-// accumulators must be scaled by in `alpha` (1 where the row's reference stayed; softmax in the log2
-// domain: exp(x·scale) = 2^(x·scale_log2)).
-template <int NT>
+// row's maximum, or with SLACK up to RESCALE_SLACK_LOG2 / scale_log2 below it) and partial sums `l`
+// (this lane's columns only), leaves the tile's probabilities in `sc` and the factor each row's
+// output accumulators must be scaled by in `alpha` (1 where the row's reference stayed; softmax in
+// the log2 domain: exp(x·scale) = 2^(x·scale_log2)).
+template <int NT, bool SLACK = true>
 __device__ __forceinline__ void softmax_tile(
     float (*sc)[4],  // [NT][4]: score fragments of the tile
-    float* m,        // [2]: running maxima of the lane's two rows
+    float* m,        // [2]: running references of the lane's two rows
     float* l,        // [2]: running sums (this lane's share)
     float* alpha,    // [2]: out, the rows' rescale factors
     float scale_log2) {
@@ -405,7 +407,7 @@ __device__ __forceinline__ void softmax_tile(
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         // False where the maximum stayed within the slack, and where the row has seen only masked
         // scores (-inf - -inf is NaN).
-        const bool moved = (mx - m[r]) * scale_log2 > RESCALE_SLACK_LOG2;
+        const bool moved = (mx - m[r]) * scale_log2 > (SLACK ? RESCALE_SLACK_LOG2 : 0.0f);
         const float kept = moved ? mx : m[r];
         const float ref = kept == NEG_INF ? 0.0f : kept * scale_log2;
         alpha[r] = moved ? fast_exp2(fmaf(m[r], scale_log2, -ref)) : 1.0f;
@@ -448,10 +450,10 @@ __device__ __forceinline__ void rescale_rows(float (*o)[4] /* [OT][4] */, const 
 }
 
 // softmax_tile, then the output accumulators `o` ([OT][4]) rescaled to the new maxima.
-template <int NT, int OT>
+template <int NT, int OT, bool SLACK = true>
 __device__ __forceinline__ void online_softmax(float (*sc)[4], float* m, float* l, float (*o)[4],
                                                float scale_log2) {
     float alpha[2];
-    softmax_tile<NT>(sc, m, l, alpha, scale_log2);
+    softmax_tile<NT, SLACK>(sc, m, l, alpha, scale_log2);
     rescale_rows<OT>(o, alpha);
 }

@@ -212,7 +212,7 @@ __device__ __forceinline__ void chunk(
             sc[n][i] = out ? NEG_INF : sc[n][i];
         }
     }
-    online_softmax<ROWS, HD / 8>(sc, m, l, o, scale_log2);
+    online_softmax<ROWS, HD / 8, !INT8>(sc, m, l, o, scale_log2);  // int8: f16 probabilities
     if constexpr (INT8) {
         scale_columns<ROWS>(sc, c.vs);
     }

@@ -569,7 +569,7 @@ __device__ void prefill_sm90(
     if (masked(0)) {
         mask_causal<BN / 8>(sc, 0, prefix + wrow);
     }
-    softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
+    softmax_tile<BN / 8, !INT8>(sc, m, l, alpha, scale_log2);
     if (INT8) {
         scale_key_columns<BN / 8>(sc, key_scales(0, 1));  // P·V with V's scales folded into P
     }
@@ -599,7 +599,7 @@ __device__ void prefill_sm90(
         if (masked(jt + 1)) {
             mask_causal<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
         }
-        softmax_tile<BN / 8>(sc, m, l, alpha, scale_log2);
+        softmax_tile<BN / 8, !INT8>(sc, m, l, alpha, scale_log2);
         if (INT8) {
             scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 1));
         }
