@@ -449,7 +449,7 @@ __device__ __forceinline__ void rescale_rows(float (*o)[4] /* [OT][4] */, const 
     }
 }
 
-// softmax_tile, then the output accumulators `o` ([OT][4]) rescaled to the new maxima.
+// softmax_tile, then the output accumulators `o` ([OT][4]) rescaled to the new references.
 template <int NT, int OT, bool SLACK = true>
 __device__ __forceinline__ void online_softmax(float (*sc)[4], float* m, float* l, float (*o)[4],
                                                float scale_log2) {
