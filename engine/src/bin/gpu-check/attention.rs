@@ -2,6 +2,7 @@
 //! a cached prefix; GQA; head_dim 64 and 128; f32 and bf16 pools) and bidirectional varlen attention.
 //! bf16 pools run the tensor-core kernels (bf16 tolerance), f32 pools the plain ones; sink windows
 //! (every other sequence streaming, block-table rows compacted as `Batch::build` does) the plain ones.
+//! Keys that grow along the context make the softmax move its references past their slack.
 
 use docqa_engine::Result;
 use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta, WindowedAttn};
@@ -116,6 +117,39 @@ const CASES: &[(&str, Case)] = &[
     ),
 ];
 
+/// Cases whose keys grow along the context (key j scaled by 1 + 3j/ctx): each row's later tiles hold
+/// scores well past its first ones, so the kernels' softmax references move past their slack
+/// (`RESCALE_SLACK_LOG2`) and rescale the output, where the uniform cases mostly keep them.
+const RISING_KEY_CASES: &[(&str, Case)] = &[
+    (
+        "prefill, rising keys",
+        Case {
+            seqs: &[(1024, 1024), (130, 1000)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+    ),
+    (
+        "prefill, rising keys",
+        Case {
+            seqs: &[(700, 700)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+        },
+    ),
+    (
+        "decode, rising keys",
+        Case {
+            seqs: &[(1, 4097), (1, 300)],
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        },
+    ),
+];
+
 /// Sink-window cases: (sinks, window) applied to every other sequence.
 const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
     (
@@ -166,7 +200,12 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
 pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
     for (name, case) in CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
-            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, None)?;
+            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, Keys::Plain)?;
+        }
+    }
+    for (name, case) in RISING_KEY_CASES {
+        for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
+            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, Keys::Rising)?;
         }
     }
     if p.gpu.hopper_prefill() {
@@ -174,7 +213,16 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         for (name, case) in CASES.iter().filter(|(n, _)| !n.starts_with("decode")) {
             let label = format!("{name}, mma.sync kernel");
             for dtype in [KvDtype::Bf16, KvDtype::Int8] {
-                paged(p, rng, r, (&label, case, BLOCK_SIZE), dtype, None)?;
+                paged(p, rng, r, (&label, case, BLOCK_SIZE), dtype, Keys::Plain)?;
+            }
+        }
+        for (name, case) in RISING_KEY_CASES
+            .iter()
+            .filter(|(n, _)| !n.starts_with("decode"))
+        {
+            let label = format!("{name}, mma.sync kernel");
+            for dtype in [KvDtype::Bf16, KvDtype::Int8] {
+                paged(p, rng, r, (&label, case, BLOCK_SIZE), dtype, Keys::Rising)?;
             }
         }
         p.gpu.set_hopper_prefill(true);
@@ -183,19 +231,33 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         for (name, case) in CASES.iter().filter(|(n, _)| !n.starts_with("decode")) {
             let form = if tma { "cp.async" } else { "TMA" };
             let label = format!("{name}, wgmma {form} form");
-            paged(p, rng, r, (&label, case, BLOCK_SIZE), KvDtype::Bf16, None)?;
+            paged(
+                p,
+                rng,
+                r,
+                (&label, case, BLOCK_SIZE),
+                KvDtype::Bf16,
+                Keys::Plain,
+            )?;
         }
         p.gpu.set_hopper_tma(tma);
     }
     for (name, case, window) in WINDOWED_CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
-            paged(p, rng, r, (*name, case, BLOCK_SIZE), dtype, Some(*window))?;
+            paged(
+                p,
+                rng,
+                r,
+                (*name, case, BLOCK_SIZE),
+                dtype,
+                Keys::Windowed(*window),
+            )?;
         }
     }
     let odd = ("prefill, 24-token blocks", &ODD_BLOCK_CASE, ODD_BLOCK_SIZE);
-    paged(p, rng, r, odd, KvDtype::Bf16, None)?;
+    paged(p, rng, r, odd, KvDtype::Bf16, Keys::Plain)?;
     let twelve = ("prefill, 12-token blocks", &ODD_BLOCK_CASE, 12);
-    paged(p, rng, r, twelve, KvDtype::Bf16, None)?;
+    paged(p, rng, r, twelve, KvDtype::Bf16, Keys::Plain)?;
     let decode = Case {
         seqs: &[(1, 5000), (1, 25)],
         ..ODD_BLOCK_CASE
@@ -206,7 +268,7 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         r,
         ("decode, 24-token blocks", &decode, ODD_BLOCK_SIZE),
         KvDtype::Bf16,
-        None,
+        Keys::Plain,
     )?;
     varlen(p, rng, r, &[7, 128, 33], (12, 12, 32))?;
     varlen(p, rng, r, &[256, 1, 77], (8, 2, 64))?;
@@ -231,14 +293,42 @@ pub fn block_table(rng: &mut Rng, ctx: &[usize], bs: usize) -> (Vec<u32>, usize,
     (table, max_blocks, num_blocks)
 }
 
+/// The keys of a paged case: drawn alike at every position, the same through a sink window
+/// (sinks, window) on every other sequence, or growing along the context (`RISING_KEY_CASES`).
+#[derive(Clone, Copy)]
+enum Keys {
+    Plain,
+    Windowed((usize, usize)),
+    Rising,
+}
+
+/// Key rows for every context position of every sequence, in slot order; with `rising`, position j
+/// of a sequence of c keys scaled by 1 + 3j/c.
+fn key_rows(rng: &mut Rng, ctx: &[usize], row_len: usize, rising: bool) -> Vec<f32> {
+    let mut k = rng.vec(ctx.iter().sum::<usize>() * row_len, 3.0);
+    if rising {
+        let growth = ctx
+            .iter()
+            .flat_map(|&c| (0..c).map(move |j| 1.0 + 3.0 * j as f32 / c as f32));
+        for (row, g) in k.chunks_mut(row_len).zip(growth) {
+            row.iter_mut().for_each(|v| *v *= g);
+        }
+    }
+    k
+}
+
 fn paged(
     p: &Pair,
     rng: &mut Rng,
     r: &mut Report,
     (name, case, bs): (&str, &Case, usize),
     dtype: KvDtype,
-    window: Option<(usize, usize)>,
+    keys: Keys,
 ) -> Result<()> {
+    let window = match keys {
+        Keys::Windowed(w) => Some(w),
+        Keys::Plain | Keys::Rising => None,
+    };
     let (h, g, hd) = (case.heads, case.kv_heads, case.head_dim);
     let ctx: Vec<usize> = case.seqs.iter().map(|s| s.1).collect();
     let (mut table, max_blocks, num_blocks) = block_table(rng, &ctx, bs);
@@ -260,7 +350,7 @@ fn paged(
         .collect();
     let kv_rows = slots.len();
     let (cs, gs) = p.ids(&slots)?;
-    let (ck, gk) = p.buf(&rng.vec(kv_rows * g * hd, 3.0))?;
+    let (ck, gk) = p.buf(&key_rows(rng, &ctx, g * hd, matches!(keys, Keys::Rising)))?;
     let (cv, gv) = p.buf(&rng.vec(kv_rows * g * hd, 2.0))?;
     let (mut ckc, mut cvc) = (p.cpu.alloc_kv(shape)?, p.cpu.alloc_kv(shape)?);
     let (mut gkc, mut gvc) = (p.gpu.alloc_kv(shape)?, p.gpu.alloc_kv(shape)?);
