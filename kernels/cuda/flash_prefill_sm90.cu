@@ -2,9 +2,12 @@
 // batches, chunks after a cached prefix, as flash_prefill.cu's kernels compute it, with the products
 // on warpgroup MMA (wgmma) instead of mma.sync.
 //
-// One block per (tile of 64 · WG query rows of one sequence, query head): WG consumer warpgroups of
-// 64 rows each (three), and one producer warpgroup. The producer gathers key tiles of BN keys (128
-// at head_dim 64, 64 at 128) through the block table with cp.async into a ring of shared-memory
+// A block takes work items, each a tile of 64 · WG query rows of one sequence and one query head:
+// over bf16 pools with cp.async loads the blocks are persistent, one an SM, each claiming items until
+// none is left; the TMA and int8 forms have a block an item (persistent, they measured 6-16 % and,
+// at head_dim 64, 2.5 % slower on an H100, for reasons not yet found). A block has WG consumer
+// warpgroups of 64 rows each (three) and one producer warpgroup, which claims the items and hands
+// them to the consumers. The producer gathers key tiles of BN keys (128 at head_dim 64, 64 at 128) through the block table with cp.async into a ring of shared-memory
 // stages (K and V tile per stage), each signalled full on an mbarrier when its copies land and
 // handed back on another once the consumers are done with it; it gives its registers to the
 // consumers (setmaxnreg). A consumer warpgroup reads the key tiles up to its own rows' diagonal and
@@ -52,11 +55,6 @@
 #endif
 #ifndef SM90_STAGES_HD128
 #define SM90_STAGES_HD128 3
-#endif
-// Kernel lab: the warpgroups take turns issuing their MMAs (named barriers), so one's softmax runs
-// while the other's products do.
-#ifndef SM90_PINGPONG
-#define SM90_PINGPONG 0
 #endif
 // The order in which blocks take (query tile, head), longest tiles first either way. Launches of at
 // most this many query tiles a head (8,192 tokens and a few sequences) go tile by tile, all heads of
@@ -242,19 +240,20 @@ __device__ __forceinline__ void produce(
     unsigned k_base,              // shared: the ring's first K tile (stage s: + 2 · s · BN · HD · 2)
     unsigned full, unsigned empty,  // shared: the stages' barriers (8 bytes apart)
     const bf16_t* k_head, const bf16_t* v_head,  // the pools at the KV head
-    const KeyBlocks& kb, int row_stride, int end, int tiles, int tid) {
+    const KeyBlocks& kb, int row_stride, int end, int tiles,
+    int ring,  // the ring's tiles before this item's
+    int tid) {
     constexpr int TILE_BYTES = BN * HD * 2;
     for (int t = 0; t < tiles; ++t) {
-        const int st = t % ST;
-        if (t >= ST) {
-            mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
+        const int g = ring + t, st = g % ST;
+        if (g >= ST) {
+            mbar_wait(empty + 8 * st, (g / ST - 1) & 1);  // ring tile g - ST released
         }
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
         load_tiles<HD, BN>(k_tile, k_tile + TILE_BYTES, k_head, v_head, kb, row_stride, t * BN, end,
                            tid);
         mbar_arrive_on_copies(full + 8 * st);
     }
-    cp_async_wait_all();
 }
 
 // The producer in the TMA form, one warp (`lane` its lane): each KV block of a tile in view is one
@@ -266,13 +265,13 @@ template <int HD, int BN, int ST>
 __device__ __forceinline__ void produce_tma(unsigned k_base, unsigned full, unsigned empty,
                                             const TensorMap* k_map, const TensorMap* v_map,
                                             const unsigned* table, int block_size, int kv_head,
-                                            int end, int tiles, int lane) {
+                                            int end, int tiles, int ring, int lane) {
     constexpr int TILE_BYTES = BN * HD * 2;
     static_assert(BN / SM90_BLOCK_MULTIPLE <= 32, "a tile's block ids fit one warp");
     for (int t = 0; t < tiles; ++t) {
-        const int st = t % ST;
-        if (t >= ST) {
-            mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
+        const int g = ring + t, st = g % ST;
+        if (g >= ST) {
+            mbar_wait(empty + 8 * st, (g / ST - 1) & 1);  // ring tile g - ST released
         }
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES, bar = full + 8 * st;
         const int first = t * BN / block_size;
@@ -322,7 +321,9 @@ __device__ __forceinline__ void produce_int8(
     unsigned scale_base,            // shared: [ST][2][BN] f32, K's then V's scales of each stage
     const signed char* k_head, const signed char* v_head,  // the pools at the KV head
     const float* ks_head, const float* vs_head,            // their scales at the KV head
-    const KeyBlocks& kb, int row_stride, int scale_stride, int end, int tiles, int tid) {
+    const KeyBlocks& kb, int row_stride, int scale_stride, int end, int tiles,
+    int ring,  // the ring's tiles before this item's
+    int tid) {
     constexpr int TILE_BYTES = BN * HD * 2, PIECES = HD / 16, PAIRS = 2 * INT8_KEYS;
     constexpr int SLOT_BYTES = INT8_SLOT_BYTES(BN), SCALES = 2 * BN;
     static_assert(BN / INT8_KEYS * PIECES == PRODUCERS, "one item a producer thread");
@@ -359,9 +360,9 @@ __device__ __forceinline__ void produce_int8(
         cp_async_commit();
     };
     const auto widen = [&](int t) {
-        const int st = t % ST;
-        if (t >= ST) {
-            mbar_wait(empty + 8 * st, (t / ST - 1) & 1);  // tile t - ST released
+        const int g = ring + t, st = g % ST;
+        if (g >= ST) {
+            mbar_wait(empty + 8 * st, (g / ST - 1) & 1);  // ring tile g - ST released
         }
         const unsigned raw = raw_base + (t % INT8_SLOTS) * SLOT_BYTES;
         const unsigned k_tile = k_base + 2 * st * TILE_BYTES;
@@ -431,6 +432,329 @@ __device__ __forceinline__ void zero_rows(unsigned tile, int from, int tid) {
     }
 }
 
+// Where a block's parts lie in shared memory: Q [BM · HD], then ST stages of K and V tiles [BN · HD],
+// all bf16 (f16 over int8 pools) and swizzled; then 128 bytes of barriers: the stages' full and empty
+// ones (8 · ST bytes each, from `full`), the two work-item slots' full and empty ones and the slots
+// themselves; for int8 pools then the staging slots and the stages' K and V scales [ST][2][BN].
+template <int HD, int WG>
+struct Layout {
+    static constexpr unsigned BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
+    static constexpr unsigned ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
+    static_assert(ST <= 4, "the stages' barriers and the item slots fit 128 bytes");
+    static constexpr unsigned K = WG * 64 * HD * 2, FULL = K + 2 * ST * BN * HD * 2;
+    // Only the base is held: every other address is it plus a constant.
+    unsigned q;
+    __device__ __forceinline__ unsigned k() const { return q + K; }
+    __device__ __forceinline__ unsigned full() const { return q + FULL; }
+    __device__ __forceinline__ unsigned empty() const { return q + FULL + 8 * ST; }
+    __device__ __forceinline__ unsigned item_full() const { return q + FULL + 64; }
+    __device__ __forceinline__ unsigned item_empty() const { return q + FULL + 80; }
+    __device__ __forceinline__ unsigned item_slot() const { return q + FULL + 96; }
+    __device__ __forceinline__ unsigned raw() const { return q + FULL + 128; }
+    __device__ __forceinline__ unsigned scales() const {
+        return raw() + INT8_SLOTS * INT8_SLOT_BYTES(BN);
+    }
+};
+
+// The launch's work items are its (query tile, head) pairs, `total` of them, in the order blocks
+// take them: block b starts with item b, and the items past the first wave go to whichever block is
+// done first, in launch order, through this counter (claimed by one thread a block). The last block to
+// stop claiming sets it back to zero for the next launch: a backend launches on its one stream, so
+// its launches never overlap, and each backend loads the module, and so the counter, for itself.
+__device__ unsigned sm90_next_item = 0, sm90_blocks_done = 0;
+
+// The block's next item after its first (`total` once there are none left).
+__device__ __forceinline__ int claim_item(int total) {
+    if ((int)gridDim.x >= total) {
+        return total;  // one wave: nothing to claim, nothing to reset
+    }
+    const int index = (int)gridDim.x + (int)atomicAdd(&sm90_next_item, 1u);
+    if (index < total) {
+        return index;
+    }
+    __threadfence();
+    if (atomicAdd(&sm90_blocks_done, 1u) == gridDim.x - 1) {
+        sm90_next_item = 0;  // every block has stopped claiming
+        sm90_blocks_done = 0;
+    }
+    return total;
+}
+
+// One work item: query tile `tile` (of BM rows) of sequence `s`, head `h`.
+struct Item {
+    int s, tile, h;
+};
+
+// Item `index` of a launch of `query_tiles` tiles a head (num_tokens / BM + num_seqs: surplus ones
+// are not items, and false is returned). Launches of at most SM90_HEADS_FIRST_ROWS rows a head go
+// tile by tile, the longer ones head by head; either way the longest (last) query tiles come first.
+template <int BM>
+__device__ __forceinline__ bool item_at(int index, int query_tiles, int num_heads,
+                                        const unsigned* query_start_loc, int num_seqs, Item* it) {
+    int h = index / query_tiles, x = index % query_tiles;
+    if (query_tiles * BM <= SM90_HEADS_FIRST_ROWS) {
+        h = index % num_heads;
+        x = index / num_heads;
+    }
+    it->h = h;
+    return find_query_tile<BM>(query_start_loc, num_seqs, query_tiles - 1 - x, &it->s, &it->tile);
+}
+
+// The launch's shape, as the entry points receive it.
+struct Batch {
+    const unsigned *query_start_loc, *seq_lens, *block_table;
+    int num_seqs, num_heads, num_kv_heads, block_size, max_blocks_per_seq, query_tiles;
+};
+
+// The scheduler of a persistent block (one thread): claims the block's k-th item (`total` once none
+// is left) and hands it to its readers through slot k % 2, once they have all read what that slot
+// held before.
+template <class Lay>
+__device__ __forceinline__ void schedule(const Lay& L, int total, int k) {
+    const int index = k == 0 ? (int)blockIdx.x : claim_item(total);
+    const unsigned slot = k & 1;
+    if (k >= 2) {
+        mbar_wait(L.item_empty() + 8 * slot, ((k >> 1) - 1) & 1);
+    }
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(L.item_slot() + 4 * slot), "r"(index) : "memory");
+    mbar_arrive(L.item_full() + 8 * slot);
+}
+
+// The block's k-th item as the scheduler handed it over, once it has (a consumer thread; its read
+// counts towards the slot's reuse).
+template <class Lay>
+__device__ __forceinline__ int read_item(const Lay& L, int k) {
+    const unsigned slot = k & 1;
+    mbar_wait(L.item_full() + 8 * slot, (k >> 1) & 1);
+    int index;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(index) : "r"(L.item_slot() + 4 * slot) : "memory");
+    mbar_arrive(L.item_empty() + 8 * slot);
+    return index;
+}
+
+// Waits until the ring stage that the block's next item's first tile goes to is free (ring tile
+// `ring` - ST handed back): the moment a block claims its next item. Claimed earlier, an item waits
+// in a block that cannot start it yet while other blocks run out of work at the end of the launch
+// (0.89x at 1K tokens, head_dim 64, with claims as soon as the previous item's loads were issued).
+template <class Lay>
+__device__ __forceinline__ void wait_for_free_stage(const Lay& L, int ring) {
+    if (ring >= (int)Lay::ST) {
+        mbar_wait(L.empty() + 8 * (ring % Lay::ST), (ring / Lay::ST - 1) & 1);
+    }
+}
+
+// What a sequence's query tile sees: its first query row's position after the cached prefix, the
+// keys visible to some row of it (`end`) and the key tiles holding them.
+struct Span {
+    int q0, q_len, prefix, m0, end, tiles;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ Span span_of(const Item& it, const unsigned* query_start_loc,
+                                        const unsigned* seq_lens) {
+    Span sp;
+    sp.q0 = (int)query_start_loc[it.s];
+    sp.q_len = (int)query_start_loc[it.s + 1] - sp.q0;
+    const int ctx = (int)seq_lens[it.s];
+    sp.prefix = ctx - sp.q_len;
+    sp.m0 = it.tile * BM;
+    sp.end = min(ctx, sp.prefix + sp.m0 + BM);
+    sp.tiles = (sp.end + BN - 1) / BN;
+    return sp;
+}
+
+// The producer warpgroup (`tid` its thread) over the block's items: over bf16 pools its thread 0
+// schedules them (persistent blocks), over int8 pools the block has one; the warpgroup loads each
+// item's key tiles into the ring, whose tiles it counts across items.
+template <int HD, int WG, bool INT8>
+__device__ __forceinline__ void producer(const Layout<HD, WG>& L, const void* k_cache,
+                                         const void* v_cache, const float* k_scales,
+                                         const float* v_scales, const Batch& b, int tid) {
+    constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
+    constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
+    constexpr int BM = WG * 64;
+    const int total = b.query_tiles * b.num_heads;
+    const int shift = (b.block_size & (b.block_size - 1)) == 0 ? __ffs(b.block_size) - 1 : -1;
+    int ring = 0;  // tiles loaded so far
+    for (int k = 0;; ++k) {
+        int index = k == 0 ? (int)blockIdx.x : total;
+        if (!INT8) {
+            if (tid == 0) {
+                if (k > 0) {
+                    wait_for_free_stage(L, ring);
+                }
+                schedule(L, total, k);
+            }
+            // The warpgroup reads the slot after thread 0 wrote it, and before it may write the
+            // slot again (two items on, past this barrier's next use).
+            asm volatile("bar.sync 8, %0;" ::"n"(PRODUCERS) : "memory");
+            asm volatile("ld.shared.u32 %0, [%1];"
+                         : "=r"(index)
+                         : "r"(L.item_slot() + 4 * (k & 1))
+                         : "memory");
+        }
+        Item it;
+        if (index >= total) {
+            break;
+        }
+        if (!item_at<BM>(index, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, &it)) {
+            continue;  // a surplus item
+        }
+        const Span sp = span_of<BM, BN>(it, b.query_start_loc, b.seq_lens);
+        const int kv_head = it.h / (b.num_heads / b.num_kv_heads);
+        const KeyBlocks kb{b.block_table + (long long)it.s * b.max_blocks_per_seq, b.block_size,
+                           shift, 0, 0, -1};
+        if (INT8) {
+            produce_int8<HD, BN, ST>(
+                L.k(), L.full(), L.empty(), L.raw(), L.scales(),
+                static_cast<const signed char*>(k_cache) + kv_head * HD,
+                static_cast<const signed char*>(v_cache) + kv_head * HD, k_scales + kv_head,
+                v_scales + kv_head, kb, b.num_kv_heads * HD, b.num_kv_heads, sp.end, sp.tiles,
+                ring, tid);
+        } else {
+            produce<HD, BN, ST>(L.k(), L.full(), L.empty(),
+                                static_cast<const bf16_t*>(k_cache) + kv_head * HD,
+                                static_cast<const bf16_t*>(v_cache) + kv_head * HD, kb,
+                                b.num_kv_heads * HD, sp.end, sp.tiles, ring, tid);
+        }
+        ring += sp.tiles;
+    }
+    cp_async_wait_all();
+}
+
+// The TMA form's producer, one warp (`lane` its lane), over the block's one item.
+template <int HD, int WG>
+__device__ __forceinline__ void producer_tma(const Layout<HD, WG>& L, const TensorMap* k_map,
+                                             const TensorMap* v_map, const Batch& b, int lane) {
+    constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
+    constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
+    constexpr int BM = WG * 64;
+    Item it;
+    if (!item_at<BM>(blockIdx.x, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, &it)) {
+        return;  // a surplus item
+    }
+    const Span sp = span_of<BM, BN>(it, b.query_start_loc, b.seq_lens);
+    produce_tma<HD, BN, ST>(L.k(), L.full(), L.empty(), k_map, v_map,
+                            b.block_table + (long long)it.s * b.max_blocks_per_seq, b.block_size,
+                            it.h / (b.num_heads / b.num_kv_heads), sp.end, sp.tiles, 0, lane);
+}
+
+// A consumer warpgroup (`wg`, `tid` its thread) on one item, whose first key tile is the ring's
+// tile `ring` (counted across items): its 64 query rows against the keys they see, the output
+// written.
+template <int HD, int WG, bool TMA, bool INT8, typename IO>
+__device__ __forceinline__ void consume(const Layout<HD, WG>& L, unsigned char* smem, const IO* q, IO* out,
+                                        const Item& it, const Span& sp, int ring, int num_heads,
+                                        float scale_log2, int wg, int tid) {
+    constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
+    constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
+    constexpr int TILE_BYTES = BN * HD * 2, BM = WG * 64, CONSUMERS = WG * 128;
+    using E = typename MmaOf<INT8>::T;
+    const auto k_tile = [&](int t) { return L.k() + 2 * ((ring + t) % ST) * TILE_BYTES; };
+    const auto full = [&](int t) { return L.full() + 8 * ((ring + t) % ST); };
+    const auto full_parity = [&](int t) { return (unsigned)((ring + t) / ST) & 1; };
+    const auto empty = [&](int t) { return L.empty() + 8 * ((ring + t) % ST); };
+    // Tile t's K scales (`kv` 0) or V's (1), as a generic pointer.
+    const auto key_scales = [&](int t, int kv) {
+        return reinterpret_cast<const float*>(smem + (L.scales() - L.q)) +
+               (((ring + t) % ST) * 2 + kv) * BN;
+    };
+    const int q_stride = num_heads * HD;
+    const int warp = tid >> 5;
+    const int wrow = sp.m0 + wg * 64 + warp * 16;
+    // The keys this warpgroup's rows see, and the tiles holding them (the TMA form's consumers read
+    // every tile the producer loads: they zero the last one's tail together).
+    const int wg_first = sp.prefix + sp.m0 + wg * 64;  // position of the warpgroup's first row
+    const int wg_end = TMA ? sp.end : min(sp.prefix + sp.q_len, wg_first + 64);
+    const int wg_tiles = (wg_end + BN - 1) / BN;
+    // Tiles crossing the diagonal or the context's end are masked.
+    const auto masked = [&](int t) { return (t + 1) * BN > wg_end || (t + 1) * BN > wg_first; };
+    // The warpgroup's Q rows (its previous item's MMAs are done with them), seen by its MMAs.
+    store_q<HD, BM, E>(smem, q + (long long)(sp.q0 + sp.m0 + wg * 64) * q_stride + it.h * HD,
+                       q_stride, sp.q_len - sp.m0 - wg * 64, wg * 64, tid);
+    fence_async_shared();
+    asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory");
+
+    // This warpgroup's 64 Q rows: 8-row patterns 1024 bytes apart, a head_dim 128 tile's second
+    // 64 columns BM rows further.
+    const unsigned q_wg = L.q + wg * 64 * ROW_BYTES;
+    float o[HD / 8][4], sc[BN / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    }
+    unsigned p[BN / 16][4];
+    mbar_wait(full(0), full_parity(0));
+    fence_async_shared();
+    wgmma_fence();
+    issue_scores<HD, BN, BM, E>(sc, q_wg, k_tile(0));
+    wgmma_wait<0>();
+    pin<BN / 8>(sc);
+    if (INT8) {
+        scale_key_columns<BN / 8>(sc, key_scales(0, 0));
+    }
+    if (masked(0)) {
+        mask_causal<BN / 8>(sc, 0, sp.prefix + wrow);
+    }
+    softmax_tile<BN / 8, !INT8>(sc, m, l, alpha, scale_log2);
+    if (INT8) {
+        scale_key_columns<BN / 8>(sc, key_scales(0, 1));  // P·V with V's scales folded into P
+    }
+    pack_probs<BN, E>(p, sc);
+    // Each step: P·V of tile jt runs while tile jt + 1's scores are turned into probabilities.
+    for (int jt = 0; jt + 1 < wg_tiles; ++jt) {
+        mbar_wait(full(jt + 1), full_parity(jt + 1));
+        fence_async_shared();
+        pin<HD / 8>(o);
+        wgmma_fence();
+        issue_scores<HD, BN, BM, E>(sc, q_wg, k_tile(jt + 1));
+        issue_values<HD, BN, E>(o, p, k_tile(jt) + TILE_BYTES);
+        wgmma_wait<1>();  // the scores are in; P·V may still run
+        pin<BN / 8>(sc);
+        if (INT8) {
+            scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 0));
+        }
+        if (masked(jt + 1)) {
+            mask_causal<BN / 8>(sc, (jt + 1) * BN, sp.prefix + wrow);
+        }
+        softmax_tile<BN / 8, !INT8>(sc, m, l, alpha, scale_log2);
+        if (INT8) {
+            scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 1));
+        }
+        wgmma_wait<0>();
+        pin<HD / 8>(o);
+        mbar_arrive(empty(jt));  // tile jt's K and V read
+        rescale_rows<HD / 8>(o, alpha);
+        pack_probs<BN, E>(p, sc);
+    }
+    if (TMA && sp.end < sp.tiles * BN) {
+        // The last tile's V rows past the keys in view hold what the pool had there (or nothing):
+        // the warpgroups zero them together before any reads the tile.
+        zero_rows<HD, BN, CONSUMERS>(k_tile(sp.tiles - 1) + TILE_BYTES, sp.end - (sp.tiles - 1) * BN,
+                                     wg * 128 + tid);
+        fence_async_shared();
+        asm volatile("bar.sync 7, %0;" ::"n"(CONSUMERS) : "memory");
+    }
+    pin<HD / 8>(o);
+    wgmma_fence();
+    issue_values<HD, BN, E>(o, p, k_tile(wg_tiles - 1) + TILE_BYTES);
+    wgmma_wait<0>();
+    pin<HD / 8>(o);
+    // Hands back the warpgroup's last tile, then the ones past its rows unread, each once it is
+    // full (so no arrival counts towards an earlier use of the stage), for the producer to refill.
+    for (int t = wg_tiles - 1; t < sp.tiles; ++t) {
+        if (t >= wg_tiles) {
+            mbar_wait(full(t), full_parity(t));
+        }
+        mbar_arrive(empty(t));
+    }
+    store_rows<HD / 8>(o, l, out + it.h * HD, sp.q0, wrow, sp.q_len, q_stride);
+}
+
+// A block: one producer warpgroup and WG consumer warpgroups over (query tile, head) items until
+// none is left for it; the K/V ring and its barriers carry over from item to item, so the producer
+// loads the next item's first tiles while the consumers finish the last ones, and a warpgroup whose
+// rows end early starts the next item's.
 template <int HD, int WG, bool TMA, bool INT8, typename IO>
 __device__ void prefill_sm90(
     const IO* q,                      // [num_tokens, num_heads, HD]: f32, or bf16 (bf16 pools)
@@ -440,53 +764,29 @@ __device__ void prefill_sm90(
     const float* v_scales,
     const TensorMap* k_map,           // the pools' tensor maps (TMA form)
     const TensorMap* v_map,
-    const unsigned* query_start_loc,  // [num_seqs + 1]
-    const unsigned* seq_lens,         // [num_seqs]
-    const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
+    const Batch& b,
     IO* out,                          // [num_tokens, num_heads, HD]
-    int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     constexpr int BN = HD == 64 ? SM90_BN_HD64 : SM90_BN_HD128;
     constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
-    constexpr int TILE_BYTES = BN * HD * 2, BM = WG * 64, CONSUMERS = WG * 128;
-    using E = typename MmaOf<INT8>::T;
+    constexpr int BM = WG * 64, CONSUMERS = WG * 128;
     // int8 pools: the staging slots and the stages' scales after the barriers.
     constexpr int INT8_BYTES = INT8 ? INT8_SLOTS * INT8_SLOT_BYTES(BN) + ST * 2 * BN * 4 : 0;
     static_assert((BM + 2 * ST * BN) * HD * 2 + 1024 + 128 + INT8_BYTES <= 227 * 1024,
                   "a block's shared memory");
     static_assert(!(INT8 && TMA), "the TMA form reads bf16 pools");
-    static_assert(!SM90_PINGPONG || WG == 2, "ping-pong takes two consumer warpgroups");
-    // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment):
-    // Q [BM · HD], then ST stages of K and V tiles [BN · HD], all bf16 (f16 over int8 pools) and
-    // swizzled; then the stages' full and empty barriers (128 bytes); for int8 pools then the two
-    // staging slots and the stages' K and V scales [ST][2][BN].
+    // Dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's alignment).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    const unsigned q_base = smem_addr(smem);
-    const unsigned k_base = q_base + BM * HD * 2;
-    const unsigned full = k_base + 2 * ST * TILE_BYTES, empty = full + 8 * ST;
-    const auto k_tile = [&](int t) { return k_base + 2 * (t % ST) * TILE_BYTES; };
-    const unsigned raw_base = full + 128, scale_base = raw_base + INT8_SLOTS * INT8_SLOT_BYTES(BN);
-    // Tile t's K scales (`kv` 0) or V's (1), as a generic pointer for the consumers.
-    const auto key_scales = [&](int t, int kv) {
-        return reinterpret_cast<const float*>(smem + (scale_base - q_base)) + ((t % ST) * 2 + kv) * BN;
-    };
-    int s, tile;
-    // The block's query tile and head, in launch order.
-    int h = blockIdx.y, x = blockIdx.x;
-    if (gridDim.x * BM <= SM90_HEADS_FIRST_ROWS) {
-        const int launched = blockIdx.y * gridDim.x + blockIdx.x;
-        h = launched % num_heads;
-        x = launched / num_heads;
-    }
-    // Reversed order: the longest (last) query tiles start first.
-    if (!find_query_tile<BM>(query_start_loc, num_seqs, gridDim.x - 1 - x, &s, &tile)) {
-        return;
-    }
+    const Layout<HD, WG> L{smem_addr(smem)};
     if (threadIdx.x == 0) {
         for (int st = 0; st < ST; ++st) {
-            mbar_init(full + 8 * st, TMA ? 1 : PRODUCERS);
-            mbar_init(empty + 8 * st, CONSUMERS);
+            mbar_init(L.full() + 8 * st, TMA ? 1 : PRODUCERS);
+            mbar_init(L.empty() + 8 * st, CONSUMERS);
+        }
+        for (int slot = 0; slot < 2; ++slot) {
+            mbar_init(L.item_full() + 8 * slot, 1);
+            mbar_init(L.item_empty() + 8 * slot, CONSUMERS);  // read by every consumer thread
         }
         if (TMA) {
             // The barriers' initialisation, seen by the TMA unit that completes their transactions.
@@ -498,148 +798,48 @@ __device__ void prefill_sm90(
     // what derives from it (the warpgroup's tiles, their shared addresses, the MMA descriptors)
     // stays on the uniform datapath.
     const int wg = __shfl_sync(0xffffffffu, threadIdx.x >> 7, 0), tid = threadIdx.x & 127;
-    const int q0 = (int)query_start_loc[s], q_len = (int)query_start_loc[s + 1] - q0;
-    const int ctx = (int)seq_lens[s], prefix = ctx - q_len;
-    const int m0 = tile * BM;
-    const int end = min(ctx, prefix + m0 + BM);  // keys visible to some row of the block
-    const int tiles = (end + BN - 1) / BN;         // the tiles the producer loads
-    const int kv_head = h / (num_heads / num_kv_heads);
-    const int q_stride = num_heads * HD;
     if (wg == WG) {
         regs_shrink<Regs<WG>::PRODUCER>();
         if (TMA) {
             if (tid < 32) {
-                produce_tma<HD, BN, ST>(k_base, full, empty, k_map, v_map,
-                                        block_table + (long long)s * max_blocks_per_seq, block_size,
-                                        kv_head, end, tiles, tid);
+                producer_tma<HD, WG>(L, k_map, v_map, b, tid);
             }
-            return;
+        } else {
+            producer<HD, WG, INT8>(L, k_cache, v_cache, k_scales, v_scales, b, tid);
         }
-        const int shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
-        const KeyBlocks kb{block_table + (long long)s * max_blocks_per_seq, block_size, shift, 0, 0,
-                           -1};
-        if (INT8) {
-            produce_int8<HD, BN, ST>(
-                k_base, full, empty, raw_base, scale_base,
-                static_cast<const signed char*>(k_cache) + kv_head * HD,
-                static_cast<const signed char*>(v_cache) + kv_head * HD, k_scales + kv_head,
-                v_scales + kv_head, kb, num_kv_heads * HD, num_kv_heads, end, tiles, tid);
-            return;
-        }
-        produce<HD, BN, ST>(k_base, full, empty, static_cast<const bf16_t*>(k_cache) + kv_head * HD,
-                            static_cast<const bf16_t*>(v_cache) + kv_head * HD, kb,
-                            num_kv_heads * HD, end, tiles, tid);
         return;
     }
     regs_grow<Regs<WG>::CONSUMER>();
-    const int warp = tid >> 5;
-    const int wrow = m0 + wg * 64 + warp * 16;
-    // The keys this warpgroup's rows see, and the tiles holding them (the TMA form's consumers read
-    // every tile the producer loads: they zero the last one's tail together).
-    const int wg_first = prefix + m0 + wg * 64;  // position of the warpgroup's first row
-    const int wg_end = TMA ? end : min(ctx, wg_first + 64);
-    const int wg_tiles = (wg_end + BN - 1) / BN;
-    // Tiles crossing the diagonal or the context's end are masked.
-    const auto masked = [&](int t) { return (t + 1) * BN > wg_end || (t + 1) * BN > wg_first; };
-    // The warpgroup's Q rows, seen by its MMAs.
-    store_q<HD, BM, E>(smem, q + (long long)(q0 + m0 + wg * 64) * q_stride + h * HD, q_stride,
-                    q_len - m0 - wg * 64, wg * 64, tid);
-    fence_async_shared();
-    asm volatile("bar.sync %0, 128;" ::"r"(4 + wg) : "memory");
-
     const float scale_log2 = scale * 1.4426950408889634f;
-    // This warpgroup's 64 Q rows: 8-row patterns 1024 bytes apart, a head_dim 128 tile's second
-    // 64 columns BM rows further.
-    const unsigned q_wg = q_base + wg * 64 * ROW_BYTES;
-    float o[HD / 8][4], sc[BN / 8][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    }
-    unsigned p[BN / 16][4];
-    mbar_wait(full, 0);
-    fence_async_shared();
-    wgmma_fence();
-    issue_scores<HD, BN, BM, E>(sc, q_wg, k_tile(0));
-    wgmma_wait<0>();
-    pin<BN / 8>(sc);
-    if (INT8) {
-        scale_key_columns<BN / 8>(sc, key_scales(0, 0));
-    }
-    if (masked(0)) {
-        mask_causal<BN / 8>(sc, 0, prefix + wrow);
-    }
-    softmax_tile<BN / 8, !INT8>(sc, m, l, alpha, scale_log2);
-    if (INT8) {
-        scale_key_columns<BN / 8>(sc, key_scales(0, 1));  // P·V with V's scales folded into P
-    }
-    pack_probs<BN, E>(p, sc);
-    if (SM90_PINGPONG && wg == 1) {
-        asm volatile("bar.arrive 1, %0;" ::"n"(CONSUMERS) : "memory");  // warpgroup 0 issues first
-    }
-    // Each step: P·V of tile jt runs while tile jt + 1's scores are turned into probabilities.
-    for (int jt = 0; jt + 1 < wg_tiles; ++jt) {
-        mbar_wait(full + 8 * ((jt + 1) % ST), ((jt + 1) / ST) & 1);
-        fence_async_shared();
-        pin<HD / 8>(o);
-        if (SM90_PINGPONG) {
-            asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(CONSUMERS) : "memory");
+    const int total = b.query_tiles * b.num_heads;
+    int ring = 0;  // tiles the producer loaded for the items before
+    for (int k = 0;; ++k) {
+        // Persistent blocks (bf16 pools, cp.async) take their items from the scheduler; the others
+        // have one.
+        const int index = !TMA && !INT8 ? read_item(L, k) : k == 0 ? (int)blockIdx.x : total;
+        Item it;
+        if (index >= total) {
+            break;
         }
-        wgmma_fence();
-        issue_scores<HD, BN, BM, E>(sc, q_wg, k_tile(jt + 1));
-        issue_values<HD, BN, E>(o, p, k_tile(jt) + TILE_BYTES);
-        if (SM90_PINGPONG) {
-            asm volatile("bar.arrive %0, %1;" ::"r"(2 - wg), "n"(CONSUMERS) : "memory");
+        if (!item_at<BM>(index, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, &it)) {
+            continue;  // a surplus item
         }
-        wgmma_wait<1>();  // the scores are in; P·V may still run
-        pin<BN / 8>(sc);
-        if (INT8) {
-            scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 0));
-        }
-        if (masked(jt + 1)) {
-            mask_causal<BN / 8>(sc, (jt + 1) * BN, prefix + wrow);
-        }
-        softmax_tile<BN / 8, !INT8>(sc, m, l, alpha, scale_log2);
-        if (INT8) {
-            scale_key_columns<BN / 8>(sc, key_scales(jt + 1, 1));
-        }
-        wgmma_wait<0>();
-        pin<HD / 8>(o);
-        mbar_arrive(empty + 8 * (jt % ST));  // tile jt's K and V read
-        rescale_rows<HD / 8>(o, alpha);
-        pack_probs<BN, E>(p, sc);
+        const Span sp = span_of<BM, BN>(it, b.query_start_loc, b.seq_lens);
+        consume<HD, WG, TMA, INT8, IO>(L, smem, q, out, it, sp, ring, b.num_heads, scale_log2, wg,
+                                       tid);
+        ring += sp.tiles;
     }
-    if (TMA && end < tiles * BN) {
-        // The last tile's V rows past the keys in view hold what the pool had there (or nothing):
-        // both warpgroups zero them before either reads the tile.
-        zero_rows<HD, BN, CONSUMERS>(k_tile(tiles - 1) + TILE_BYTES, end - (tiles - 1) * BN,
-                                     threadIdx.x);
-        fence_async_shared();
-        asm volatile("bar.sync 7, %0;" ::"n"(CONSUMERS) : "memory");
-    }
-    pin<HD / 8>(o);
-    wgmma_fence();
-    issue_values<HD, BN, E>(o, p, k_tile(wg_tiles - 1) + TILE_BYTES);
-    wgmma_wait<0>();
-    pin<HD / 8>(o);
-    // Hands back the warpgroup's last tile, then the ones past its rows unread, each once it is
-    // full (so no arrival counts towards an earlier use of the stage), for the producer to refill.
-    for (int t = wg_tiles - 1; t < tiles; ++t) {
-        if (t >= wg_tiles) {
-            mbar_wait(full + 8 * (t % ST), (t / ST) & 1);
-        }
-        mbar_arrive(empty + 8 * (t % ST));
-    }
-    store_rows<HD / 8>(o, l, out + h * HD, q0, wrow, q_len, q_stride);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS_OF(WG) threads (the launch
-// bound; BM = 64 · WG), dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2 + 1024 + 128 bytes;
-// surplus blocks return at once. Every form takes q [num_tokens, num_heads, HD], then the pools, then
-// the batch: query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs,
-// max_blocks_per_seq], out [num_tokens, num_heads, HD], the sizes and the softmax scale. q and out are
+// Entry points: a grid along x of query_tiles · num_heads blocks (the TMA and int8 forms), or of at
+// most that many (the cp.async form over bf16 pools: persistent, one wave, as many as the SMs hold),
+// query_tiles = num_tokens / BM + num_seqs (the surplus items are skipped), THREADS_OF(WG)
+// threads (the launch bound; BM = 64 · WG), dynamic shared memory at least (BM + 2 · ST · BN) · HD · 2
+// + 1024 + 128 bytes. Every form takes q [num_tokens, num_heads, HD], then the pools, then the batch:
+// query_start_loc [num_seqs + 1], seq_lens [num_seqs], block_table [num_seqs, max_blocks_per_seq],
+// out [num_tokens, num_heads, HD], the sizes, query_tiles and the softmax scale. q and out are
 // f32, or bf16 in the `_bf16io` forms (the products before and after read and write bf16, so neither
 // is rounded on a pass of its own).
 // The cp.async form takes the bf16 pools [num_blocks, block_size, num_kv_heads, HD] (block sizes
@@ -648,12 +848,14 @@ __device__ void prefill_sm90(
 #define SM90_BATCH_PARAMS(IO)                                                               \
     const unsigned *query_start_loc, const unsigned *seq_lens, const unsigned *block_table, \
         IO *out, int num_seqs, int num_heads, int num_kv_heads, int block_size,             \
-        int max_blocks_per_seq, float scale
+        int max_blocks_per_seq, int query_tiles, float scale
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SM90_RUN(IO, HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)                               \
     prefill_sm90<HD, WG, TMA, INT8, IO>(                                                           \
-        q, K, V, KS, VS, K_MAP, V_MAP, query_start_loc, seq_lens, block_table, out, num_seqs,     \
-        num_heads, num_kv_heads, block_size, max_blocks_per_seq, scale)
+        q, K, V, KS, VS, K_MAP, V_MAP,                                                             \
+        Batch{query_start_loc, seq_lens, block_table, num_seqs, num_heads, num_kv_heads,          \
+              block_size, max_blocks_per_seq, query_tiles},                                        \
+        out, scale)
 #else
 #define SM90_RUN(IO, HD, WG, TMA, INT8, K, V, KS, VS, K_MAP, V_MAP)
 #endif

@@ -166,20 +166,35 @@ pub(super) fn prefill(
     };
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
-    let blocks = meta.num_tokens / rows + meta.num_seqs;
+    // Query tiles a head (an upper bound: a sequence's partial tile each). The Hopper kernel takes
+    // (tile, head) items along x: its cp.async form over bf16 pools in persistent blocks, one an SM,
+    // the TMA and int8 forms a block an item.
+    let query_tiles = meta.num_tokens / rows + meta.num_seqs;
+    let items = query_tiles * shape.num_heads;
+    let grid_dim = match (hopper, tma || dtype == "int8") {
+        (true, false) => (items.min(be.dev.sm_count) as u32, 1, 1),
+        (true, true) => (items as u32, 1, 1),
+        (false, _) => (query_tiles as u32, shape.num_heads as u32, 1),
+    };
     let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, shape.num_heads as u32, 1),
+        grid_dim,
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
+    // The Hopper kernel takes the query tiles a head after the other sizes.
     let ints = [
         meta.num_seqs,
         shape.num_heads,
         shape.num_kv_heads,
         kc.shape.block_size,
         meta.max_blocks_per_seq,
+        query_tiles,
     ]
     .map(|v| v as i32);
+    let ints = match hopper {
+        true => &ints[..],
+        false => &ints[..5],
+    };
     let stream = &be.dev.stream;
     // The TMA form takes the pools as tensor maps; their guards live until the launch is queued.
     let maps = match tma {
@@ -214,7 +229,7 @@ pub(super) fn prefill(
         PrefillIo::F32(_, out) => b.arg(out),
         PrefillIo::Bf16 { .. } => b.arg(&out_at),
     };
-    for i in &ints {
+    for i in ints {
         b.arg(i);
     }
     b.arg(&shape.scale);
