@@ -114,6 +114,30 @@ fn prefill_smem_bytes(rows: usize, head_dim: usize, int8: bool) -> usize {
     }
 }
 
+/// How a prefill launch lays its blocks out over (query tile, head).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum PrefillBlocks {
+    /// The Hopper kernel's cp.async form over bf16 pools: one block an SM (at most one an item),
+    /// each claiming items along x until none is left.
+    Persistent,
+    /// The Hopper kernel's TMA and int8 forms: a block an item, along x.
+    PerItem,
+    /// The mma.sync kernels: a block a query tile (x) and head (y).
+    PerTileAndHead,
+}
+
+impl PrefillBlocks {
+    /// The grid of a launch of `query_tiles` tiles a head over `heads` heads on `sms` SMs.
+    fn grid(self, query_tiles: usize, heads: usize, sms: usize) -> (u32, u32, u32) {
+        let items = query_tiles * heads;
+        match self {
+            PrefillBlocks::Persistent => (items.min(sms) as u32, 1, 1),
+            PrefillBlocks::PerItem => (items as u32, 1, 1),
+            PrefillBlocks::PerTileAndHead => (query_tiles as u32, heads as u32, 1),
+        }
+    }
+}
+
 /// Where prefill reads its queries and writes its output, both `[num_tokens, num_heads, head_dim]`.
 pub(super) enum PrefillIo<'a> {
     /// f32 buffers.
@@ -166,18 +190,15 @@ pub(super) fn prefill(
     };
     func.set_attribute(MAX_DYNAMIC_SMEM, smem as i32)
         .map_err(cuda_err)?;
-    // Query tiles a head (an upper bound: a sequence's partial tile each). The Hopper kernel takes
-    // (tile, head) items along x: its cp.async form over bf16 pools in persistent blocks, one an SM,
-    // the TMA and int8 forms a block an item.
+    // Query tiles a head (an upper bound: a sequence's partial tile each).
     let query_tiles = meta.num_tokens / rows + meta.num_seqs;
-    let items = query_tiles * shape.num_heads;
-    let grid_dim = match (hopper, tma || dtype == "int8") {
-        (true, false) => (items.min(be.dev.sm_count) as u32, 1, 1),
-        (true, true) => (items as u32, 1, 1),
-        (false, _) => (query_tiles as u32, shape.num_heads as u32, 1),
+    let blocks = match (hopper, tma || dtype == "int8") {
+        (true, false) => PrefillBlocks::Persistent,
+        (true, true) => PrefillBlocks::PerItem,
+        (false, _) => PrefillBlocks::PerTileAndHead,
     };
     let cfg = LaunchConfig {
-        grid_dim,
+        grid_dim: blocks.grid(query_tiles, shape.num_heads, be.dev.sm_count),
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
@@ -621,6 +642,20 @@ mod tests {
                 "head_dim {head_dim}, int8 {int8}: {bytes} bytes"
             );
         }
+    }
+
+    #[test]
+    fn a_persistent_prefill_has_a_block_an_sm_and_never_more_blocks_than_items() {
+        // 16K tokens, 192-row tiles and a partial one, 32 heads, on 132 SMs: 2,752 items.
+        let tiles = 16384 / 192 + 1;
+        assert_eq!(PrefillBlocks::Persistent.grid(tiles, 32, 132), (132, 1, 1));
+        assert_eq!(PrefillBlocks::PerItem.grid(tiles, 32, 132), (86 * 32, 1, 1));
+        assert_eq!(
+            PrefillBlocks::PerTileAndHead.grid(tiles, 32, 132),
+            (86, 32, 1)
+        );
+        // A short chunk of 2 heads (2 items) takes 2 blocks, not 132.
+        assert_eq!(PrefillBlocks::Persistent.grid(1, 2, 132), (2, 1, 1));
     }
 
     #[test]
