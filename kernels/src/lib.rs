@@ -5,8 +5,8 @@
 //! engine can compile them at run time with NVRTC, or load the cubins that `kernels/build-cubins.sh`
 //! builds ahead of time for `sm_90a` (file `<module>.sm_90a.cubin`).
 //!
-//! The modules include only the headers of [`HEADERS`] (`common.cuh`, and `hopper.cuh` for the
-//! warpgroup-MMA kernels); [`KernelSource::nvrtc_source`] pastes them in, so NVRTC needs no include
+//! The modules include only the headers of [`HEADERS`] (`common.cuh`, `hopper.cuh` for the
+//! warpgroup-MMA kernels, and `sm90_items.cuh` for the Hopper prefill); [`KernelSource::nvrtc_source`] pastes them in, so NVRTC needs no include
 //! path.
 
 /// A CUDA module known to docqa: its name, its source text and its entry points.
@@ -20,11 +20,13 @@ pub struct KernelSource {
     pub functions: &'static [&'static str],
 }
 
-/// The headers the modules include, by file name: `common.cuh` (every module) and `hopper.cuh`
-/// (the warpgroup-MMA primitives, after `common.cuh`). Neither includes another.
+/// The headers the modules include, by file name: `common.cuh` (every module), `hopper.cuh` (the
+/// warpgroup-MMA primitives, after `common.cuh`) and `sm90_items.cuh` (the Hopper prefill kernel's
+/// work items, after `hopper.cuh`). None includes another.
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../cuda/common.cuh")),
     ("hopper.cuh", include_str!("../cuda/hopper.cuh")),
+    ("sm90_items.cuh", include_str!("../cuda/sm90_items.cuh")),
 ];
 
 impl KernelSource {
