@@ -13,7 +13,7 @@ use super::config::EngineConfig;
 use super::group_blocks::GroupBlocks;
 use super::ranks::Followers;
 use super::request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
-use super::stats::EngineStats;
+use super::stats::{EngineStats, PromptRead, attention_weight};
 use super::tier_moves;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
@@ -134,6 +134,7 @@ impl<B: Backend> EngineCore<B> {
         let logits = vec![0.0; cfg.max_num_seqs * model.config.vocab_size];
         let stats = EngineStats {
             total_blocks: num_blocks,
+            attention_weight: attention_weight(&model.config),
             ..EngineStats::default()
         };
         Ok(EngineCore {
@@ -387,11 +388,27 @@ impl<B: Backend> EngineCore<B> {
     }
 
     /// Adds a step's time to the prefill or the decode measure: a step that read any prompt chunk
-    /// counts as prefill, one that only decoded as decode.
+    /// counts as prefill (with the keys its rows attended to), one that only decoded as decode.
     fn count_step(&mut self, seqs: &[ScheduledSeq], tokens: usize, took: std::time::Duration) {
         let micros = took.as_micros() as u64;
         if seqs.iter().any(|s| s.num_tokens > 1) {
+            let keys: u64 = seqs
+                .iter()
+                .map(|s| {
+                    let window = self
+                        .scheduler
+                        .get(s.id)
+                        .and_then(|q| q.cache_scope.sink_window);
+                    PromptRead {
+                        cached: s.start,
+                        tokens: s.num_tokens,
+                        window,
+                    }
+                    .attended_keys()
+                })
+                .sum();
             self.stats.prefill_tokens += tokens as u64;
+            self.stats.prefill_keys += keys;
             self.stats.prefill_micros += micros;
         } else {
             self.stats.decode_steps += 1;

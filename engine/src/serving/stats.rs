@@ -1,9 +1,18 @@
-//! Counters and gauges a serving engine reports (for logs and the service's metrics).
+//! Counters and gauges a serving engine reports (for logs and the service's metrics), and what they
+//! predict: how long reading a prompt will take.
+//!
+//! A prompt's reading time grows faster than its length: besides the products every token goes
+//! through, each row attends to every key before it (or to its sink window's). The engine counts both
+//! in its prefill steps, weighing a key by what it costs against a token's products in multiply-adds
+//! ([`attention_weight`]), and measures the steps' time; a read's estimate is its own work at that
+//! measured pace ([`EngineStats::prefill_seconds`]).
 
+use crate::config::LlamaConfig;
+use crate::kv::manager::SinkWindow;
 use crate::kv::tiers::TierStats;
 
 /// A snapshot of the engine's state and its counters since it started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct EngineStats {
     /// KV blocks in the pool.
     pub total_blocks: usize,
@@ -35,6 +44,10 @@ pub struct EngineStats {
     pub prefill_tokens: u64,
     /// Wall-clock microseconds of those steps.
     pub prefill_micros: u64,
+    /// Keys the rows of those steps attended to, summed over the rows.
+    pub prefill_keys: u64,
+    /// What one attended key costs against one token's products ([`attention_weight`] of the model).
+    pub attention_weight: f64,
     /// Steps that only decoded (one new token per running request).
     pub decode_steps: u64,
     /// Wall-clock microseconds of those steps.
@@ -58,6 +71,22 @@ impl EngineStats {
             .then(|| self.prefill_tokens as f64 * 1e6 / self.prefill_micros as f64)
     }
 
+    /// Seconds reading `read` should take, at the pace of the prefill steps so far (their tokens
+    /// and attended keys, weighed as the model's multiply-adds weigh them, against their time); None
+    /// until a thousand tokens were read.
+    pub fn prefill_seconds(&self, read: PromptRead) -> Option<f64> {
+        let work_per_second = self.prefill_work(self.prefill_tokens, self.prefill_keys) * 1e6
+            / self.prefill_micros as f64;
+        self.prefill_tokens_per_second()?;
+        let keys = read.attended_keys();
+        Some(self.prefill_work(read.tokens as u64, keys) / work_per_second)
+    }
+
+    /// `tokens` tokens' products and `keys` attended keys, in tokens' products.
+    fn prefill_work(&self, tokens: u64, keys: u64) -> f64 {
+        tokens as f64 + self.attention_weight * keys as f64
+    }
+
     /// Seconds a decode step takes, measured over the decode steps so far; None until sixteen ran.
     pub fn seconds_per_decode_step(&self) -> Option<f64> {
         (self.decode_steps >= MIN_DECODE_STEPS)
@@ -72,6 +101,53 @@ impl EngineStats {
             self.prefix_hit_tokens as f64 / self.prefix_queried_tokens as f64
         }
     }
+}
+
+/// A prompt read: `tokens` new rows after `cached` tokens already in the cache, attending to all the
+/// keys before them or, under a sink window, to at most its sinks and window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptRead {
+    /// Tokens already in the cache (the rows' first position).
+    pub cached: usize,
+    /// Rows to compute.
+    pub tokens: usize,
+    /// The sink window the rows attend through, if any.
+    pub window: Option<SinkWindow>,
+}
+
+impl PromptRead {
+    /// Keys the rows attend to, summed over the rows: the row at position p sees p + 1 keys, at most
+    /// the window's sinks and window.
+    pub fn attended_keys(&self) -> u64 {
+        if self.tokens == 0 {
+            return 0;
+        }
+        // Row counts run from a to b; each is capped at `cap`.
+        let (a, b) = (self.cached as u64 + 1, (self.cached + self.tokens) as u64);
+        let cap = self
+            .window
+            .map_or(b, |w| ((w.num_sink_tokens + w.window) as u64).min(b));
+        let uncapped = if cap >= a {
+            (a + cap) * (cap - a + 1) / 2
+        } else {
+            0
+        };
+        let capped_rows = b - cap.max(a - 1);
+        uncapped + capped_rows * cap
+    }
+}
+
+/// What attending to one key costs a row, against one token going through the model's products, in
+/// multiply-adds: q·k and p·v over every head (2 · heads · head_dim a layer), against the q/k/v,
+/// output and MLP products (hidden · (heads + 2 · kv_heads) · head_dim + heads · head_dim · hidden +
+/// 3 · hidden · intermediate a layer). The LM head, run for a prompt's last row only, is left out.
+pub fn attention_weight(c: &LlamaConfig) -> f64 {
+    let q_width = c.num_attention_heads * c.head_dim;
+    let kv_width = c.num_key_value_heads * c.head_dim;
+    let products = c.hidden_size * (q_width + 2 * kv_width)
+        + q_width * c.hidden_size
+        + 3 * c.hidden_size * c.intermediate_size;
+    2.0 * q_width as f64 / products as f64
 }
 
 #[cfg(test)]
@@ -95,5 +171,81 @@ mod tests {
         s.decode_micros = 200_000;
         assert_eq!(s.prefill_tokens_per_second(), Some(20_480.0));
         assert_eq!(s.seconds_per_decode_step(), Some(0.01));
+    }
+
+    fn read(cached: usize, tokens: usize, window: Option<(usize, usize)>) -> PromptRead {
+        PromptRead {
+            cached,
+            tokens,
+            window: window.map(|(num_sink_tokens, window)| SinkWindow {
+                num_sink_tokens,
+                window,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_reads_keys_are_each_rows_position_plus_one_capped_by_its_window() {
+        for (cached, tokens) in [
+            (0, 0),
+            (0, 1),
+            (0, 700),
+            (5, 10),
+            (3, 9000),
+            (8000, 500),
+            (20_000, 64),
+        ] {
+            for window in [None, Some((4, 8188)), Some((4, 60)), Some((0, 1))] {
+                let r = read(cached, tokens, window);
+                let cap = window.map_or(usize::MAX, |(s, w)| s + w);
+                let counted: u64 = (cached..cached + tokens)
+                    .map(|p| (p + 1).min(cap) as u64)
+                    .sum();
+                assert_eq!(r.attended_keys(), counted, "{r:?}");
+            }
+        }
+    }
+
+    fn smollm2() -> LlamaConfig {
+        let json = crate::synth::named::SMOLLM2_135M.config_json().to_string();
+        LlamaConfig::from_json(&json).expect("the shape's config")
+    }
+
+    #[test]
+    fn a_key_weighs_two_q_widths_against_a_tokens_products() {
+        // SmolLM2-135M: 2 · 576 against 576 · (576 + 2 · 192) + 576 · 576 + 3 · 576 · 1536 a layer.
+        let w = attention_weight(&smollm2());
+        assert!((w - 1152.0 / 3_538_944.0).abs() < 1e-12, "{w}");
+    }
+
+    #[test]
+    fn a_read_is_estimated_at_the_measured_pace_of_its_tokens_and_keys() {
+        let measured = read(0, 2048, None);
+        let mut s = EngineStats {
+            prefill_tokens: 2048,
+            prefill_keys: measured.attended_keys(),
+            prefill_micros: 1_000_000,
+            attention_weight: attention_weight(&smollm2()),
+            ..EngineStats::default()
+        };
+        let again = s.prefill_seconds(measured).expect("a pace");
+        assert!((again - 1.0).abs() < 1e-9, "{again}");
+        // Ten times the tokens take more than ten times as long (their keys grow with the square) ...
+        let long = s.prefill_seconds(read(0, 20_480, None)).unwrap();
+        assert!(long > 10.5, "{long}");
+        // ... less where a window caps the keys. A question after a cached document reads its own
+        // rows only, each against the whole document.
+        let windowed = s.prefill_seconds(read(0, 20_480, Some((4, 2044)))).unwrap();
+        assert!(
+            windowed < long && windowed > 10.0,
+            "{windowed} against {long}"
+        );
+        let question = s.prefill_seconds(read(20_400, 80, None)).unwrap();
+        assert!(
+            question < 0.05 * long && question > 80.0 / 2048.0,
+            "{question}"
+        );
+        s.prefill_tokens = 512;
+        assert_eq!(s.prefill_seconds(measured), None);
     }
 }

@@ -11,6 +11,7 @@ use crate::api::error::ApiError;
 use crate::db::documents::Document;
 use crate::state::AppState;
 use docqa_engine::serving::EngineConfig;
+use docqa_engine::serving::stats::PromptRead;
 
 /// Prompt tokens a document's title line and separators add to the long prompt, for the estimate made
 /// before the prompt is built.
@@ -132,6 +133,17 @@ pub async fn plan(
     };
     let cached_long_tokens = cached(&long).await;
     let cached_rag_tokens = cached(&rag).await;
+    let stats = state.engine.stats();
+    // What each prompt should take to read, past its cached prefix, at the engine's measured pace.
+    let reading = |p: &Option<Prepared>, cached: usize| {
+        p.as_ref().and_then(|p| {
+            stats.prefill_seconds(PromptRead {
+                cached,
+                tokens: p.prompt.len().saturating_sub(cached),
+                window: p.sink_window,
+            })
+        })
+    };
     let signals = Signals {
         scope_tokens,
         rag_budget,
@@ -146,7 +158,9 @@ pub async fn plan(
         long_cost_tokens: long
             .as_ref()
             .map_or(0, |p| p.prompt.len().saturating_sub(cached_long_tokens)),
-        prefill_tokens_per_second: state.engine.stats().prefill_tokens_per_second(),
+        prefill_tokens_per_second: stats.prefill_tokens_per_second(),
+        rag_seconds: reading(&rag, cached_rag_tokens),
+        long_seconds: reading(&long, cached_long_tokens),
         abstention: Vec::new(),
     };
     let (decision, mut reasons) = router::decide(input.route, &signals);

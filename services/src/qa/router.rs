@@ -44,6 +44,11 @@ pub struct Signals {
     /// Prompt tokens this engine reads per second on this device, as measured on the requests it has
     /// served (None until it has read a thousand).
     pub prefill_tokens_per_second: Option<f64>,
+    /// Seconds the RAG path's prompt should take to read (its tokens and the keys they attend to, at
+    /// the pace this engine measured; None before it has one, or without that path).
+    pub rag_seconds: Option<f64>,
+    /// The same for the long path's prompt, past what is cached.
+    pub long_seconds: Option<f64>,
     /// The abstention check of each generation, in order (under Self-Route: the RAG attempt, then the
     /// long answer if it fell back), measured after generating.
     pub abstention: Vec<super::abstention::AbstentionCheck>,
@@ -108,12 +113,10 @@ pub fn decide(choice: RouteChoice, s: &Signals) -> (Decision, Vec<String>) {
             reasons.push("you asked for the whole document to be read".into());
             Decision::Route(Route::Long)
         }
-        RouteChoice::Auto => {
-            let d = auto(s, &mut reasons);
-            reasons.push(cost_in_words(s));
-            d
-        }
+        RouteChoice::Auto => auto(s, &mut reasons),
     };
+    // A path asked for has only its own prompt built, so its cost is the only one told.
+    reasons.push(cost_in_words(s));
     (decision, reasons)
 }
 
@@ -162,33 +165,24 @@ fn auto(s: &Signals, reasons: &mut Vec<String>) -> Decision {
     Decision::SelfRoute
 }
 
-impl Signals {
-    /// Seconds to read `tokens` prompt tokens at the measured rate, when there is one.
-    pub fn reading_seconds(&self, tokens: usize) -> Option<f64> {
-        self.prefill_tokens_per_second
-            .filter(|rate| *rate > 0.0)
-            .map(|rate| tokens as f64 / rate)
-    }
-
-    /// `" (about 1.2 s)"` for `tokens` at the measured rate, or nothing.
-    fn time_in_words(&self, tokens: usize) -> String {
-        match self.reading_seconds(tokens) {
-            Some(secs) if secs < 0.1 => " (under 0.1 s)".into(),
-            Some(secs) => format!(" (about {secs:.1} s)"),
-            None => String::new(),
-        }
+/// `" (about 1.2 s)"` for an estimate of `seconds`, or nothing without one.
+fn time_in_words(seconds: Option<f64>) -> String {
+    match seconds {
+        Some(secs) if secs < 0.1 => " (under 0.1 s)".into(),
+        Some(secs) => format!(" (about {secs:.1} s)"),
+        None => String::new(),
     }
 }
 
 /// The two paths' costs, as the user reads them (a path that cannot be taken costs nothing and is left
-/// out), with the reading time at this engine's measured rate once it has one.
+/// out), with the reading time at this engine's measured pace once it has one.
 fn cost_in_words(s: &Signals) -> String {
     let mut parts = Vec::new();
     if s.rag_cost_tokens > 0 {
         parts.push(format!(
             "about {} tokens to read the passages{}",
             thousands(s.rag_cost_tokens),
-            s.time_in_words(s.rag_cost_tokens)
+            time_in_words(s.rag_seconds)
         ));
     }
     if s.long_cost_tokens > 0 || s.cached_long_tokens > 0 {
@@ -200,10 +194,11 @@ fn cost_in_words(s: &Signals) -> String {
         } else {
             String::new()
         };
+        let unit = if parts.is_empty() { " tokens" } else { "" };
         parts.push(format!(
-            "{} to read the whole document{}{cached}",
+            "{}{unit} to read the whole document{}{cached}",
             thousands(s.long_cost_tokens),
-            s.time_in_words(s.long_cost_tokens)
+            time_in_words(s.long_seconds)
         ));
     }
     if parts.is_empty() {
@@ -241,6 +236,8 @@ mod tests {
             rag_cost_tokens: 1000,
             long_cost_tokens: 6100,
             prefill_tokens_per_second: None,
+            rag_seconds: None,
+            long_seconds: None,
             abstention: Vec::new(),
         }
     }
@@ -346,19 +343,46 @@ mod tests {
     }
 
     #[test]
-    fn the_measured_reading_rate_puts_seconds_on_each_path() {
+    fn the_estimated_reading_times_follow_each_path() {
         let mut s = signals();
-        s.prefill_tokens_per_second = Some(2_000.0);
-        assert_eq!(s.reading_seconds(6_100), Some(3.05));
+        s.rag_seconds = Some(0.5);
+        s.long_seconds = Some(3.04);
         assert_eq!(
             cost_in_words(&s),
             "work to do: about 1,000 tokens to read the passages (about 0.5 s), 6,100 to read the \
              whole document (about 3.0 s)"
         );
-        s.prefill_tokens_per_second = Some(50_000.0);
+        s.rag_seconds = Some(0.02);
         assert!(cost_in_words(&s).contains("passages (under 0.1 s)"));
-        s.prefill_tokens_per_second = None;
-        assert_eq!(s.reading_seconds(6_100), None);
+        s.rag_seconds = None;
+        s.long_seconds = None;
         assert!(!cost_in_words(&s).contains(" s)"));
+    }
+
+    #[test]
+    fn a_path_asked_for_tells_its_own_cost() {
+        let long_only = Signals {
+            rag_cost_tokens: 0,
+            long_cost_tokens: 21_093,
+            long_seconds: Some(164.6),
+            ..signals()
+        };
+        let (_, reasons) = decide(RouteChoice::Long, &long_only);
+        assert_eq!(
+            reasons,
+            [
+                "you asked for the whole document to be read",
+                "work to do: 21,093 tokens to read the whole document (about 164.6 s)"
+            ]
+        );
+        let rag_only = Signals {
+            long_cost_tokens: 0,
+            ..signals()
+        };
+        let (_, reasons) = decide(RouteChoice::Rag, &rag_only);
+        assert_eq!(
+            reasons.last().unwrap(),
+            "work to do: about 1,000 tokens to read the passages"
+        );
     }
 }

@@ -155,6 +155,12 @@ fn the_router_reads_small_documents_whole_self_routes_specific_questions_and_reu
         total - cached < 96,
         "{cached} of {total} prompt tokens cached"
     );
+    assert!(
+        second["signals"]["long_seconds"].as_f64().is_some() && reasons(&second).contains(" s)"),
+        "{}: {}",
+        second["signals"],
+        reasons(&second)
+    );
 
     // Another tenant with the same text gets no cache hit from the first one's KV: prefix caches are
     // per tenant, so timing cannot tell it what the first tenant has read. Its copy is the document's
@@ -252,6 +258,12 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
         reasons(&first)
     );
     assert_eq!(first["signals"]["fits_model_window"], false);
+    // The path asked for tells its cost (with a time once the engine has read a prompt: below).
+    assert!(
+        reasons(&first).contains("tokens to read the whole document"),
+        "{}",
+        reasons(&first)
+    );
     let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
     assert!(
         prompt_tokens > 2000,
@@ -270,6 +282,12 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
     assert!(
         total - cached < 96,
         "{cached} of {total} prompt tokens cached"
+    );
+    assert!(
+        second["signals"]["long_seconds"].as_f64().is_some() && reasons(&second).contains(" s)"),
+        "{}: {}",
+        second["signals"],
+        reasons(&second)
     );
 
     // Auto does not stream: retrieval picks the passages, and the reasons say why.
