@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapter::AdapterInfo;
 use crate::api::auth::RateLimits;
-use crate::cli::models::fetch_with_progress;
+use crate::cli::models::fetch_for_serve;
 use crate::config::{LongContext, ServeConfig};
 use crate::db::{Db, Dialect, tenants};
 use crate::device::{GeneratorBackend, load_generator};
@@ -51,8 +51,8 @@ pub async fn run_with(
     let models_dir = crate::cli::models::models_dir_or_default(config.models_dir.clone());
     eprintln!("docqa: checking models in {}", models_dir.display());
     let models = {
-        let dir = models_dir.clone();
-        tokio::task::spawn_blocking(move || fetch_with_progress(&dir)).await??
+        let (dir, model) = (models_dir.clone(), config.model.clone());
+        tokio::task::spawn_blocking(move || fetch_for_serve(&dir, model.as_deref())).await??
     };
     let db = open_database(&config, &data_dir).await?;
     bootstrap_keys(&db, &config).await?;
@@ -62,7 +62,7 @@ pub async fn run_with(
         bootstrap_local_key(&db).await?;
     }
     let started = Instant::now();
-    let adapter = crate::adapter::load(config.adapter.as_ref(), Some(&models.reader))?;
+    let adapter = crate::adapter::load(config.adapter.as_ref(), models.reader.as_deref())?;
     let adapter_info = AdapterInfo::of(adapter.as_ref());
     let StartedEngine {
         engine,

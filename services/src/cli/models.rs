@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use docqa_engine::convert::convert_gguf_to_hf;
-use docqa_engine::fetch::{FetchProgress, ModelPaths, default_models_dir, ensure_models};
+use docqa_engine::fetch::{
+    EMBEDDER, FetchProgress, ModelPaths, default_models_dir, ensure_model, ensure_models,
+};
 use docqa_engine::synth::{DEFAULT_SHARD_BYTES, SHAPES, shape_named, synthesize};
 use docqa_engine::test_rng::Rng;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -36,8 +38,9 @@ enum ModelsCommand {
         out_dir: PathBuf,
     },
     /// Write a checkpoint of random bf16 weights at a real model's shape (config.json as the family
-    /// publishes it, sharded safetensors, a byte-level tokenizer.json): for timing and memory at full
-    /// size without downloading; it generates noise.
+    /// publishes it, sharded safetensors, a byte-level tokenizer.json, the family's chat format in
+    /// tokenizer_config.json): for timing and memory at full size without downloading, and for
+    /// `docqa serve --model`; it generates noise.
     Synth {
         /// The shape: llama-3.1-8b, llama-3.2-1b, qwen2.5-7b, mistral-7b or smollm2-135m.
         #[arg(long)]
@@ -111,6 +114,47 @@ pub fn fetch_with_progress(models_dir: &Path) -> anyhow::Result<ModelPaths> {
         .with_context(|| format!("fetching models into {}", models_dir.display()))?;
     progress.bar.finish_and_clear();
     Ok(paths)
+}
+
+/// The models `docqa serve` loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedModels {
+    /// The generator's directory.
+    pub generator: PathBuf,
+    /// The embedder's directory.
+    pub embedder: PathBuf,
+    /// The shipped reader, merged by default into the default generator only.
+    pub reader: Option<PathBuf>,
+}
+
+/// The models `docqa serve` loads, fetched (or verified) into `models_dir`: the default generator with
+/// the shipped reader, or `model` (a user's own generator, checked to hold a config.json) with no
+/// reader; and the embedder.
+pub fn fetch_for_serve(models_dir: &Path, model: Option<&Path>) -> anyhow::Result<ServedModels> {
+    let Some(model) = model else {
+        let paths = fetch_with_progress(models_dir)?;
+        return Ok(ServedModels {
+            generator: paths.generator,
+            embedder: paths.embedder,
+            reader: Some(paths.reader),
+        });
+    };
+    let config = model.join("config.json");
+    anyhow::ensure!(
+        config.is_file(),
+        "--model {}: no config.json there (a Hugging Face model directory holds config.json, the \
+         safetensors weights and tokenizer.json)",
+        model.display()
+    );
+    let progress = BarProgress::new();
+    let embedder = ensure_model(models_dir, &EMBEDDER, &progress)
+        .with_context(|| format!("fetching the embedder into {}", models_dir.display()))?;
+    progress.bar.finish_and_clear();
+    Ok(ServedModels {
+        generator: model.to_path_buf(),
+        embedder,
+        reader: None,
+    })
 }
 
 /// The models directory from a flag, or the default.

@@ -25,6 +25,7 @@ mod ingest_bounds;
 mod job_lease;
 mod kv_tiers;
 mod local_keys;
+mod own_model;
 mod perplexity_cli;
 mod prompts;
 mod qa_routes;

@@ -1,0 +1,68 @@
+//! `docqa serve --model DIR`: a user's own Llama-family checkpoint served in place of the default
+//! generator, with its own chat format and no reader merged; a directory that holds no model stops the
+//! start with the reason.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::{self, Database, Options, Server};
+
+#[test]
+fn serve_with_a_model_directory_answers_with_that_model_its_chat_format_and_no_reader() {
+    // A cut-down SmolLM2-shaped checkpoint of random weights: two layers, ChatML, a byte tokenizer.
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("my-model");
+    support::succeed(Command::new(env!("CARGO_BIN_EXE_docqa")).args([
+        "models",
+        "synth",
+        "--shape",
+        "smollm2-135m",
+        "--layers",
+        "2",
+        "--out",
+        model.to_str().unwrap(),
+    ]));
+    let server = Server::start(Options::new(Database::Sqlite).arg("--model", model.display()));
+    let (_, key) = server.tenant("own");
+    let info: serde_json::Value = server.get("/v1/info", &key).json().unwrap();
+    assert_eq!(info["model"], "my-model", "{info}");
+    assert_eq!(info["adapter"]["name"], "none", "{info}");
+
+    let text = "The lease ends on 30 June 2031. The tenant pays the rent monthly.".repeat(20);
+    let (doc, job) = server.ingest(&key, "lease.txt", text.into_bytes(), "text/plain");
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let answer = server.ask(&key, (&doc, "rag"), "When does the lease end?", 6);
+    // Random weights write noise, but the whole path ran: its prompt in the model's own format, read
+    // and answered, with the cost told.
+    assert_eq!(answer["route"], "rag", "{answer}");
+    assert!(
+        answer["usage"]["prompt_tokens"].as_u64().unwrap() > 100,
+        "{answer}"
+    );
+    assert!(
+        answer["usage"]["completion_tokens"].as_u64().unwrap() >= 1,
+        "{answer}"
+    );
+    let reasons = answer["route_reasons"].to_string();
+    assert!(reasons.contains("tokens to read the passages"), "{reasons}");
+    // The router reads this short document whole.
+    let body = json!({"question": "When does the lease end?", "scope": {"document_ids": [doc]}, "max_tokens": 6});
+    let auto: serde_json::Value = server.post("/v1/ask", &key, &body).json().unwrap();
+    assert_eq!(auto["route"], "long", "{auto}");
+}
+
+#[test]
+fn serve_with_a_directory_that_holds_no_model_stops_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_docqa"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--model"])
+        .arg(dir.path())
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no config.json there"), "{stderr}");
+}
