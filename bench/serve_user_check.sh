@@ -12,7 +12,9 @@
 # DOCQA is a docqa binary (built with `--features cuda` for the default DEVICE=cuda; DEVICE=cpu runs the CPU
 # engine); MODELS_DIR holds the generator, embedder and reader directories (a machine without network needs
 # them there already). QUESTION, NEXT_QUESTION and OFF_TOPIC override the questions, which suit libtasn1's
-# manual (Debian's libtasn1-doc). OUT_DIR receives the server's log. Needs curl and python3.
+# manual (Debian's libtasn1-doc). MODEL serves that model directory instead of the default generator
+# (`docqa serve --model`), MAX_TOKENS caps each answer. OUT_DIR receives the server's log. Needs curl and
+# python3.
 set -u
 docqa=${1:?usage: $0 DOCQA MODELS_DIR DOCUMENT OUT_DIR}
 models=${2:?models dir}
@@ -23,8 +25,10 @@ next_question=${NEXT_QUESTION:-Which function deletes a structure created by asn
 off_topic=${OFF_TOPIC:-Who won the 1998 World Cup?}
 mkdir -p "$out"
 work=$(mktemp -d)
-"$docqa" serve --device "${DEVICE:-cuda}" --models-dir "$models" --data-dir "$work/data" --bind 127.0.0.1:0 \
-    >"$work/stdout" 2>"$out/serve-log.txt" &
+model=()
+[ -n "${MODEL:-}" ] && model=(--model "$MODEL")
+"$docqa" serve --device "${DEVICE:-cuda}" --models-dir "$models" "${model[@]}" --data-dir "$work/data" \
+    --bind 127.0.0.1:0 >"$work/stdout" 2>"$out/serve-log.txt" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 240); do grep -q "listening on" "$work/stdout" 2>/dev/null && break; sleep 0.5; done
@@ -52,7 +56,9 @@ ask() {
 body = {"question": sys.argv[1], "scope": {"document_ids": [sys.argv[2]]}}
 if sys.argv[3]:
     body["route"] = sys.argv[3]
-print(json.dumps(body))' "$1" "$doc" "${2:-}" >"$work/question.json"
+if sys.argv[4]:
+    body["max_tokens"] = int(sys.argv[4])
+print(json.dumps(body))' "$1" "$doc" "${2:-}" "${MAX_TOKENS:-}" >"$work/question.json"
     curl -s -w '\nHTTP %{http_code}\n' -H 'content-type: application/json' --data @"$work/question.json" \
         "$base/v1/ask" >"$work/answer.txt"
     python3 - "$work/answer.txt" <<'PY'
