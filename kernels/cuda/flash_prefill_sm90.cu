@@ -257,14 +257,14 @@ __device__ __forceinline__ void producer(const Layout<HD, WG>& L, const void* k_
                          : "r"(L.item_slot() + 4 * (k & 1))
                          : "memory");
         }
-        Item it;
         if (index >= total) {
             break;
         }
-        if (!item_at<BM>(index, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, &it)) {
+        Item it;
+        Span sp;
+        if (!item_and_span<BM, BN>(index, b, &it, &sp)) {
             continue;  // a surplus item
         }
-        const Span sp = span_of<BM, BN>(it, b.query_start_loc, b.seq_lens);
         const int kv_head = it.h / (b.num_heads / b.num_kv_heads);
         const KeyBlocks kb{b.block_table + (long long)it.s * b.max_blocks_per_seq, b.block_size,
                            shift, 0, 0, -1};
@@ -294,10 +294,10 @@ __device__ __forceinline__ void producer_tma(const Layout<HD, WG>& L, const Tens
     constexpr int ST = HD == 64 ? SM90_STAGES_HD64 : SM90_STAGES_HD128;
     constexpr int BM = WG * 64;
     Item it;
-    if (!item_at<BM>(blockIdx.x, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, &it)) {
+    Span sp;
+    if (!item_and_span<BM, BN>(blockIdx.x, b, &it, &sp)) {
         return;  // a surplus item
     }
-    const Span sp = span_of<BM, BN>(it, b.query_start_loc, b.seq_lens);
     produce_tma<HD, BN, ST>(L.k(), L.full(), L.empty(), k_map, v_map,
                             b.block_table + (long long)it.s * b.max_blocks_per_seq, b.block_size,
                             it.h / (b.num_heads / b.num_kv_heads), sp.end, sp.tiles, 0, lane);
@@ -481,14 +481,14 @@ __device__ void prefill_sm90(
         // Persistent blocks (bf16 pools, cp.async) take their items from the scheduler; the others
         // have one.
         const int index = !TMA && !INT8 ? read_item(L, k) : k == 0 ? (int)blockIdx.x : total;
-        Item it;
         if (index >= total) {
             break;
         }
-        if (!item_at<BM>(index, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, &it)) {
+        Item it;
+        Span sp;
+        if (!item_and_span<BM, BN>(index, b, &it, &sp)) {
             continue;  // a surplus item
         }
-        const Span sp = span_of<BM, BN>(it, b.query_start_loc, b.seq_lens);
         consume<HD, WG, TMA, INT8, IO>(L, smem, q, out, it, sp, ring, b.num_heads, scale_log2, wg,
                                        tid);
         ring += sp.tiles;

@@ -122,4 +122,14 @@ __device__ __forceinline__ Span span_of(const Item& it, const unsigned* query_st
     return sp;
 }
 
+// Item `index` (below the batch's item count) of the batch and its span; false for a surplus item.
+template <int BM, int BN>
+__device__ __forceinline__ bool item_and_span(int index, const Batch& b, Item* it, Span* sp) {
+    if (!item_at<BM>(index, b.query_tiles, b.num_heads, b.query_start_loc, b.num_seqs, it)) {
+        return false;
+    }
+    *sp = span_of<BM, BN>(*it, b.query_start_loc, b.seq_lens);
+    return true;
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
