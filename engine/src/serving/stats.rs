@@ -75,11 +75,11 @@ impl EngineStats {
     /// and attended keys, weighed as the model's multiply-adds weigh them, against their time); None
     /// until a thousand tokens were read.
     pub fn prefill_seconds(&self, read: PromptRead) -> Option<f64> {
-        let work_per_second = self.prefill_work(self.prefill_tokens, self.prefill_keys) * 1e6
-            / self.prefill_micros as f64;
         self.prefill_tokens_per_second()?;
-        let keys = read.attended_keys();
-        Some(self.prefill_work(read.tokens as u64, keys) / work_per_second)
+        let measured_seconds = self.prefill_micros as f64 / 1e6;
+        let work_per_second =
+            self.prefill_work(self.prefill_tokens, self.prefill_keys) / measured_seconds;
+        Some(self.prefill_work(read.tokens as u64, read.attended_keys()) / work_per_second)
     }
 
     /// `tokens` tokens' products and `keys` attended keys, in tokens' products.
@@ -213,9 +213,14 @@ mod tests {
 
     #[test]
     fn a_key_weighs_two_q_widths_against_a_tokens_products() {
-        // SmolLM2-135M: 2 · 576 against 576 · (576 + 2 · 192) + 576 · 576 + 3 · 576 · 1536 a layer.
+        // SmolLM2-135M: 2 · 576 against 576 · (576 + 2 · 192) + 576 · 576 + 3 · 576 · 1536 a layer
+        // (3.26e-4); Llama-3.1-8B: 2 · 4096 against 4096 · (4096 + 2 · 1024) + 4096 · 4096
+        // + 3 · 4096 · 14336 (3.76e-5).
         let w = attention_weight(&smollm2());
         assert!((w - 1152.0 / 3_538_944.0).abs() < 1e-12, "{w}");
+        let json = crate::synth::named::LLAMA_3_1_8B.config_json().to_string();
+        let w = attention_weight(&LlamaConfig::from_json(&json).expect("the shape's config"));
+        assert!((w - 8192.0 / 218_103_808.0).abs() < 1e-12, "{w}");
     }
 
     #[test]
