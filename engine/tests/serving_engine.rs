@@ -15,7 +15,7 @@ use docqa_engine::models::llama::Llama;
 use docqa_engine::sampling::{SamplingParams, repetition};
 use docqa_engine::serving::{
     EngineConfig, EngineCore, EngineHandle, FinishReason, GenerateRequest, GenerationEvent,
-    KvBudget,
+    KvBudget, WARM_UP_NAMESPACE,
 };
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
@@ -411,4 +411,63 @@ fn a_prompt_read_in_chunks_reports_each_chunk_but_the_last_as_progress() {
         progress, expected,
         "a {n}-token prompt in chunks of {budget}"
     );
+}
+
+/// The counters a warm-up must leave as they were (its time aside).
+fn counted(core: &EngineCore<CpuBackend>) -> (u64, u64, u64, u64, u64, u64, usize, usize) {
+    let s = core.stats();
+    (
+        s.steps,
+        s.computed_tokens,
+        s.prefill_tokens,
+        s.prefill_micros,
+        s.decode_steps,
+        s.prefix_queried_tokens,
+        s.used_blocks,
+        s.free_blocks,
+    )
+}
+
+#[test]
+fn a_warm_up_reads_one_step_then_leaves_no_counts_no_cached_kv_and_the_same_answers() {
+    let cfg = EngineConfig::default();
+    let mut cold = engine(&cfg);
+    let prompt = chat(cold.tokenizer(), "Name three colours of the rainbow.");
+    let request = || GenerateRequest::new(prompt.clone(), greedy(12));
+    let cold_answer = run_all(&mut cold, vec![request()]);
+
+    let mut warmed = engine(&cfg);
+    let before = counted(&warmed);
+    let warm = warmed.warm_up().unwrap();
+    assert_eq!(warm.prompt_tokens, cfg.max_num_batched_tokens);
+    assert!((1..=4).contains(&warm.decoded_tokens), "{warm:?}");
+    assert_eq!(counted(&warmed), before);
+    assert_eq!(
+        warmed.forget_namespace(WARM_UP_NAMESPACE),
+        0,
+        "the warm-up's KV was already forgotten"
+    );
+    assert_eq!(run_all(&mut warmed, vec![request()]), cold_answer);
+    let (after_cold, after_warm) = (cold.stats(), warmed.stats());
+    assert_eq!(after_warm.prefill_tokens, after_cold.prefill_tokens);
+    assert_eq!(after_warm.prefill_keys, after_cold.prefill_keys);
+    assert_eq!(after_warm.decode_steps, after_cold.decode_steps);
+
+    warmed.add_request(request()).unwrap();
+    let busy = warmed.warm_up().unwrap_err();
+    assert!(matches!(busy, EngineError::InvalidBatch(_)), "{busy}");
+}
+
+#[test]
+fn a_warm_up_fits_a_kv_cache_smaller_than_one_step() {
+    // 40 blocks of 16 tokens (see the test above for a block's bytes): 640 tokens against a step of 2,048.
+    let cfg = EngineConfig {
+        kv_cache: KvBudget::Bytes(40 * 737_280),
+        max_num_batched_tokens: 2048,
+        ..EngineConfig::default()
+    };
+    let mut core = engine(&cfg);
+    let warm = core.warm_up().unwrap();
+    assert_eq!(warm.prompt_tokens, 640 - 8);
+    assert_eq!(core.stats().used_blocks, 0);
 }

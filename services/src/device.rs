@@ -77,6 +77,8 @@ pub struct DeviceDefaults {
     pub max_answer_tokens: usize,
     /// Prompt tokens read per engine step: a stop or a closed connection takes effect between steps.
     pub prefill_chunk: usize,
+    /// Whether the engine warms up before serving ([`docqa_engine::serving::warm_up`]).
+    pub warm_up: bool,
 }
 
 impl Device {
@@ -90,17 +92,25 @@ impl Device {
     /// Llama-3.1-8B shape on an H200 an 8K prompt's first token comes after 0.233 s against 0.262 s at
     /// 512 a step (8,192 a step: 0.225 s), while a step, and with it the other streams' next token,
     /// stays near 60 ms (the 0.233 s over four steps; BENCHMARKS.md, "Real scale").
+    ///
+    /// CUDA warms up before serving: its first read pays a quarter of a second of one-off costs
+    /// (0.301 s against 0.046 s warm for a 2K prompt at the Llama-3.1-8B shape on an H100), and each
+    /// new step size about 20 ms more. The CPU's first question costs what later ones do (1,811 ms
+    /// warmed up against 1,831 ms without, the same 727-token prompt), so it starts a second sooner
+    /// instead (BENCHMARKS.md, "Warm-up before serving").
     pub fn defaults(self) -> DeviceDefaults {
         match self {
             Device::Cpu => DeviceDefaults {
                 rag_window: 1024,
                 max_answer_tokens: 256,
                 prefill_chunk: 256,
+                warm_up: false,
             },
             Device::Cuda => DeviceDefaults {
                 rag_window: 2048,
                 max_answer_tokens: 512,
                 prefill_chunk: 2048,
+                warm_up: true,
             },
         }
     }

@@ -281,6 +281,15 @@ fn spawn_engine<B: Grouped>(
         &engine_config,
     )?;
     core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?;
+    if config.device.defaults().warm_up {
+        let warm = core.warm_up().context("warming the engine up")?;
+        eprintln!(
+            "docqa: the engine warmed up in {:.1} s ({} prompt tokens read, {} decoded)",
+            warm.took.as_secs_f64(),
+            warm.prompt_tokens,
+            warm.decoded_tokens
+        );
+    }
     let max_context = core.max_context();
     let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
     Ok(StartedEngine {

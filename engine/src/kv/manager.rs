@@ -341,6 +341,12 @@ impl KvCacheManager {
         self.stats
     }
 
+    /// Sets the prefix cache's counters back to `stats` (taken before work that should not count, such
+    /// as a warm-up).
+    pub fn restore_prefix_stats(&mut self, stats: PrefixCacheStats) {
+        self.stats = stats;
+    }
+
     /// Checks that `window` can be used with this cache: it must hold at least one block.
     pub fn check_window(&self, window: &SinkWindow) -> Result<()> {
         if window.window < self.cfg.block_size {

@@ -18,7 +18,8 @@ use super::tier_moves;
 use crate::backend::{Backend, KvShape};
 use crate::error::{EngineError, Result};
 use crate::kv::manager::{
-    CacheNamespace, CacheScope, KvCacheConfig, KvCacheManager, RequestId, SinkWindow,
+    CacheNamespace, CacheScope, KvCacheConfig, KvCacheManager, PrefixCacheStats, RequestId,
+    SinkWindow,
 };
 use crate::kv::tiers::{KvTiers, TierSettings};
 use crate::models::llama::{Llama, WorkspaceSize};
@@ -37,6 +38,14 @@ struct Active {
     top_logprobs: usize,
     admitted: Instant,
     first_token: Option<Instant>,
+}
+
+/// The counters of an engine, its prefix cache and its decode graphs at one moment.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Counters {
+    engine: EngineStats,
+    prefix: PrefixCacheStats,
+    graph_replays: u64,
 }
 
 /// A model, its KV cache and its scheduler, stepped by the caller.
@@ -602,6 +611,38 @@ impl<B: Backend> EngineCore<B> {
     /// Drops every cached KV block of `namespace`; returns how many blocks were forgotten.
     pub fn forget_namespace(&mut self, namespace: CacheNamespace) -> usize {
         self.kv.forget_namespace(namespace)
+    }
+
+    /// The engine's counters, for work that should leave them as it found them
+    /// ([`Self::warm_up`]).
+    pub(super) fn counters(&self) -> Counters {
+        Counters {
+            engine: self.stats,
+            prefix: self.kv.prefix_stats(),
+            graph_replays: self.ws.graphs.replays,
+        }
+    }
+
+    /// Sets the engine's counters back to `saved`.
+    pub(super) fn restore_counters(&mut self, saved: Counters) {
+        self.stats = saved.engine;
+        self.kv.restore_prefix_stats(saved.prefix);
+        self.ws.graphs.replays = saved.graph_replays;
+    }
+
+    /// Prompt tokens one step computes at most.
+    pub(super) fn step_tokens(&self) -> usize {
+        self.scheduler.config().max_num_batched_tokens
+    }
+
+    /// Tokens the KV pool holds.
+    pub(super) fn kv_capacity_tokens(&self) -> usize {
+        self.kv.pool().num_blocks() * self.kv.config().block_size
+    }
+
+    /// The model's vocabulary size.
+    pub(super) fn vocab_size(&self) -> usize {
+        self.model.config.vocab_size
     }
 
     /// Counters and gauges of the engine now.

@@ -10,9 +10,11 @@ pub(crate) mod ranks;
 pub mod request;
 pub mod stats;
 mod tier_moves;
+pub mod warm_up;
 
 pub use config::{EngineConfig, KvBudget};
 pub use core::EngineCore;
 pub use handle::{EngineHandle, TokenStream};
 pub use request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 pub use stats::EngineStats;
+pub use warm_up::{WARM_UP_NAMESPACE, WarmUp};
