@@ -99,6 +99,7 @@ pub async fn run_with(
         engine,
         tokenizer,
         generator_dir: models.generator.clone(),
+        tokenizer_id: crate::ingest::recount::tokenizer_id(&models.generator)?,
         long_prompt_tokens: Default::default(),
         max_context,
         trained_context,
@@ -114,6 +115,7 @@ pub async fn run_with(
     let position = crate::follower::Position::load(&data_dir.join("indexes"), &state.db).await?;
     recover(&state).await?;
     tokio::spawn(crate::follower::run(state.clone().into_inner(), position));
+    tokio::spawn(recount_token_counts(state.clone().into_inner()));
     let workers = tokio::spawn(crate::ingest::run(
         state.clone().into_inner(),
         config.ingest_workers,
@@ -145,6 +147,16 @@ pub async fn run_with(
     }
     state.db.close().await;
     Ok(())
+}
+
+/// Recounts the documents another generator's tokenizer counted ([`crate::ingest::recount`]).
+async fn recount_token_counts(state: Arc<AppState>) {
+    match crate::ingest::recount::recount_stale(state).await {
+        Ok(0) => {}
+        Ok(1) => eprintln!("docqa: recounted 1 document's tokens for this generator"),
+        Ok(n) => eprintln!("docqa: recounted {n} documents' tokens for this generator"),
+        Err(e) => eprintln!("docqa: recounting documents' tokens for this generator failed: {e:#}"),
+    }
 }
 
 async fn open_database(config: &ServeConfig, data_dir: &Path) -> anyhow::Result<Db> {

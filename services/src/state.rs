@@ -28,6 +28,9 @@ pub struct AppState {
     pub tokenizer: Arc<TextTokenizer>,
     /// The generator's model directory (the parse worker loads its tokenizer from there).
     pub generator_dir: PathBuf,
+    /// The digest that names the generator's tokenizer in the documents it counted
+    /// ([`crate::ingest::recount::tokenizer_id`]).
+    pub tokenizer_id: String,
     /// Tokens of the long prompts' document parts, for the next question on the same documents.
     pub long_prompt_tokens: crate::qa::long_tokens::LongPromptTokens,
     /// The generator's context window, in tokens (stretched by `--long-context yarn`).

@@ -106,6 +106,8 @@ pub struct DocumentFacts {
     pub char_count: i64,
     /// Tokens.
     pub token_count: i64,
+    /// The tokenizer that counted them ([`crate::ingest::recount::tokenizer_id`]).
+    pub counted_by: String,
     /// Chunks.
     pub chunk_count: i64,
 }
@@ -343,13 +345,14 @@ impl Db {
         let mut tx = self.pool().begin().await?;
         sqlx::query(
             "UPDATE documents SET format = $1, title = $2, page_count = $3, char_count = $4, \
-             token_count = $5, chunk_count = $6, updated_at = $7 WHERE id = $8",
+             token_count = $5, counted_by = $6, chunk_count = $7, updated_at = $8 WHERE id = $9",
         )
         .bind(&facts.format)
         .bind(&facts.title)
         .bind(facts.page_count)
         .bind(facts.char_count)
         .bind(facts.token_count)
+        .bind(&facts.counted_by)
         .bind(facts.chunk_count)
         .bind(now_ms())
         .bind(id)

@@ -3,7 +3,8 @@
 //! types both share (BIGINT, DOUBLE PRECISION, TEXT, bytes). Migrations are compiled in, one folder per
 //! dialect.
 //!
-//! One file per table family: [`tenants`] (tenants and API keys), [`documents`], [`chunks`], [`jobs`]
+//! One file per table family: [`tenants`] (tenants and API keys), [`documents`] (and [`token_counts`]
+//! for the tokenizer that counted each one), [`chunks`], [`jobs`]
 //! (and [`job_recovery`] for jobs a crashed process left running), [`answers`], and [`index_changes`]
 //! (the log every replica follows to keep its search indexes in step).
 
@@ -16,6 +17,7 @@ pub mod jobs;
 pub mod tenants;
 #[cfg(test)]
 pub mod test_support;
+pub mod token_counts;
 
 use std::path::Path;
 use std::str::FromStr;

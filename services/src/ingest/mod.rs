@@ -6,6 +6,7 @@
 mod lease;
 mod outcome;
 mod pipeline;
+pub mod recount;
 pub mod sandbox;
 
 use std::sync::Arc;

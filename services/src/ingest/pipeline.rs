@@ -66,6 +66,7 @@ async fn ingest(state: &Arc<AppState>, job: &Job) -> Result<(), Stop> {
         page_count: i64::from(parsed.pages.page_count()),
         char_count: parsed.char_len() as i64,
         token_count: token_count as i64,
+        counted_by: state.tokenizer_id.clone(),
         chunk_count: chunks.len() as i64,
     };
     let page_starts = serde_json::to_string(parsed.pages.page_starts()).unwrap_or_default();

@@ -106,7 +106,7 @@ fn prepare_in_process(request: &WorkerRequest) -> Result<Prepared, String> {
 
 /// Tokens of `text`: exact up to [`WHOLE_COUNT_BYTES`], beyond that the sum over pieces cut after
 /// line breaks (a piece boundary can change a merge across it, a few tokens in millions).
-fn count_in_pieces(text: &str, count: &dyn Fn(&str) -> usize) -> usize {
+pub(crate) fn count_in_pieces(text: &str, count: &dyn Fn(&str) -> usize) -> usize {
     let mut total = 0;
     let mut rest = text;
     while rest.len() > WHOLE_COUNT_BYTES {

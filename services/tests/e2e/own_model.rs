@@ -1,9 +1,11 @@
 //! `docqa serve --model DIR`: a user's own Llama-family checkpoint served in place of the default
 //! generator, with its own chat format and no reader merged; a directory that holds no model stops the
-//! start with the reason.
+//! start with the reason; documents another model's tokenizer counted are recounted.
 
 use std::process::Command;
 
+use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
+use docqa_engine::text::TextTokenizer;
 use serde_json::json;
 
 use crate::support::{self, Database, Options, Server};
@@ -65,4 +67,67 @@ fn serve_with_a_directory_that_holds_no_model_stops_and_says_why() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no config.json there"), "{stderr}");
+}
+
+#[test]
+fn documents_counted_by_one_models_tokenizer_are_recounted_when_another_model_serves_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("bytes-model");
+    support::succeed(Command::new(env!("CARGO_BIN_EXE_docqa")).args([
+        "models",
+        "synth",
+        "--shape",
+        "smollm2-135m",
+        "--layers",
+        "2",
+        "--out",
+        model.to_str().unwrap(),
+    ]));
+    let mut server = Server::start(Options::new(Database::Sqlite).arg("--model", model.display()));
+    let (_, key) = server.tenant("switch");
+    let text = "The lease ends on 30 June 2031. The tenant pays the rent monthly. ".repeat(30);
+    let (doc, job) = server.ingest(&key, "lease.txt", text.clone().into_bytes(), "text/plain");
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let path = format!("/v1/documents/{doc}");
+    let tokens = |server: &Server| -> u64 {
+        let d: serde_json::Value = server.get(&path, &key).json().unwrap();
+        d["token_count"].as_u64().expect("a token count")
+    };
+    // The synthetic checkpoint's byte tokenizer: a token a byte.
+    assert_eq!(tokens(&server) as usize, text.trim_end().len());
+
+    // The same data served by the default generator, SmolLM2, whose tokenizer merges whole words.
+    server.restart_with(|o| o.without("--model"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokens(&server) as usize == text.trim_end().len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not recounted: {}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let recounted = tokens(&server);
+    let generator = ensure_models(&default_models_dir(), &NoProgress)
+        .expect("models")
+        .generator;
+    let smollm2 = TextTokenizer::from_model_dir(&generator).unwrap();
+    let expected = smollm2.encode(text.trim_end(), false).unwrap().len();
+    assert_eq!(recounted as usize, expected);
+    assert!(
+        server
+            .log_text()
+            .contains("recounted 1 document's tokens for this generator"),
+        "{}",
+        server.log_text()
+    );
+    // Once recounted, a further start leaves the count as it is.
+    server.restart();
+    assert_eq!(tokens(&server), recounted);
+    assert_eq!(
+        server.log_text().matches("recounted 1 document").count(),
+        1,
+        "{}",
+        server.log_text()
+    );
 }

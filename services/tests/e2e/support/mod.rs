@@ -128,6 +128,12 @@ impl Options {
         }
     }
 
+    /// Leaves a flag out (a default or one set before).
+    pub fn without(mut self, flag: &str) -> Self {
+        self.args.retain(|(f, _)| f != flag);
+        self
+    }
+
     /// Sets a flag's value (replacing a default).
     pub fn arg(mut self, flag: &str, value: impl ToString) -> Self {
         self.args.retain(|(f, _)| f != flag);
@@ -312,6 +318,16 @@ impl Server {
     /// Starts the server again on the same data directory and database.
     pub fn restart(&mut self) {
         self.kill();
+        self.launch();
+    }
+
+    /// Starts the server again on the same data directory and database, with `change` made to its
+    /// options.
+    pub fn restart_with(&mut self, change: impl FnOnce(Options) -> Options) {
+        self.kill();
+        let fresh = Options::new(self.options.database);
+        let options = std::mem::replace(&mut self.options, fresh);
+        self.options = change(options);
         self.launch();
     }
 
