@@ -2,6 +2,7 @@
 //! generator, with its own chat format and no reader merged; a directory that holds no model stops the
 //! start with the reason; documents another model's tokenizer counted are recounted.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
@@ -10,11 +11,10 @@ use serde_json::json;
 
 use crate::support::{self, Database, Options, Server};
 
-#[test]
-fn serve_with_a_model_directory_answers_with_that_model_its_chat_format_and_no_reader() {
-    // A cut-down SmolLM2-shaped checkpoint of random weights: two layers, ChatML, a byte tokenizer.
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("my-model");
+/// A cut-down SmolLM2-shaped checkpoint of random weights in `dir/name`: two layers, ChatML, a byte
+/// tokenizer.
+fn two_layer_model(dir: &Path, name: &str) -> PathBuf {
+    let model = dir.join(name);
     support::succeed(Command::new(env!("CARGO_BIN_EXE_docqa")).args([
         "models",
         "synth",
@@ -25,6 +25,13 @@ fn serve_with_a_model_directory_answers_with_that_model_its_chat_format_and_no_r
         "--out",
         model.to_str().unwrap(),
     ]));
+    model
+}
+
+#[test]
+fn serve_with_a_model_directory_answers_with_that_model_its_chat_format_and_no_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = two_layer_model(dir.path(), "my-model");
     let server = Server::start(Options::new(Database::Sqlite).arg("--model", model.display()));
     let (_, key) = server.tenant("own");
     let info: serde_json::Value = server.get("/v1/info", &key).json().unwrap();
@@ -72,17 +79,7 @@ fn serve_with_a_directory_that_holds_no_model_stops_and_says_why() {
 #[test]
 fn documents_counted_by_one_models_tokenizer_are_recounted_when_another_model_serves_them() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("bytes-model");
-    support::succeed(Command::new(env!("CARGO_BIN_EXE_docqa")).args([
-        "models",
-        "synth",
-        "--shape",
-        "smollm2-135m",
-        "--layers",
-        "2",
-        "--out",
-        model.to_str().unwrap(),
-    ]));
+    let model = two_layer_model(dir.path(), "bytes-model");
     let mut server = Server::start(Options::new(Database::Sqlite).arg("--model", model.display()));
     let (_, key) = server.tenant("switch");
     let text = "The lease ends on 30 June 2031. The tenant pays the rent monthly. ".repeat(30);
