@@ -18,3 +18,4 @@ mod hybrid_fusion;
 mod parse_bounds;
 mod parse_errors;
 mod parse_formats;
+mod parse_pdf_graph;

@@ -13,6 +13,7 @@ mod limits;
 mod markdown;
 mod normalize;
 mod pdf;
+mod pdf_graph;
 mod text;
 
 pub use detect::{detect_file_format, detect_format};

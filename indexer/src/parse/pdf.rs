@@ -12,9 +12,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use lopdf::{Document, Object, ObjectId};
 use pdf_extract::{PlainTextOutput, output_doc_page};
 
-use super::ParseLimits;
 use super::limits::{InflateBudget, Limit, exceeded};
 use super::normalize::Extracted;
+use super::{ParseLimits, pdf_graph};
 use crate::document::DocumentFormat;
 use crate::error::{IndexerError, Result};
 
@@ -39,7 +39,8 @@ fn parse_pages(bytes: &[u8], limits: &ParseLimits) -> Result<Extracted> {
     }
     check_inflated_size(&doc, limits)?;
     let mut texts = Vec::with_capacity(pages.len());
-    for &page_num in pages.keys() {
+    for (&page_num, &page_id) in &pages {
+        pdf_graph::check_page(&doc, page_id, limits, corrupt)?;
         texts.push(page_text(&doc, page_num)?);
     }
     if texts.iter().all(|t| t.trim().is_empty()) {
