@@ -35,10 +35,10 @@ pub struct WarmUp {
 }
 
 impl<B: Backend> EngineCore<B> {
-    /// Reads one step's worth of prompt and decodes a few tokens, then reads shorter prompts (a
-    /// quarter of the step, a sixteenth, … down to 8 tokens: a device library picks its kernels by
-    /// size, and loads each on first use), then forgets them all and sets the counters back. Only an
-    /// idle engine warms up.
+    /// Reads one step's worth of prompt and decodes a few tokens, then reads shorter prompts (half
+    /// the step, a quarter, … down to 8 tokens: cuBLAS picks its kernels by the number of rows, and
+    /// loads each on first use), then forgets them all and sets the counters back. Only an idle engine
+    /// warms up.
     pub fn warm_up(&mut self) -> Result<WarmUp> {
         if self.has_work() {
             return Err(EngineError::InvalidBatch(
@@ -65,7 +65,7 @@ impl<B: Backend> EngineCore<B> {
     /// The warm-up's requests, one after the other; returns the tokens the first decoded.
     fn warm_up_reads(&mut self, tokens: usize) -> Result<usize> {
         let shorter =
-            std::iter::successors(Some(tokens / 4), |n| Some(n / 4)).take_while(|&n| n >= 8);
+            std::iter::successors(Some(tokens / 2), |n| Some(n / 2)).take_while(|&n| n >= 8);
         let mut decoded = 0;
         for (salt, n) in std::iter::once(tokens).chain(shorter).enumerate() {
             let max_tokens = if salt == 0 { DECODED_TOKENS } else { 1 };
