@@ -104,27 +104,43 @@ fn a_long_prompt_streams_its_reading_progress_and_a_stop_frees_the_engine_at_its
     assert!(["stop", "length", "loop"].contains(&answer["finish_reason"].as_str().unwrap()));
 
     // Stop the next question while its prompt is read (the document's cached KV dropped first, or
-    // the prefix cache would serve most of it at once).
+    // the prefix cache would serve most of it at once). On a loaded machine this test may read its
+    // first progress event only after the engine finished the whole answer; then it asks again.
     let body = json!({ "question": questions[1].0, "route": "long", "stream": true, "max_tokens": 8,
         "scope": { "document_ids": [doc] } });
-    let forget = server
-        .req(
-            reqwest::Method::DELETE,
-            &format!("/v1/documents/{doc}/kv-cache"),
-            Some(&key),
-        )
-        .send()
-        .unwrap();
-    assert!(forget.status().is_success(), "{}", forget.status());
-    let res = ask_streaming(&server, &key, &body);
-    let mut lines = BufReader::new(res).lines().map(|l| l.expect("line"));
-    let reading = first_progress(&mut lines);
-    assert!(
-        reading["read"].as_u64() < reading["total"].as_u64(),
-        "{reading}"
-    );
-    let (running, computed_before) = engine_now(&server);
-    assert_eq!(running, 1);
+    let mut attempts = 0;
+    let (lines, computed_before) = loop {
+        attempts += 1;
+        let forget = server
+            .req(
+                reqwest::Method::DELETE,
+                &format!("/v1/documents/{doc}/kv-cache"),
+                Some(&key),
+            )
+            .send()
+            .unwrap();
+        assert!(forget.status().is_success(), "{}", forget.status());
+        let res = ask_streaming(&server, &key, &body);
+        let mut lines = BufReader::new(res).lines().map(|l| l.expect("line"));
+        let reading = first_progress(&mut lines);
+        assert!(
+            reading["read"].as_u64() < reading["total"].as_u64(),
+            "{reading}"
+        );
+        let (running, computed_before) = engine_now(&server);
+        if running == 1 {
+            break (lines, computed_before);
+        }
+        assert_eq!(running, 0);
+        assert!(
+            attempts < 3,
+            "the answer was over before its first progress event was read, three times"
+        );
+        eprintln!(
+            "attempt {attempts}: the answer was over before its first progress event was read"
+        );
+        lines.for_each(drop);
+    };
     let stopped_at = Instant::now();
     drop(lines); // the caller stops: the connection closes
     let computed_after = loop {
@@ -164,11 +180,16 @@ fn a_long_prompt_streams_its_reading_progress_and_a_stop_frees_the_engine_at_its
         history = history_of();
     }
     let items = history["answers"].as_array().expect("answers");
-    let stopped: Vec<&Value> = items
+    let asked: Vec<&Value> = items
         .iter()
         .filter(|a| a["question"] == questions[1].0)
         .collect();
-    assert_eq!(stopped.len(), 1, "{history}");
-    assert_eq!(stopped[0]["status"], "stopped", "{history}");
-    assert!(stopped[0]["error"].is_null(), "{history}");
+    assert_eq!(asked.len(), attempts, "{history}");
+    // The latest first: the stopped one; any earlier attempt answered in full.
+    assert_eq!(asked[0]["status"], "stopped", "{history}");
+    assert!(asked[0]["error"].is_null(), "{history}");
+    assert!(
+        asked[1..].iter().all(|a| a["status"] != "stopped"),
+        "{history}"
+    );
 }
