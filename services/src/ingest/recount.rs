@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
-use super::sandbox::count_in_pieces;
+use super::sandbox::document_tokens;
 use crate::state::AppState;
 
 /// Documents fetched per query while recounting.
@@ -60,11 +60,7 @@ async fn recount(state: &Arc<AppState>, id: &str) -> anyhow::Result<bool> {
         return Ok(false);
     };
     let tokenizer = Arc::clone(&state.tokenizer);
-    let tokens = tokio::task::spawn_blocking(move || {
-        let count = |piece: &str| tokenizer.encode(piece, false).map_or(0, |ids| ids.len());
-        count_in_pieces(&text, &count)
-    })
-    .await?;
+    let tokens = tokio::task::spawn_blocking(move || document_tokens(&tokenizer, &text)).await?;
     let set = state
         .db
         .set_token_count(id, tokens as i64, &state.tokenizer_id)

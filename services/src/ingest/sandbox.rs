@@ -94,8 +94,8 @@ fn prepare_in_process(request: &WorkerRequest) -> Result<Prepared, String> {
     )
     .map_err(|e| e.to_string())?;
     drop(bytes);
-    let count = |text: &str| tokenizer.encode(text, false).map_or(0, |ids| ids.len());
-    let token_count = count_in_pieces(&parsed.text, &count);
+    let token_count = document_tokens(&tokenizer, &parsed.text);
+    let count = |piece: &str| tokens_in(&tokenizer, piece);
     let chunks = chunk_document(&parsed, &count, &ChunkerConfig::default());
     Ok(Prepared {
         parsed,
@@ -104,9 +104,20 @@ fn prepare_in_process(request: &WorkerRequest) -> Result<Prepared, String> {
     })
 }
 
+/// Generator tokens of a document's whole text, as ingestion records them (and a recount for another
+/// generator, [`super::recount`]).
+pub(crate) fn document_tokens(tokenizer: &TextTokenizer, text: &str) -> usize {
+    count_in_pieces(text, &|piece| tokens_in(tokenizer, piece))
+}
+
+/// Generator tokens of `piece` (none where it cannot be encoded).
+fn tokens_in(tokenizer: &TextTokenizer, piece: &str) -> usize {
+    tokenizer.encode(piece, false).map_or(0, |ids| ids.len())
+}
+
 /// Tokens of `text`: exact up to [`WHOLE_COUNT_BYTES`], beyond that the sum over pieces cut after
 /// line breaks (a piece boundary can change a merge across it, a few tokens in millions).
-pub(crate) fn count_in_pieces(text: &str, count: &dyn Fn(&str) -> usize) -> usize {
+fn count_in_pieces(text: &str, count: &dyn Fn(&str) -> usize) -> usize {
     let mut total = 0;
     let mut rest = text;
     while rest.len() > WHOLE_COUNT_BYTES {
