@@ -68,7 +68,7 @@ PATTERNS = [
     (
         "decode_e2e",
         re.compile(
-            rf"^\s+decode batch\s+(\d+), \d+ steps after (\d+), graphs on\s+pdl on\s+splits policy\s+"
+            rf"^\s+decode batch\s+(\d+), \d+ steps after (\d+), graphs on\s+pdl on\s+(?:persistent off\s+)?splits policy\s+"
             rf"{NUMBER} ms/step\s+{NUMBER} tok/s"
         ),
     ),

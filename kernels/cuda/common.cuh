@@ -31,6 +31,16 @@ __device__ __forceinline__ float load_f32(const signed char* p) { return (float)
 __device__ __forceinline__ void store_from_f32(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_from_f32(bf16_t* p, float v) { *p = f32_to_bf16(v); }
 
+// The 8 bf16 values of a 16-byte piece, widened.
+__device__ __forceinline__ void unpack8(const uint4 w, float* f) {
+    const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
 // Sum over the 32 lanes of a warp; every lane gets the result.
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) {

@@ -30,16 +30,6 @@ __device__ __forceinline__ uint4 load_streamed(const bf16_t* p) {
     return r;
 }
 
-// The 8 bf16 values of a 16-byte piece, widened.
-__device__ __forceinline__ void unpack8(const uint4 w, float* f) {
-    const unsigned u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-
 // Every row's RMSNorm scale, rsqrt(mean(x²) + eps) as rms_norm_f32 computes it, from each thread's
 // partial sums of squares ss[r] summed over the block. Every thread of the block calls it.
 template <int R>

@@ -176,6 +176,11 @@ pub const SOURCES: &[KernelSource] = &[
         ],
     },
     KernelSource {
+        name: "decode_step",
+        source: include_str!("../cuda/decode_step.cu"),
+        functions: &["decode_layers_bf16_hd64", "decode_layers_bf16_hd128"],
+    },
+    KernelSource {
         name: "sample",
         source: include_str!("../cuda/sample.cu"),
         functions: &["argmax_rows_f32", "sample_rows_f32"],

@@ -13,7 +13,10 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod decode_layers;
 pub mod unfused;
+
+pub use decode_layers::{DecodeLayerWeights, DecodeLayers};
 
 use crate::config::RopeFreqs;
 use crate::error::Result;
@@ -460,6 +463,13 @@ pub trait Backend: Send + Sync + Sized {
             (rows, heads, kv_heads, head_dim),
             rope.caches,
         )
+    }
+
+    /// Runs a decode step's layers for one token of one sequence in one launch, where the backend
+    /// has such a kernel and `step` suits it; returns false, having done nothing, otherwise (the
+    /// caller then runs the layers op by op).
+    fn decode_layers(&self, _x: &mut Self::Buf, _step: DecodeLayers<'_, Self>) -> Result<bool> {
+        Ok(false)
     }
 
     /// A decoder layer's attention sublayer without sink windows: the norm and q/k/v products

@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use crate::adapter::Adapter;
 use crate::backend::{
-    AttnShape, AttnWeights, Backend, PagedAttnMeta, RmsNormInto, RopeKvWrite, WindowedAttn,
+    AttnShape, AttnWeights, Backend, DecodeLayerWeights, DecodeLayers, PagedAttnMeta, RmsNormInto,
+    RopeKvWrite, WindowedAttn,
 };
 use crate::config::{LlamaConfig, RopeFreqs, RopeScaling};
 use crate::error::Result;
@@ -355,11 +356,61 @@ impl<B: Backend> Llama<B> {
         if dims.windowed {
             b.rope_table(&ws.sink_positions, freqs, n, &mut ws.rope_sinks)?;
         }
-        for (i, layer) in self.layers.iter().enumerate() {
-            self.attention_block(layer, dims, kv, i, ws)?;
-            self.mlp_block(layer, n, ws)?;
+        if !self.decode_layers_at_once(dims, kv, ws)? {
+            for (i, layer) in self.layers.iter().enumerate() {
+                self.attention_block(layer, dims, kv, i, ws)?;
+                self.mlp_block(layer, n, ws)?;
+            }
         }
         self.lm_head(dims.logit_rows, dims.tokens, ws)
+    }
+
+    /// Runs every layer of a step of one token of one sequence (dense attention, a whole model, no
+    /// q/k/v biases) in one launch where the backend can ([`Backend::decode_layers`]); false where
+    /// the layers are to run op by op.
+    fn decode_layers_at_once(
+        &self,
+        dims: &StepDims,
+        kv: &mut KvPool<B>,
+        ws: &mut LlamaWorkspace<B>,
+    ) -> Result<bool> {
+        let biased = |l: &Layer<B>| l.q_bias.is_some() || l.k_bias.is_some() || l.v_bias.is_some();
+        let one_token = dims.tokens == 1 && dims.seqs == 1 && !dims.windowed && !dims.sliding;
+        if !one_token || self.group.is_some() || self.layers.iter().any(biased) {
+            return Ok(false);
+        }
+        let meta = dense_meta(dims, (&ws.query_start_loc, &ws.seq_lens, &ws.block_table));
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| DecodeLayerWeights {
+                norms: [&l.input_norm, &l.post_norm],
+                qkv: [&l.q, &l.k, &l.v],
+                o: &l.o,
+                mlp: [&l.gate, &l.up, &l.down],
+            })
+            .collect();
+        let step = DecodeLayers {
+            layers,
+            caches: (&kv.k, &kv.v),
+            eps: self.part.rms_norm_eps,
+            rope: &ws.rope,
+            slot_mapping: &ws.slots,
+            attn: (&meta, self.attn_shape()),
+            bufs: [&mut ws.q, &mut ws.attn, &mut ws.act],
+        };
+        self.backend.decode_layers(&mut ws.x, step)
+    }
+
+    /// This part's attention heads and scale.
+    fn attn_shape(&self) -> AttnShape {
+        let cfg = &self.part;
+        AttnShape {
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        }
     }
 
     fn attention_block(
@@ -398,30 +449,17 @@ impl<B: Backend> Llama<B> {
                 (&mut kv.k[i], &mut kv.v[i]),
             )?;
         }
-        let meta = PagedAttnMeta {
-            query_start_loc: &ws.query_start_loc,
-            seq_lens: &ws.seq_lens,
-            block_table: &ws.block_table,
-            max_blocks_per_seq: dims.blocks_per_seq,
-            num_seqs: dims.seqs,
-            num_tokens: n,
-            max_seq_len: dims.max_seq_len,
-            windows: match (dims.sliding && cfg.sliding_layers[i], dims.windowed) {
-                (true, _) => Some(&ws.sliding_windows),
-                (false, true) => Some(&ws.windows),
-                (false, false) => None,
-            }
-            .map(|windows| WindowedAttn {
-                windows,
-                q_sinks: &ws.q_sinks,
-            }),
-        };
-        let shape = AttnShape {
-            num_heads: heads,
-            num_kv_heads: kv_heads,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-        };
+        let mut meta = dense_meta(dims, (&ws.query_start_loc, &ws.seq_lens, &ws.block_table));
+        meta.windows = match (dims.sliding && cfg.sliding_layers[i], dims.windowed) {
+            (true, _) => Some(&ws.sliding_windows),
+            (false, true) => Some(&ws.windows),
+            (false, false) => None,
+        }
+        .map(|windows| WindowedAttn {
+            windows,
+            q_sinks: &ws.q_sinks,
+        });
+        let shape = self.attn_shape();
         if dims.windowed {
             b.paged_attention(&ws.q, &kv.k[i], &kv.v[i], &meta, shape, &mut ws.attn)?;
             match self.adds_residual() {
@@ -511,6 +549,24 @@ impl<B: Backend> Llama<B> {
         b.matmul(&ws.last_norm, head, None, rows, &mut parts.part)?;
         let dims = (rows, self.part.vocab_size);
         group.all_gather_cols(b, &parts.part, dims, &mut parts.stacked, &mut ws.logits)
+    }
+}
+
+/// The paged-attention description of a pass's batch without windows, over its query starts,
+/// sequence lengths and block table.
+fn dense_meta<'a, B: Backend>(
+    dims: &StepDims,
+    (query_start_loc, seq_lens, block_table): (&'a B::Ids, &'a B::Ids, &'a B::Ids),
+) -> PagedAttnMeta<'a, B> {
+    PagedAttnMeta {
+        query_start_loc,
+        seq_lens,
+        block_table,
+        max_blocks_per_seq: dims.blocks_per_seq,
+        num_seqs: dims.seqs,
+        num_tokens: dims.tokens,
+        max_seq_len: dims.max_seq_len,
+        windows: None,
     }
 }
 

@@ -11,6 +11,7 @@
 //! then multiply in cuBLAS with f32 accumulation and f32 output.
 
 mod attention;
+mod decode_step;
 mod device;
 mod flash;
 mod gemv;
@@ -125,6 +126,12 @@ pub struct CudaBackend {
     bf16_sublayer: AtomicBool,
     /// Attention sublayers run in bf16 so far, for checks that the path was taken.
     bf16_sublayer_runs: AtomicU64,
+    /// Whether batch-1 decode steps run their layers in one persistent launch ([`decode_step`]).
+    persistent_decode: AtomicBool,
+    /// Steps run so.
+    persistent_decode_runs: AtomicU64,
+    /// That launch's scratch and argument buffers.
+    persistent: Mutex<decode_step::State>,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
 }
@@ -178,6 +185,11 @@ impl CudaBackend {
                 std::env::var("DOCQA_CUDA_BF16_SUBLAYER").map_or(true, |v| v != "0"),
             ),
             bf16_sublayer_runs: AtomicU64::new(0),
+            persistent_decode: AtomicBool::new(
+                std::env::var("DOCQA_CUDA_PERSISTENT_DECODE").is_ok_and(|v| v == "1"),
+            ),
+            persistent_decode_runs: AtomicU64::new(0),
+            persistent: Mutex::new(decode_step::State::default()),
             epoch: AtomicU64::new(0),
         })
     }
@@ -651,6 +663,14 @@ impl Backend for CudaBackend {
             }
             false => unfused::attention_sublayer(self, x, weights, rope, attn, bufs),
         }
+    }
+
+    fn decode_layers(
+        &self,
+        x: &mut CudaSlice<f32>,
+        step: crate::backend::DecodeLayers<'_, Self>,
+    ) -> Result<bool> {
+        decode_step::run(self, x, step)
     }
 
     fn argmax_rows(

@@ -104,35 +104,53 @@ impl PdlArgs {
         // SAFETY: a zeroed union is a valid value; the one field the attribute reads is set next.
         let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
         value.programmaticStreamSerializationAllowed = 1;
-        let mut attr = CUlaunchAttribute {
+        let attr = CUlaunchAttribute {
             id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
             pad: [0; 4],
             value,
         };
-        let config = CUlaunchConfig {
-            gridDimX: cfg.grid_dim.0,
-            gridDimY: cfg.grid_dim.1,
-            gridDimZ: cfg.grid_dim.2,
-            blockDimX: cfg.block_dim.0,
-            blockDimY: cfg.block_dim.1,
-            blockDimZ: cfg.block_dim.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(programmatic),
-        };
-        stream.context().bind_to_thread().map_err(cuda_err)?;
-        // SAFETY: the caller vouches for the arguments; `params` and `attr` outlive the call, which
-        // copies them.
-        unsafe {
-            cudarc::driver::sys::cuLaunchKernelEx(
-                &config,
-                f.cu_function(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(cuda_err)
+        // SAFETY: as the caller vouches for.
+        unsafe { launch_ex(f, stream, cfg, &mut params, programmatic.then_some(attr)) }
     }
+}
+
+/// Launches `f` on `stream` with `params` (one pointer a parameter) and at most one launch
+/// attribute.
+///
+/// # Safety
+/// `params` must match the kernel's parameters, and the attribute what the kernel expects of it.
+pub(super) unsafe fn launch_ex(
+    f: &CudaFunction,
+    stream: &CudaStream,
+    cfg: LaunchConfig,
+    params: &mut [*mut std::ffi::c_void],
+    attr: Option<CUlaunchAttribute>,
+) -> Result<()> {
+    // SAFETY: a zeroed attribute is a valid value; it is read only when `attr` is given.
+    let mut attr_slot: CUlaunchAttribute = attr.unwrap_or(unsafe { std::mem::zeroed() });
+    let config = CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr_slot,
+        numAttrs: u32::from(attr.is_some()),
+    };
+    stream.context().bind_to_thread().map_err(cuda_err)?;
+    // SAFETY: the caller vouches for the arguments; `params` and the attribute outlive the call,
+    // which copies them.
+    unsafe {
+        cudarc::driver::sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(cuda_err)
 }

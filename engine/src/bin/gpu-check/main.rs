@@ -3,10 +3,12 @@
 //! parity on random models (a BERT with MiniLM's shapes, and decoding with Llamas of SmolLM2-135M's
 //! shapes) and the tiered KV cache's reloads; then, with `--bench`, the timings; last a summary line.
 //!
-//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only] [--tiers-only] [--tp-only]`; `--ops-only` skips the
+//! Usage: `gpu-check [--ops-only] [--bench] [--kernels-only] [--families-only] [--tiers-only] [--tp-only]
+//! [--persistent-only]`; `--ops-only` skips the
 //! end-to-end models, `--kernels-only` keeps the timings to the kernels, `--families-only` runs only
 //! the model families against transformers' logits (`tests/golden/families`), `--tp-only` the tensor-parallel
-//! checks (NCCL collectives, split models against whole; `DOCQA_TP_SHAPES` adds real shapes).
+//! checks (NCCL collectives, split models against whole; `DOCQA_TP_SHAPES` adds real shapes),
+//! `--persistent-only` the one-launch decode against the op-by-op one.
 //! `DOCQA_BENCH_SHAPES=llama-3.1-8b,...` times decode at those real shapes and nothing else (over int8
 //! KV pools with `DOCQA_BENCH_KV_DTYPE=int8`; `DOCQA_BENCH_CASES=32x32768,...` names the batch sizes and
 //! contexts),
@@ -36,6 +38,7 @@ mod inputs;
 #[path = "../../../benches/kv_tiers.rs"]
 mod kv_tiers_bench;
 mod ops;
+mod persistent;
 mod products;
 mod qkv_rope;
 mod random_models;
@@ -90,6 +93,12 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
         tensor_parallel::run(&mut rng, &mut report)?;
         return Ok(report.summary());
     }
+    if flag_set("--persistent-only") {
+        let mut report = Report::default();
+        report.header();
+        persistent::run(&mut rng, &mut report)?;
+        return Ok(report.summary());
+    }
     if flag_set("--tiers-only") {
         let mut report = Report::default();
         report.header();
@@ -139,6 +148,7 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     if !ops_only {
         e2e::run_bert(&mut rng, &mut report)?;
         e2e::run_llama(&mut rng, &mut report)?;
+        persistent::run(&mut rng, &mut report)?;
         families::run(&mut report)?;
         tiers::run(&mut rng, &mut report)?;
         tensor_parallel::run(&mut rng, &mut report)?;

@@ -1,0 +1,632 @@
+// A decode step's transformer layers for one sequence in one persistent launch (sm_90a): one block
+// an SM, every block resident at once (a cooperative launch), running each layer as five phases with
+// a grid-wide barrier after each:
+//   0. RMSNorm, the q/k/v products, RoPE on q and k, k and v written to the layer's bf16 pools;
+//   1. attention of the new query over the sequence's keys, split-KV, GQA-aware; the last split of
+//      a KV head to finish merges that head's splits;
+//   2. the output product, added onto the residual stream x;
+//   3. RMSNorm, the gate and up products, silu(gate) · up;
+//   4. the down product, added onto x.
+// The products are those of gemv.cu (activations rounded to bf16 and staged once a block, sums in
+// f32); a warp takes a pair of weight rows at a time (RoPE's two halves, gate and up, or two
+// neighbouring rows).
+//
+// What makes it one launch worth having is the weight stream: weights are no phase's output, so
+// one producer thread a block copies the block's rows of every product of every layer (a contiguous
+// share of each product's pairs, dealt in turn to its 8 consumer warps), in the order the warps take
+// them, into a ring of 4 KiB slots in shared memory (cp.async.bulk, an mbarrier a slot for "full" and
+// one for "empty"). It runs ahead of the consumers across the barriers by as much as the ring holds
+// (about 180 KiB, some 7 µs of an SM's share of the memory's bandwidth): while the consumers wait at
+// a barrier, stage activations or attend, the memory keeps streaming the next product's weights.
+// The barriers are a counter in global memory that each block bumps once and then watches.
+#include "common.cuh"
+#include "hopper.cuh"
+
+#define STEP_WARPS 8                         // consumer warps a block
+#define STEP_CONSUMERS (STEP_WARPS * 32)
+#define STEP_THREADS (STEP_CONSUMERS + 32)  // and one producer warp
+#define CHUNK_ELEMS 2048                     // bf16 weights a ring slot holds
+#define CHUNK_BYTES (CHUNK_ELEMS * 2)
+#define STEP_MAX_SPLITS 32                   // key splits a KV head at most (a lane each to merge)
+#define STEP_SPLIT_KEYS 32                   // keys a split at least
+#define STEP_MAX_GROUP 8                     // query heads a KV head at most
+
+// One layer's weights and pools.
+struct StepLayer {
+    const bf16_t *wq, *wk, *wv, *wo, *wg, *wu, *wd;  // [out, in] each
+    const float *norm1, *norm2;                      // the RMSNorms before q/k/v and gate/up
+    bf16_t *kc, *vc;  // [num_slots, kv_heads * head_dim]
+};
+
+// What the step reads and writes, then `layers` StepLayer records (the host lays both out in one
+// buffer of 8-byte words).
+struct StepArgs {
+    float* x;              // [hidden]: the residual stream, updated in place
+    float* q;              // [heads * head_dim]: the rotated query
+    float* attn;           // [heads * head_dim]: attention's output
+    float* act;            // [inter]: silu(gate) · up
+    float* parts;          // [heads, STEP_MAX_SPLITS, head_dim]: the splits' outputs
+    float* part_ml;        // [heads, STEP_MAX_SPLITS, 2]: their maxima (log2 domain) and sums
+    unsigned* counters;    // [1 + layers * kv_heads], zero at launch: barrier, then arrivals
+    const float* rope;     // [head_dim]: cos, then sin, at the token's position
+    const unsigned* slot;  // [1]: the token's pool slot
+    const unsigned* block_table;  // the sequence's blocks
+    const unsigned* seq_len;      // [1]: keys, the new one included
+    long long layers, hidden, heads, kv_heads, head_dim, inter, block_size, nslots;
+    float eps, eps_pad, scale, scale_pad;  // RMSNorm epsilon; 1 / sqrt(head_dim)
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ float load_cg(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 load_cg4(const float* p) {
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+// Copies `bytes` (a multiple of 16) from global `src` to shared `dst`, counted on `bar`.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+// The 256 consumer threads' barrier (the producer warp never joins it).
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(STEP_CONSUMERS) : "memory");
+}
+
+// Sum over the consumer threads; every one gets it.
+__device__ __forceinline__ float consumers_sum(float v, float* red /* [STEP_WARPS], shared */) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    consumers_sync();
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < STEP_WARPS; ++w) t += red[w];
+    consumers_sync();
+    return t;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Waits until every block has arrived at barrier number `n` of the step. Writes before it, by any
+// consumer thread of any block, are visible to every consumer thread after it.
+__device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned n) {
+    consumers_sync();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        const unsigned target = (n + 1) * gridDim.x;
+        unsigned seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+        } while (seen < target);
+    }
+    consumers_sync();
+}
+
+// The products of a layer: phase 0 (q/k/v), 2 (o), 3 (gate/up) and 4 (down), as pairs of rows.
+struct Product {
+    int items, in;
+};
+__device__ __forceinline__ Product product_of(const StepArgs& a, int phase) {
+    const int hd = (int)a.head_dim;
+    switch (phase) {
+        case 0: return {(int)(a.heads + 2 * a.kv_heads) * (hd / 2), (int)a.hidden};
+        case 2: return {(int)a.hidden / 2, (int)a.heads * hd};
+        case 3: return {(int)a.inter, (int)a.hidden};
+        default: return {(int)a.hidden / 2, (int)a.inter};
+    }
+}
+
+// Which of q, k, v (0, 1, 2) q/k/v pair `i` belongs to, its head and its dim below head_dim / 2.
+__device__ __forceinline__ int3 locate_qkv(const StepArgs& a, int i) {
+    const int half = (int)a.head_dim / 2, qp = (int)a.heads * half, kp = (int)a.kv_heads * half;
+    const int which = i < qp ? 0 : (i < qp + kp ? 1 : 2);
+    const int at = which == 0 ? i : i - qp - (which - 1) * kp;
+    return make_int3(which, at / half, at % half);
+}
+
+// Row m (0 or 1) of pair `i` of a product.
+__device__ __forceinline__ const bf16_t* pair_row(const StepArgs& a, const StepLayer& L, int phase,
+                                                  int i, int m, int in) {
+    switch (phase) {
+        case 0: {
+            const int3 at = locate_qkv(a, i);
+            const bf16_t* W = at.x == 0 ? L.wq : at.x == 1 ? L.wk : L.wv;
+            const int hd = (int)a.head_dim;
+            return W + (size_t)(at.y * hd + at.z + m * (hd / 2)) * in;
+        }
+        case 2: return L.wo + (size_t)(2 * i + m) * in;
+        case 3: return (m == 0 ? L.wg : L.wu) + (size_t)i * in;
+        default: return L.wd + (size_t)(2 * i + m) * in;
+    }
+}
+
+// The pairs a block takes of a product's `items`: a contiguous range, the same size for every block
+// give or take one (the first block's starts at 0), its t-th pair going to warp t % STEP_WARPS.
+__device__ __forceinline__ int block_first(int items) {
+    return (int)((long long)items * blockIdx.x / gridDim.x);
+}
+__device__ __forceinline__ int block_items(int items) {
+    return (int)((long long)items * (blockIdx.x + 1) / gridDim.x) - block_first(items);
+}
+
+// Shared memory: the ring's barriers, the reduction scratch, the ring, the staged activations,
+// each warp's attention scratch.
+struct Smem {
+    unsigned full, empty;  // nslots barriers each
+    float* red;            // [STEP_WARPS]
+    unsigned ring;         // nslots · CHUNK_BYTES, 128-byte aligned (its shared-memory address)
+    const unsigned char* ring_ptr;  // the same, to read
+    uint4* stage;          // bf16 activations, 8 a piece
+    float* scratch;        // STEP_WARPS · (MAX_GROUP · head_dim + MAX_GROUP · 32 + 32) floats
+};
+
+// The producer: every weight row the block's warps will take, chunk by chunk, through the ring.
+__device__ void produce(const StepArgs& a, const StepLayer* layers, const Smem& s) {
+    const int nslots = (int)a.nslots;
+    unsigned pos = 0;
+    for (int l = 0; l < (int)a.layers; ++l) {
+        for (int phase = 0; phase < 5; ++phase) {
+            if (phase == 1) continue;
+            const Product p = product_of(a, phase);
+            const int n = block_items(p.items), first = block_first(p.items);
+            for (int t = 0; t < n; ++t) {
+                const int item = first + t;
+                for (int m = 0; m < 2; ++m) {
+                    const bf16_t* row = pair_row(a, layers[l], phase, item, m, p.in);
+                    for (int c = 0; c < p.in; c += CHUNK_ELEMS, ++pos) {
+                        const int slot = pos % nslots;
+                        const unsigned use = pos / nslots;
+                        if (use > 0) mbar_wait(s.empty + 8 * slot, (use - 1) & 1);
+                        const unsigned bytes = min(CHUNK_ELEMS, p.in - c) * 2;
+                        mbar_arrive_expect(s.full + 8 * slot, bytes);
+                        bulk_copy(s.ring + slot * CHUNK_BYTES, row + c, bytes, s.full + 8 * slot);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Pieces of 8 values a consumer thread holds to stage an RMS-normalised input in one pass.
+#define STAGE_HELD 4
+
+// Stages the bf16 pieces v[0..8) · scale · norm_w (norm_w null: · 1) as piece p.
+__device__ __forceinline__ void stage_piece(const Smem& s, int p, const float* v, float scale,
+                                            const float* norm_w) {
+    float y[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = norm_w ? v[j] * scale * norm_w[8 * p + j] : v[j];
+    s.stage[p] = make_uint4(pack_bf16x2(y[0], y[1]), pack_bf16x2(y[2], y[3]),
+                            pack_bf16x2(y[4], y[5]), pack_bf16x2(y[6], y[7]));
+}
+
+// Stages src[0..n) as bf16 (times RMSNorm's scale and norm_w where norm_w is given). Every consumer
+// thread calls it; it ends with the consumers synchronised. Where a thread's share of the pieces
+// fits in registers, src is read once for the norm's sum and the staging together.
+__device__ void stage_input(const Smem& s, const float* src, int n, const float* norm_w,
+                            float eps) {
+    const int tid = threadIdx.x, pieces = n / 8;
+    if (pieces <= STAGE_HELD * STEP_CONSUMERS) {
+        float v[STAGE_HELD][8], ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < STAGE_HELD; ++i) {
+            const int p = tid + i * STEP_CONSUMERS;
+            const float4 lo = p < pieces ? load_cg4(src + 8 * p) : make_float4(0, 0, 0, 0);
+            const float4 hi = p < pieces ? load_cg4(src + 8 * p + 4) : make_float4(0, 0, 0, 0);
+            const float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                v[i][j] = w[j];
+                ss += w[j] * w[j];
+            }
+        }
+        const float scale = norm_w ? rsqrtf(consumers_sum(ss, s.red) / n + eps) : 1.0f;
+#pragma unroll
+        for (int i = 0; i < STAGE_HELD; ++i) {
+            const int p = tid + i * STEP_CONSUMERS;
+            if (p < pieces) stage_piece(s, p, v[i], scale, norm_w);
+        }
+        consumers_sync();
+        return;
+    }
+    float scale = 1.0f;
+    if (norm_w) {
+        float ss = 0.0f;
+        for (int k = tid * 4; k < n; k += STEP_CONSUMERS * 4) {
+            const float4 v = load_cg4(src + k);
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        scale = rsqrtf(consumers_sum(ss, s.red) / n + eps);
+    }
+    for (int p = tid; p < pieces; p += STEP_CONSUMERS) {
+        const float4 lo = load_cg4(src + 8 * p), hi = load_cg4(src + 8 * p + 4);
+        const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        stage_piece(s, p, v, scale, norm_w);
+    }
+    consumers_sync();
+}
+
+// The warp's products of its pairs in one product phase, taking their chunks from the ring from
+// stream position `pos` on (the block's first chunk of this phase); `finish(pair, a0, a1)` runs on
+// lane 0 with the two rows' sums.
+template <class Finish>
+__device__ void consume(const Smem& s, int nslots, unsigned pos, Product p, Finish finish) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int chunks = (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS, n = block_items(p.items);
+    const int first = block_first(p.items);
+    for (int t = warp; t < n; t += STEP_WARPS) {
+        float acc[2] = {0.0f, 0.0f};
+        unsigned at = pos + t * 2 * chunks;
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            for (int c = 0; c < chunks; ++c, ++at) {
+                const int slot = at % nslots;
+                mbar_wait(s.full + 8 * slot, (at / nslots) & 1);
+                const int pieces = min(CHUNK_ELEMS, p.in - c * CHUNK_ELEMS) / 8;
+                const uint4* w = reinterpret_cast<const uint4*>(s.ring_ptr + slot * CHUNK_BYTES);
+                const uint4* x = s.stage + c * (CHUNK_ELEMS / 8);
+                float sum = 0.0f;
+                for (int q = lane; q < pieces; q += 32) {
+                    float wf[8], xf[8];
+                    unpack8(w[q], wf);
+                    unpack8(x[q], xf);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) sum = fmaf(wf[j], xf[j], sum);
+                }
+                acc[m] += sum;
+                __syncwarp();
+                if (lane == 0) mbar_arrive(s.empty + 8 * slot);
+            }
+        }
+        const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
+        if (lane == 0) finish(first + t, a0, a1);
+    }
+}
+
+// Key j's pool slot.
+__device__ __forceinline__ unsigned key_slot(const StepArgs& a, int j) {
+    const unsigned bs = (unsigned)a.block_size;
+    return a.block_table[j / bs] * bs + j % bs;
+}
+
+// A lane's DPL dims of one V row: 2 (head_dim 64) or 4 (128) bf16 values.
+template <int DPL>
+struct VPiece;
+template <>
+struct VPiece<2> {
+    unsigned u;
+    __device__ __forceinline__ void load(const bf16_t* p) { u = *reinterpret_cast<const unsigned*>(p); }
+    __device__ __forceinline__ void zero() { u = 0u; }
+    __device__ __forceinline__ void widen(float* f) const {
+        f[0] = __uint_as_float(u << 16);
+        f[1] = __uint_as_float(u & 0xffff0000u);
+    }
+};
+template <>
+struct VPiece<4> {
+    uint2 u;
+    __device__ __forceinline__ void load(const bf16_t* p) { u = *reinterpret_cast<const uint2*>(p); }
+    __device__ __forceinline__ void zero() { u = make_uint2(0u, 0u); }
+    __device__ __forceinline__ void widen(float* f) const {
+        f[0] = __uint_as_float(u.x << 16);
+        f[1] = __uint_as_float(u.x & 0xffff0000u);
+        f[2] = __uint_as_float(u.y << 16);
+        f[3] = __uint_as_float(u.y & 0xffff0000u);
+    }
+};
+
+// The lane's dims of V rows k0 .. k0 + VK of the tile (zeros past `keys`: a slot never written may
+// hold any bits, and a NaN times a zero probability is still NaN).
+template <int HD, int VK>
+__device__ __forceinline__ void load_v(VPiece<HD / 32>* vr, const bf16_t* vc, const unsigned* slots,
+                                       int k0, int keys, int width, int kvh, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < VK; ++kk) {
+        if (k0 + kk < keys) {
+            vr[kk].load(vc + (size_t)slots[k0 + kk] * width + kvh * HD + lane * (HD / 32));
+        } else {
+            vr[kk].zero();
+        }
+    }
+}
+
+// Query heads a KV head may have at each head_dim (the host checks): at 128 the registers of more
+// would spill.
+__host__ __device__ constexpr int max_group(int hd) { return hd == 64 ? STEP_MAX_GROUP : 4; }
+
+// One split of one KV head: the online softmax over keys [lo, hi) for the head's G query heads,
+// its output, maximum and sum written to parts / part_ml.
+template <int HD>
+__device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scratch, int kvh, int s,
+                             int lo, int hi) {
+    constexpr int DPL = HD / 32;            // dims a lane holds
+    constexpr int VK = HD == 64 ? 32 : 16;  // V rows loaded at once
+    constexpr int KH = HD == 64 ? 1 : 2;    // parts a K row is loaded in
+    constexpr int MAXG = max_group(HD);
+    const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
+    const int width = (int)a.kv_heads * HD;
+    float* qs = scratch;                        // [G][HD], scaled into the log2 domain
+    float* ps = scratch + STEP_MAX_GROUP * HD;  // [G][32]
+    unsigned* slots = reinterpret_cast<unsigned*>(ps + STEP_MAX_GROUP * 32);  // [32]
+    const float qscale = a.scale * 1.44269504088896340736f;
+    for (int e = lane; e < G * HD; e += 32) qs[e] = load_cg(a.q + (size_t)kvh * G * HD + e) * qscale;
+    __syncwarp();
+    float m[MAXG], l[MAXG], o[MAXG][DPL];
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+        m[g] = NEG_INF;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) o[g][e] = 0.0f;
+    }
+    for (int t0 = lo; t0 < hi; t0 += 32) {
+        const int j = t0 + lane, keys = min(32, hi - t0);
+        const bool valid = j < hi;
+        slots[lane] = valid ? key_slot(a, j) : 0u;
+        __syncwarp();
+        // The tile's loads are issued ahead of the math that needs them: the lane's key row of K (in
+        // KH parts), and the lane's dims of the first VK keys' V rows.
+        const bf16_t* krow = L.kc + (size_t)slots[lane] * width + kvh * HD;
+        constexpr int KP = HD / 8 / KH;  // 16-byte pieces of a part
+        uint4 kp[KP];
+#pragma unroll
+        for (int p = 0; p < KP; ++p) {
+            kp[p] = valid ? *reinterpret_cast<const uint4*>(krow + 8 * p) : make_uint4(0, 0, 0, 0);
+        }
+        VPiece<DPL> vr[VK];
+        load_v<HD, VK>(vr, L.vc, slots, 0, keys, width, kvh, lane);
+        float sc[MAXG];
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g) sc[g] = 0.0f;
+#pragma unroll
+        for (int part = 0; part < KH; ++part) {
+            if (part > 0) {
+#pragma unroll
+                for (int p = 0; p < KP; ++p) {
+                    kp[p] = valid ? *reinterpret_cast<const uint4*>(krow + 8 * (part * KP + p))
+                                  : make_uint4(0, 0, 0, 0);
+                }
+            }
+#pragma unroll
+            for (int p = 0; p < KP; ++p) {
+                float kf[8];
+                unpack8(kp[p], kf);
+                const int d0 = 8 * (part * KP + p);
+#pragma unroll
+                for (int g = 0; g < MAXG; ++g) {
+                    if (g < G) {
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) sc[g] = fmaf(qs[g * HD + d0 + e], kf[e], sc[g]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g) {
+            if (g >= G) continue;
+            const float sg = valid ? sc[g] : NEG_INF;
+            const float mnew = fmaxf(m[g], warp_max(sg));
+            const float pg = valid ? fast_exp2(sg - mnew) : 0.0f;
+            const float alpha = fast_exp2(m[g] - mnew);
+            l[g] = l[g] * alpha + warp_sum(pg);
+#pragma unroll
+            for (int e = 0; e < DPL; ++e) o[g][e] *= alpha;
+            m[g] = mnew;
+            ps[g * 32 + lane] = pg;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int k0 = 0; k0 < 32; k0 += VK) {
+            if (k0 > 0) load_v<HD, VK>(vr, L.vc, slots, k0, keys, width, kvh, lane);
+#pragma unroll
+            for (int kk = 0; kk < VK; ++kk) {
+                float vf[DPL];
+                vr[kk].widen(vf);
+#pragma unroll
+                for (int g = 0; g < MAXG; ++g) {
+                    if (g >= G) continue;
+                    const float pg = ps[g * 32 + k0 + kk];
+#pragma unroll
+                    for (int e = 0; e < DPL; ++e) o[g][e] = fmaf(pg, vf[e], o[g][e]);
+                }
+            }
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) continue;
+        const size_t part = (size_t)(kvh * G + g) * STEP_MAX_SPLITS + s;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) a.parts[part * HD + lane * DPL + e] = o[g][e];
+        if (lane == 0) {
+            a.part_ml[2 * part] = m[g];
+            a.part_ml[2 * part + 1] = l[g];
+        }
+    }
+}
+
+// Merges the `splits` splits of KV head kvh's query heads into attn.
+template <int HD>
+__device__ void merge_splits(const StepArgs& a, int kvh, int splits) {
+    constexpr int DPL = HD / 32;
+    const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
+    for (int g = 0; g < G; ++g) {
+        const int h = kvh * G + g;
+        const size_t first = (size_t)h * STEP_MAX_SPLITS;
+        const float ms = lane < splits ? load_cg(a.part_ml + 2 * (first + lane)) : NEG_INF;
+        const float ls = lane < splits ? load_cg(a.part_ml + 2 * (first + lane) + 1) : 0.0f;
+        const float mx = warp_max(ms);
+        const float f = lane < splits ? fast_exp2(ms - mx) : 0.0f;
+        const float total = warp_sum(f * ls);
+        float acc[DPL];
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[e] = 0.0f;
+        for (int sp = 0; sp < splits; ++sp) {
+            const float fs = __shfl_sync(0xffffffffu, f, sp);
+#pragma unroll
+            for (int e = 0; e < DPL; ++e)
+                acc[e] = fmaf(fs, load_cg(a.parts + (first + sp) * HD + lane * DPL + e), acc[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) a.attn[(size_t)h * HD + lane * DPL + e] = acc[e] / total;
+    }
+}
+
+// Phase 1: the splits dealt over the grid's warps; the last split of a KV head to finish merges it.
+template <int HD>
+__device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Smem& s, int layer) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int len = (int)*a.seq_len, kv_heads = (int)a.kv_heads;
+    const int grid_warps = gridDim.x * STEP_WARPS;
+    const int splits = max(1, min(min(STEP_MAX_SPLITS, (len + STEP_SPLIT_KEYS - 1) / STEP_SPLIT_KEYS),
+                                  grid_warps / kv_heads));
+    float* scratch = s.scratch + warp * (STEP_MAX_GROUP * HD + STEP_MAX_GROUP * 32 + 32);
+    for (int it = blockIdx.x * STEP_WARPS + warp; it < kv_heads * splits; it += grid_warps) {
+        const int kvh = it / splits, sp = it % splits;
+        const int lo = (int)((long long)sp * len / splits), hi = (int)((long long)(sp + 1) * len / splits);
+        attend_split<HD>(a, L, scratch, kvh, sp, lo, hi);
+        __threadfence();
+        __syncwarp();
+        unsigned last = 0;
+        if (lane == 0) last = atomicAdd(a.counters + 1 + layer * kv_heads + kvh, 1u) == (unsigned)splits - 1;
+        last = __shfl_sync(0xffffffffu, last, 0);
+        if (last) {
+            __threadfence();
+            merge_splits<HD>(a, kvh, splits);
+        }
+    }
+}
+
+// The consumers' step: the five phases of every layer.
+template <int HD>
+__device__ void consume_step(const StepArgs& a, const StepLayer* layers, const Smem& s) {
+    const int nslots = (int)a.nslots, half = HD / 2;
+    unsigned pos = 0, barrier = 0;
+    // The output and down products' pairs (rows 2i and 2i + 1) added onto x.
+    auto add_onto_x = [&](int i, float y1, float y2) {
+        a.x[2 * i] = load_cg(a.x + 2 * i) + y1;
+        a.x[2 * i + 1] = load_cg(a.x + 2 * i + 1) + y2;
+    };
+    for (int l = 0; l < (int)a.layers; ++l) {
+        const StepLayer& L = layers[l];
+        // 0: q/k/v with RoPE and the KV write.
+        stage_input(s, a.x, (int)a.hidden, L.norm1, a.eps);
+        Product p = product_of(a, 0);
+        const unsigned slot = *a.slot;
+        consume(s, nslots, pos, p, [&](int i, float y1, float y2) {
+            const int3 at = locate_qkv(a, i);
+            if (at.x < 2) {
+                const float c = a.rope[at.z], sn = a.rope[half + at.z];
+                const float x1 = y1, x2 = y2;
+                y1 = x1 * c - x2 * sn;
+                y2 = x2 * c + x1 * sn;
+            }
+            const int d = at.y * HD + at.z;
+            if (at.x == 0) {
+                a.q[d] = y1;
+                a.q[d + half] = y2;
+            } else {
+                bf16_t* pool = (at.x == 1 ? L.kc : L.vc) + (size_t)slot * a.kv_heads * HD + d;
+                pool[0] = f32_to_bf16(y1);
+                pool[half] = f32_to_bf16(y2);
+            }
+        });
+        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+        grid_barrier(a.counters, barrier++);
+        // 1: attention.
+        attention_phase<HD>(a, L, s, l);
+        grid_barrier(a.counters, barrier++);
+        // 2: the output product onto x.
+        p = product_of(a, 2);
+        stage_input(s, a.attn, p.in, nullptr, 0.0f);
+        consume(s, nslots, pos, p, add_onto_x);
+        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+        grid_barrier(a.counters, barrier++);
+        // 3: gate and up, SwiGLU.
+        p = product_of(a, 3);
+        stage_input(s, a.x, p.in, L.norm2, a.eps);
+        consume(s, nslots, pos, p,
+                [&](int i, float g, float u) { a.act[i] = g / (1.0f + expf(-g)) * u; });
+        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+        grid_barrier(a.counters, barrier++);
+        // 4: down onto x.
+        p = product_of(a, 4);
+        stage_input(s, a.act, p.in, nullptr, 0.0f);
+        consume(s, nslots, pos, p, add_onto_x);
+        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+        if (l + 1 < (int)a.layers) grid_barrier(a.counters, barrier++);
+    }
+}
+
+// Shared memory's layout for `nslots` slots and activations of `stage_elems` values.
+__device__ __forceinline__ Smem smem_layout(unsigned char* base, int nslots, int stage_elems) {
+    Smem s;
+    const unsigned b = smem_addr(base);
+    const int ring_off = (16 * nslots + 4 * STEP_WARPS + 127) / 128 * 128;
+    s.full = b;
+    s.empty = b + 8 * nslots;
+    s.red = reinterpret_cast<float*>(base + 16 * nslots);
+    s.ring = b + ring_off;
+    s.ring_ptr = base + ring_off;
+    s.stage = reinterpret_cast<uint4*>(base + ring_off + nslots * CHUNK_BYTES);
+    s.scratch = reinterpret_cast<float*>(base + ring_off + nslots * CHUNK_BYTES + stage_elems * 2);
+    return s;
+}
+
+template <int HD>
+__device__ void decode_layers(const StepArgs* args) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const StepArgs a = *args;
+    const StepLayer* layers = reinterpret_cast<const StepLayer*>(args + 1);
+    const int stage_elems =
+        (int)((max(max(a.hidden, a.inter), a.heads * a.head_dim) + 7) / 8 * 8);
+    const Smem s = smem_layout(smem, (int)a.nslots, stage_elems);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < (int)a.nslots; ++i) {
+            mbar_init(s.full + 8 * i, 1);
+            mbar_init(s.empty + 8 * i, 1);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x >= STEP_CONSUMERS) {
+        if (threadIdx.x == STEP_CONSUMERS) produce(a, layers, s);
+        return;
+    }
+    consume_step<HD>(a, layers, s);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// Entry points by head_dim; the host launches them only on compute capability 9.0.
+extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1)
+    decode_layers_bf16_hd64(const StepArgs* args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    decode_layers<64>(args);
+#endif
+}
+extern "C" __global__ void __launch_bounds__(STEP_THREADS, 1)
+    decode_layers_bf16_hd128(const StepArgs* args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    decode_layers<128>(args);
+#endif
+}
