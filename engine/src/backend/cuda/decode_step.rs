@@ -20,7 +20,7 @@ use cudarc::driver::sys::{
     CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID,
     CUlaunchAttributeValue,
 };
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 
 use super::pdl::launch_ex;
 use super::{CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, cuda_err};
@@ -234,25 +234,76 @@ pub(super) fn run(
         };
         layers.push(words);
     }
-    let name = format!("decode_layers_bf16_hd{}", d.head_dim);
-    let f = be.kernels.get(&name)?;
-    let optin = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
-    let limit = be.dev.ctx.attribute(optin).map_err(cuda_err)? as usize;
-    let slots = d.slots_within(limit);
-    if slots < MIN_SLOTS {
+    let Some((f, slots, smem)) = kernel_for(be, d)? else {
         return Ok(false);
-    }
+    };
     for i in 0..step.layers.len() {
         step.caches.0[i].await_transfer(stream)?;
         step.caches.1[i].await_transfer(stream)?;
     }
     let mut state = be.persistent.lock().map_err(|_| poisoned())?;
     let scratch = scratch_for(be, &mut state, d, step.layers.len())?;
-    let (meta, shape) = step.attn;
+    let mut words = step_words(x, &step, scratch, stream);
+    let block_size = step.caches.0[0].shape.block_size;
+    let sizes = [
+        step.layers.len(),
+        d.hidden,
+        d.heads,
+        d.kv_heads,
+        d.head_dim,
+        d.inter,
+    ];
+    words.extend(sizes.iter().chain(&[block_size, slots]).map(|&v| v as u64));
+    words.push(u64::from(step.eps.to_bits()));
+    words.push(u64::from(step.attn.1.scale.to_bits()));
+    words.extend(layers.iter().flatten());
+    stream
+        .memset_zeros(&mut scratch.counters)
+        .map_err(cuda_err)?;
+    let args = args_buffer(be, &mut state, words)?;
+    let grid = be.dev.sm_count as u32;
+    // SAFETY: the argument buffer holds the StepArgs and StepLayer words the kernel reads, every
+    // pointer in it checked above for its size and type; the launch is cooperative, so all blocks
+    // are resident together, as the kernel's barriers need.
+    unsafe { launch_cooperative(&f, stream, grid, smem as u32, args.device_ptr(stream).0) }?;
+    be.persistent_decode_runs.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// The kernel for the step's head_dim, its ring's slots and its shared memory, set as the launch
+/// needs; None where fewer than [`MIN_SLOTS`] slots fit or a block an SM does not.
+fn kernel_for(be: &CudaBackend, d: Dims) -> Result<Option<(CudaFunction, usize, usize)>> {
+    let f = be
+        .kernels
+        .get(&format!("decode_layers_bf16_hd{}", d.head_dim))?;
+    let optin = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+    let limit = be.dev.ctx.attribute(optin).map_err(cuda_err)? as usize;
+    let slots = d.slots_within(limit);
+    if slots < MIN_SLOTS {
+        return Ok(None);
+    }
+    let smem = d.smem_bytes(slots);
+    let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    f.set_attribute(max_smem, smem as i32).map_err(cuda_err)?;
+    let resident = f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None);
+    match resident.map_err(cuda_err)? {
+        0 => Ok(None),
+        _ => Ok(Some((f.clone(), slots, smem))),
+    }
+}
+
+/// The `StepArgs` words that are buffers' addresses, in the kernel's order.
+fn step_words(
+    x: &CudaSlice<f32>,
+    step: &DecodeLayers<'_, CudaBackend>,
+    scratch: &Scratch,
+    stream: &CudaStream,
+) -> Vec<u64> {
     let ptr = |b: &CudaSlice<f32>| b.device_ptr(stream).0;
     let ids = |b: &CudaSlice<u32>| b.device_ptr(stream).0;
-    let mut words = vec![
-        x.device_ptr(stream).0,
+    let meta = step.attn.0;
+    vec![
+        ptr(x),
         ptr(step.bufs[0]),
         ptr(step.bufs[1]),
         ptr(step.bufs[2]),
@@ -263,37 +314,7 @@ pub(super) fn run(
         ids(step.slot_mapping),
         ids(meta.block_table),
         ids(meta.seq_lens),
-    ];
-    let block_size = step.caches.0[0].shape.block_size;
-    for v in [
-        step.layers.len(),
-        d.hidden,
-        d.heads,
-        d.kv_heads,
-        d.head_dim,
-        d.inter,
-        block_size,
-        slots,
-    ] {
-        words.push(v as u64);
-    }
-    words.push(u64::from(step.eps.to_bits()));
-    words.push(u64::from(shape.scale.to_bits()));
-    words.extend(layers.iter().flatten());
-    stream
-        .memset_zeros(&mut scratch.counters)
-        .map_err(cuda_err)?;
-    let args = args_buffer(be, &mut state, words)?;
-    let smem = d.smem_bytes(slots);
-    let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    f.set_attribute(max_smem, smem as i32).map_err(cuda_err)?;
-    let grid = be.dev.sm_count as u32;
-    // SAFETY: the argument buffer holds the StepArgs and StepLayer words the kernel reads, every
-    // pointer in it checked above for its size and type; the launch is cooperative, so all blocks
-    // are resident together, as the kernel's barriers need.
-    unsafe { launch_cooperative(f, stream, grid, smem as u32, args.device_ptr(stream).0) }?;
-    be.persistent_decode_runs.fetch_add(1, Ordering::Relaxed);
-    Ok(true)
+    ]
 }
 
 fn poisoned() -> crate::error::EngineError {
@@ -347,7 +368,7 @@ fn args_buffer<'s>(
 /// # Safety
 /// `args` must hold what the kernel reads.
 unsafe fn launch_cooperative(
-    f: &cudarc::driver::CudaFunction,
+    f: &CudaFunction,
     stream: &CudaStream,
     grid: u32,
     smem: u32,
