@@ -178,30 +178,51 @@ struct Smem {
     float* scratch;        // STEP_WARPS · (MAX_GROUP · head_dim + MAX_GROUP · 32 + 32) floats
 };
 
-// The producer: every weight row the block's warps will take, chunk by chunk, through the ring.
+// The chunks of the block's share of product phase `phase` (0, 2, 3, 4) of a layer.
+__device__ __forceinline__ int phase_chunks(const StepArgs& a, int phase) {
+    const Product p = product_of(a, phase);
+    return block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+}
+
+// Where the chunk at stream position `pos` (of a layer's `per_layer`) comes from, and its bytes.
+__device__ __forceinline__ const bf16_t* chunk_at(const StepArgs& a, const StepLayer* layers,
+                                                  const int* phase_chunk_counts, int per_layer,
+                                                  unsigned pos, unsigned* bytes) {
+    const int l = pos / per_layer;
+    int rest = pos - l * per_layer, phase = 0;
+    while (rest >= phase_chunk_counts[phase]) rest -= phase_chunk_counts[phase++];
+    phase = phase == 0 ? 0 : phase + 1;  // counts are of phases 0, 2, 3, 4
+    const Product p = product_of(a, phase);
+    const int chunks = (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+    const int t = rest / (2 * chunks), m = (rest / chunks) & 1, c = rest % chunks;
+    *bytes = min(CHUNK_ELEMS, p.in - c * CHUNK_ELEMS) * 2;
+    return pair_row(a, layers[l], phase, block_first(p.items) + t, m, p.in) + c * CHUNK_ELEMS;
+}
+
+// The producer warp: every weight row the block's warps will take, chunk by chunk, through the
+// ring, 32 chunks at a time, lane l issuing the copy of the l-th. The warp moves in step, so a slot
+// (the ring has at least 32) is refilled only after its previous copy was issued.
 __device__ void produce(const StepArgs& a, const StepLayer* layers, const Smem& s) {
-    const int nslots = (int)a.nslots;
-    unsigned pos = 0;
-    for (int l = 0; l < (int)a.layers; ++l) {
-        for (int phase = 0; phase < 5; ++phase) {
-            if (phase == 1) continue;
-            const Product p = product_of(a, phase);
-            const int n = block_items(p.items), first = block_first(p.items);
-            for (int t = 0; t < n; ++t) {
-                const int item = first + t;
-                for (int m = 0; m < 2; ++m) {
-                    const bf16_t* row = pair_row(a, layers[l], phase, item, m, p.in);
-                    for (int c = 0; c < p.in; c += CHUNK_ELEMS, ++pos) {
-                        const int slot = pos % nslots;
-                        const unsigned use = pos / nslots;
-                        if (use > 0) mbar_wait(s.empty + 8 * slot, (use - 1) & 1);
-                        const unsigned bytes = min(CHUNK_ELEMS, p.in - c) * 2;
-                        mbar_arrive_expect(s.full + 8 * slot, bytes);
-                        bulk_copy(s.ring + slot * CHUNK_BYTES, row + c, bytes, s.full + 8 * slot);
-                    }
-                }
-            }
+    const int nslots = (int)a.nslots, lane = threadIdx.x & 31;
+    int counts[4], per_layer = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        counts[i] = phase_chunks(a, i == 0 ? 0 : i + 1);
+        per_layer += counts[i];
+    }
+    const unsigned total = per_layer * (unsigned)a.layers;
+    for (unsigned base = 0; base < total; base += 32) {
+        const unsigned pos = base + lane;
+        if (pos < total) {
+            unsigned bytes;
+            const bf16_t* src = chunk_at(a, layers, counts, per_layer, pos, &bytes);
+            const int slot = pos % nslots;
+            const unsigned use = pos / nslots;
+            if (use > 0) mbar_wait(s.empty + 8 * slot, (use - 1) & 1);
+            mbar_arrive_expect(s.full + 8 * slot, bytes);
+            bulk_copy(s.ring + slot * CHUNK_BYTES, src, bytes, s.full + 8 * slot);
         }
+        __syncwarp();
     }
 }
 
@@ -464,30 +485,58 @@ __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scrat
     }
 }
 
-// Merges the `splits` splits of KV head kvh's query heads into attn.
+// Merges the `splits` splits of KV head kvh's query heads into attn: each lane reads the maximum
+// and sum of split `lane`, then the splits' outputs are summed MERGE_BATCH splits at a time, every
+// load of a batch (all the group's heads) issued before its sums.
+#define MERGE_BATCH 4
 template <int HD>
 __device__ void merge_splits(const StepArgs& a, int kvh, int splits) {
-    constexpr int DPL = HD / 32;
+    constexpr int DPL = HD / 32, MAXG = max_group(HD);
     const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
-    for (int g = 0; g < G; ++g) {
-        const int h = kvh * G + g;
-        const size_t first = (size_t)h * STEP_MAX_SPLITS;
-        const float ms = lane < splits ? load_cg(a.part_ml + 2 * (first + lane)) : NEG_INF;
-        const float ls = lane < splits ? load_cg(a.part_ml + 2 * (first + lane) + 1) : 0.0f;
+    float f[MAXG], total[MAXG], acc[MAXG][DPL];
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+        const size_t first = (size_t)(kvh * G + g) * STEP_MAX_SPLITS;
+        const bool mine = g < G && lane < splits;
+        const float ms = mine ? load_cg(a.part_ml + 2 * (first + lane)) : NEG_INF;
+        const float ls = mine ? load_cg(a.part_ml + 2 * (first + lane) + 1) : 0.0f;
         const float mx = warp_max(ms);
-        const float f = lane < splits ? fast_exp2(ms - mx) : 0.0f;
-        const float total = warp_sum(f * ls);
-        float acc[DPL];
+        f[g] = mine ? fast_exp2(ms - mx) : 0.0f;
+        total[g] = warp_sum(f[g] * ls);
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) acc[e] = 0.0f;
-        for (int sp = 0; sp < splits; ++sp) {
-            const float fs = __shfl_sync(0xffffffffu, f, sp);
+        for (int e = 0; e < DPL; ++e) acc[g][e] = 0.0f;
+    }
+    for (int sp0 = 0; sp0 < splits; sp0 += MERGE_BATCH) {
+        float o[MERGE_BATCH][MAXG][DPL];
 #pragma unroll
-            for (int e = 0; e < DPL; ++e)
-                acc[e] = fmaf(fs, load_cg(a.parts + (first + sp) * HD + lane * DPL + e), acc[e]);
+        for (int i = 0; i < MERGE_BATCH; ++i) {
+#pragma unroll
+            for (int g = 0; g < MAXG; ++g) {
+                const size_t part = (size_t)(kvh * G + g) * STEP_MAX_SPLITS + sp0 + i;
+#pragma unroll
+                for (int e = 0; e < DPL; ++e) {
+                    o[i][g][e] = g < G && sp0 + i < splits
+                                     ? load_cg(a.parts + part * HD + lane * DPL + e)
+                                     : 0.0f;
+                }
+            }
         }
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) a.attn[(size_t)h * HD + lane * DPL + e] = acc[e] / total;
+        for (int i = 0; i < MERGE_BATCH; ++i) {
+#pragma unroll
+            for (int g = 0; g < MAXG; ++g) {
+                const float fs = __shfl_sync(0xffffffffu, f[g], (sp0 + i) & 31);
+#pragma unroll
+                for (int e = 0; e < DPL; ++e) acc[g][e] = fmaf(fs, o[i][g][e], acc[g][e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) continue;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e)
+            a.attn[(size_t)(kvh * G + g) * HD + lane * DPL + e] = acc[g][e] / total[g];
     }
 }
 
@@ -609,7 +658,7 @@ __device__ void decode_layers(const StepArgs* args) {
     }
     __syncthreads();
     if (threadIdx.x >= STEP_CONSUMERS) {
-        if (threadIdx.x == STEP_CONSUMERS) produce(a, layers, s);
+        produce(a, layers, s);
         return;
     }
     consume_step<HD>(a, layers, s);

@@ -44,8 +44,8 @@ fn max_group(head_dim: usize) -> usize {
         _ => 4,
     }
 }
-/// Fewer ring slots than this and the launch is not worth it.
-const MIN_SLOTS: usize = 16;
+/// Ring slots at least: the producer warp copies 32 chunks at a time into 32 different slots.
+const MIN_SLOTS: usize = 32;
 /// Longest context the launch takes: its attention runs one warp a split of at most 32 splits a KV
 /// head, well short of the split-KV kernel's bandwidth over long contexts.
 const MAX_CONTEXT: usize = 16384;

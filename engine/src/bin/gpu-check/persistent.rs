@@ -33,7 +33,6 @@ const HEAD_DIM_128: Shape = Shape {
     heads: 8,
     kv_heads: 2,
     head_dim: Some(128),
-    vocab: 4096,
     ..LLAMA32_1B
 };
 
