@@ -12,19 +12,21 @@
 // neighbouring rows).
 //
 // What makes it one launch worth having is the weight stream: weights are no phase's output, so
-// one producer thread a block copies the block's rows of every product of every layer (a contiguous
-// share of each product's pairs, dealt in turn to its 8 consumer warps), in the order the warps take
-// them, into a ring of 4 KiB slots in shared memory (cp.async.bulk, an mbarrier a slot for "full" and
-// one for "empty"). It runs ahead of the consumers across the barriers by as much as the ring holds
-// (about 180 KiB, some 7 µs of an SM's share of the memory's bandwidth): while the consumers wait at
-// a barrier, stage activations or attend, the memory keeps streaming the next product's weights.
-// The barriers are a counter in global memory that each block bumps once and then watches.
+// each warp copies the rows it will multiply (its pairs of the block's contiguous share of every
+// product of every layer, in the order it takes them) into a ring of 4 KiB slots of its own in shared
+// memory (cp.async.bulk, one "full" mbarrier a slot), refilling a slot as soon as it has read it.
+// A warp's copies thus run ahead of its products across the barriers by as much as its ring holds
+// (5 slots at the Llama-3.2-1B shape, 160 KiB a block, some 6 µs of an SM's share of the memory's
+// bandwidth): while the warps wait at a barrier, stage activations or attend, the memory keeps
+// streaming the next product's weights. Each warp waits only on its own slots, whose every use it
+// has seen, so a barrier's parity always names the copy it waits for. The barriers between phases
+// are a counter in global memory that each block bumps once and then watches.
 #include "common.cuh"
 #include "hopper.cuh"
 
 #define STEP_WARPS 8                         // consumer warps a block
 #define STEP_CONSUMERS (STEP_WARPS * 32)
-#define STEP_THREADS (STEP_CONSUMERS + 32)  // and one producer warp
+#define STEP_THREADS STEP_CONSUMERS
 #define CHUNK_ELEMS 2048                     // bf16 weights a ring slot holds
 #define CHUNK_BYTES (CHUNK_ELEMS * 2)
 #define STEP_MAX_SPLITS 32                   // key splits a KV head at most (a lane each to merge)
@@ -82,7 +84,7 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
         : "memory");
 }
 
-// The 256 consumer threads' barrier (the producer warp never joins it).
+// The block's barrier (named: the warps share it with no other).
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(STEP_CONSUMERS) : "memory");
 }
@@ -170,7 +172,7 @@ __device__ __forceinline__ int block_items(int items) {
 // Shared memory: the ring's barriers, the reduction scratch, the ring, the staged activations,
 // each warp's attention scratch.
 struct Smem {
-    unsigned full, empty;  // nslots barriers each
+    unsigned full;         // nslots barriers: a slot's copy has landed
     float* red;            // [STEP_WARPS]
     unsigned ring;         // nslots · CHUNK_BYTES, 128-byte aligned (its shared-memory address)
     const unsigned char* ring_ptr;  // the same, to read
@@ -178,52 +180,74 @@ struct Smem {
     float* scratch;        // STEP_WARPS · (MAX_GROUP · head_dim + MAX_GROUP · 32 + 32) floats
 };
 
-// The chunks of the block's share of product phase `phase` (0, 2, 3, 4) of a layer.
-__device__ __forceinline__ int phase_chunks(const StepArgs& a, int phase) {
-    const Product p = product_of(a, phase);
-    return block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
-}
+// A warp's place in its stream of weight chunks: the layer, the product phase (0, 2, 3, 4), the
+// warp's pair t of the block's share (t ≡ warp mod STEP_WARPS), the row m of the pair, the chunk c
+// of the row; `done` past the last.
+struct Cursor {
+    int l, phase, t, m, c;
+    bool done;
+};
 
-// Where the chunk at stream position `pos` (of a layer's `per_layer`) comes from, and its bytes.
-__device__ __forceinline__ const bf16_t* chunk_at(const StepArgs& a, const StepLayer* layers,
-                                                  const int* phase_chunk_counts, int per_layer,
-                                                  unsigned pos, unsigned* bytes) {
-    const int l = pos / per_layer;
-    int rest = pos - l * per_layer, phase = 0;
-    while (rest >= phase_chunk_counts[phase]) rest -= phase_chunk_counts[phase++];
-    phase = phase == 0 ? 0 : phase + 1;  // counts are of phases 0, 2, 3, 4
-    const Product p = product_of(a, phase);
-    const int chunks = (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-    const int t = rest / (2 * chunks), m = (rest / chunks) & 1, c = rest % chunks;
-    *bytes = min(CHUNK_ELEMS, p.in - c * CHUNK_ELEMS) * 2;
-    return pair_row(a, layers[l], phase, block_first(p.items) + t, m, p.in) + c * CHUNK_ELEMS;
-}
-
-// The producer warp: every weight row the block's warps will take, chunk by chunk, through the
-// ring, 32 chunks at a time, lane l issuing the copy of the l-th. The warp moves in step, so a slot
-// (the ring has at least 32) is refilled only after its previous copy was issued.
-__device__ void produce(const StepArgs& a, const StepLayer* layers, const Smem& s) {
-    const int nslots = (int)a.nslots, lane = threadIdx.x & 31;
-    int counts[4], per_layer = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        counts[i] = phase_chunks(a, i == 0 ? 0 : i + 1);
-        per_layer += counts[i];
-    }
-    const unsigned total = per_layer * (unsigned)a.layers;
-    for (unsigned base = 0; base < total; base += 32) {
-        const unsigned pos = base + lane;
-        if (pos < total) {
-            unsigned bytes;
-            const bf16_t* src = chunk_at(a, layers, counts, per_layer, pos, &bytes);
-            const int slot = pos % nslots;
-            const unsigned use = pos / nslots;
-            if (use > 0) mbar_wait(s.empty + 8 * slot, (use - 1) & 1);
-            mbar_arrive_expect(s.full + 8 * slot, bytes);
-            bulk_copy(s.ring + slot * CHUNK_BYTES, src, bytes, s.full + 8 * slot);
+// Moves `cur` on to the first chunk at or after it that exists (past phases where the warp has no
+// pair, and from one layer to the next).
+__device__ __forceinline__ void settle(const StepArgs& a, Cursor& cur) {
+    while (!cur.done && cur.t >= block_items(product_of(a, cur.phase).items)) {
+        cur.phase = cur.phase == 0 ? 2 : cur.phase + 1;
+        cur.t = threadIdx.x >> 5;
+        cur.m = cur.c = 0;
+        if (cur.phase > 4) {
+            cur.phase = 0;
+            cur.done = ++cur.l == (int)a.layers;
         }
-        __syncwarp();
     }
+}
+
+// The warp's first chunk.
+__device__ __forceinline__ Cursor first_chunk(const StepArgs& a) {
+    Cursor cur = {0, 0, (int)(threadIdx.x >> 5), 0, 0, a.layers == 0};
+    settle(a, cur);
+    return cur;
+}
+
+// The warp's next chunk after `cur`.
+__device__ __forceinline__ void advance(const StepArgs& a, Cursor& cur) {
+    const Product p = product_of(a, cur.phase);
+    if (++cur.c == (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS) {
+        cur.c = 0;
+        if (++cur.m == 2) {
+            cur.m = 0;
+            cur.t += STEP_WARPS;
+        }
+    }
+    settle(a, cur);
+}
+
+// A warp's ring: its `depth` slots, their "full" barriers, and the chunks issued into it so far
+// (chunk i goes to slot i % depth) with the cursor of the next to issue.
+struct WarpRing {
+    int first_slot, depth;
+    unsigned issued;
+    Cursor next;
+};
+
+// Issues the copy of the warp's next chunk (lane 0) into its slot, if the stream has one left. The
+// slot's previous chunk must be consumed: the warp's lanes have passed a __syncwarp since reading it.
+__device__ __forceinline__ void issue_next(const StepArgs& a, const StepLayer* layers, const Smem& s,
+                                           WarpRing& r) {
+    if (r.next.done) return;
+    if ((threadIdx.x & 31) == 0) {
+        const Cursor& cur = r.next;
+        const Product p = product_of(a, cur.phase);
+        const bf16_t* row =
+            pair_row(a, layers[cur.l], cur.phase, block_first(p.items) + cur.t, cur.m, p.in);
+        const unsigned bytes = min(CHUNK_ELEMS, p.in - cur.c * CHUNK_ELEMS) * 2;
+        const int slot = r.first_slot + r.issued % r.depth;
+        fence_async_shared();  // the lanes' reads of the slot before the copy's writes
+        mbar_arrive_expect(s.full + 8 * slot, bytes);
+        bulk_copy(s.ring + slot * CHUNK_BYTES, row + cur.c * CHUNK_ELEMS, bytes, s.full + 8 * slot);
+    }
+    ++r.issued;
+    advance(a, r.next);
 }
 
 // Pieces of 8 values a consumer thread holds to stage an RMS-normalised input in one pass.
@@ -285,22 +309,22 @@ __device__ void stage_input(const Smem& s, const float* src, int n, const float*
     consumers_sync();
 }
 
-// The warp's products of its pairs in one product phase, taking their chunks from the ring from
-// stream position `pos` on (the block's first chunk of this phase); `finish(pair, a0, a1)` runs on
-// lane 0 with the two rows' sums.
+// The warp's products of its pairs in one product phase, taking their chunks from its ring (the
+// `consumed` counter runs over the whole step) and refilling each slot as it frees it;
+// `finish(pair, a0, a1)` runs on lane 0 with the two rows' sums.
 template <class Finish>
-__device__ void consume(const Smem& s, int nslots, unsigned pos, Product p, Finish finish) {
+__device__ void consume(const StepArgs& a, const StepLayer* layers, const Smem& s, WarpRing& r,
+                        unsigned& consumed, Product p, Finish finish) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int chunks = (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS, n = block_items(p.items);
     const int first = block_first(p.items);
     for (int t = warp; t < n; t += STEP_WARPS) {
         float acc[2] = {0.0f, 0.0f};
-        unsigned at = pos + t * 2 * chunks;
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-            for (int c = 0; c < chunks; ++c, ++at) {
-                const int slot = at % nslots;
-                mbar_wait(s.full + 8 * slot, (at / nslots) & 1);
+            for (int c = 0; c < chunks; ++c, ++consumed) {
+                const int slot = r.first_slot + consumed % r.depth;
+                mbar_wait(s.full + 8 * slot, (consumed / r.depth) & 1);
                 const int pieces = min(CHUNK_ELEMS, p.in - c * CHUNK_ELEMS) / 8;
                 const uint4* w = reinterpret_cast<const uint4*>(s.ring_ptr + slot * CHUNK_BYTES);
                 const uint4* x = s.stage + c * (CHUNK_ELEMS / 8);
@@ -314,7 +338,7 @@ __device__ void consume(const Smem& s, int nslots, unsigned pos, Product p, Fini
                 }
                 acc[m] += sum;
                 __syncwarp();
-                if (lane == 0) mbar_arrive(s.empty + 8 * slot);
+                issue_next(a, layers, s, r);
             }
         }
         const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
@@ -567,9 +591,9 @@ __device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Sme
 
 // The consumers' step: the five phases of every layer.
 template <int HD>
-__device__ void consume_step(const StepArgs& a, const StepLayer* layers, const Smem& s) {
-    const int nslots = (int)a.nslots, half = HD / 2;
-    unsigned pos = 0, barrier = 0;
+__device__ void consume_step(const StepArgs& a, const StepLayer* layers, const Smem& s, WarpRing& r) {
+    const int half = HD / 2;
+    unsigned consumed = 0, barrier = 0;
     // The output and down products' pairs (rows 2i and 2i + 1) added onto x.
     auto add_onto_x = [&](int i, float y1, float y2) {
         a.x[2 * i] = load_cg(a.x + 2 * i) + y1;
@@ -581,7 +605,7 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
         stage_input(s, a.x, (int)a.hidden, L.norm1, a.eps);
         Product p = product_of(a, 0);
         const unsigned slot = *a.slot;
-        consume(s, nslots, pos, p, [&](int i, float y1, float y2) {
+        consume(a, layers, s, r, consumed, p, [&](int i, float y1, float y2) {
             const int3 at = locate_qkv(a, i);
             if (at.x < 2) {
                 const float c = a.rope[at.z], sn = a.rope[half + at.z];
@@ -599,7 +623,6 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
                 pool[half] = f32_to_bf16(y2);
             }
         });
-        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
         grid_barrier(a.counters, barrier++);
         // 1: attention.
         attention_phase<HD>(a, L, s, l);
@@ -607,21 +630,18 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
         // 2: the output product onto x.
         p = product_of(a, 2);
         stage_input(s, a.attn, p.in, nullptr, 0.0f);
-        consume(s, nslots, pos, p, add_onto_x);
-        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+        consume(a, layers, s, r, consumed, p, add_onto_x);
         grid_barrier(a.counters, barrier++);
         // 3: gate and up, SwiGLU.
         p = product_of(a, 3);
         stage_input(s, a.x, p.in, L.norm2, a.eps);
-        consume(s, nslots, pos, p,
+        consume(a, layers, s, r, consumed, p,
                 [&](int i, float g, float u) { a.act[i] = g / (1.0f + expf(-g)) * u; });
-        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
         grid_barrier(a.counters, barrier++);
         // 4: down onto x.
         p = product_of(a, 4);
         stage_input(s, a.act, p.in, nullptr, 0.0f);
-        consume(s, nslots, pos, p, add_onto_x);
-        pos += block_items(p.items) * 2 * ((p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS);
+        consume(a, layers, s, r, consumed, p, add_onto_x);
         if (l + 1 < (int)a.layers) grid_barrier(a.counters, barrier++);
     }
 }
@@ -630,10 +650,9 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
 __device__ __forceinline__ Smem smem_layout(unsigned char* base, int nslots, int stage_elems) {
     Smem s;
     const unsigned b = smem_addr(base);
-    const int ring_off = (16 * nslots + 4 * STEP_WARPS + 127) / 128 * 128;
+    const int ring_off = (8 * nslots + 4 * STEP_WARPS + 127) / 128 * 128;
     s.full = b;
-    s.empty = b + 8 * nslots;
-    s.red = reinterpret_cast<float*>(base + 16 * nslots);
+    s.red = reinterpret_cast<float*>(base + 8 * nslots);
     s.ring = b + ring_off;
     s.ring_ptr = base + ring_off;
     s.stage = reinterpret_cast<uint4*>(base + ring_off + nslots * CHUNK_BYTES);
@@ -650,18 +669,15 @@ __device__ void decode_layers(const StepArgs* args) {
         (int)((max(max(a.hidden, a.inter), a.heads * a.head_dim) + 7) / 8 * 8);
     const Smem s = smem_layout(smem, (int)a.nslots, stage_elems);
     if (threadIdx.x == 0) {
-        for (int i = 0; i < (int)a.nslots; ++i) {
-            mbar_init(s.full + 8 * i, 1);
-            mbar_init(s.empty + 8 * i, 1);
-        }
+        for (int i = 0; i < (int)a.nslots; ++i) mbar_init(s.full + 8 * i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x >= STEP_CONSUMERS) {
-        produce(a, layers, s);
-        return;
-    }
-    consume_step<HD>(a, layers, s);
+    // Each warp's ring is nslots / STEP_WARPS slots, filled with its first chunks before any phase.
+    const int depth = (int)a.nslots / STEP_WARPS;
+    WarpRing r = {(int)(threadIdx.x >> 5) * depth, depth, 0u, first_chunk(a)};
+    for (int i = 0; i < depth; ++i) issue_next(a, layers, s, r);
+    consume_step<HD>(a, layers, s, r);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -1,7 +1,7 @@
 //! A decode step's layers for one sequence in one persistent launch (`decode_step.cu`, compute
-//! capability 9.0): one block an SM, all resident at once (a cooperative launch), each block's
-//! producer streaming its share of every layer's weights through a ring in shared memory while its
-//! consumer warps run the layer's phases between grid-wide barriers. It replaces the ~6 launches a
+//! capability 9.0): one block an SM, all resident at once (a cooperative launch), each warp
+//! streaming the weight rows it will multiply, across every layer, through a ring of its own in
+//! shared memory while the block runs the layers' phases between grid-wide barriers. It replaces the ~6 launches a
 //! layer of the op-by-op decode at batch 1, whose waits between kernels leave the memory idle.
 //!
 //! Off by default (`DOCQA_CUDA_PERSISTENT_DECODE=1` or [`CudaBackend::set_persistent_decode`] turns
@@ -27,9 +27,9 @@ use super::{CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, cuda_e
 use crate::backend::{DecodeLayerWeights, DecodeLayers};
 use crate::error::Result;
 
-/// Consumer warps a block, and the producer warp (the kernel's `STEP_WARPS`, `STEP_THREADS`).
+/// Warps a block, and its threads (the kernel's `STEP_WARPS`, `STEP_THREADS`).
 const CONSUMER_WARPS: usize = 8;
-const THREADS: u32 = (CONSUMER_WARPS as u32 + 1) * 32;
+const THREADS: u32 = CONSUMER_WARPS as u32 * 32;
 /// Bytes a ring slot holds (`CHUNK_BYTES`).
 const CHUNK_BYTES: usize = 4096;
 /// Key splits a KV head at most, and query heads a KV head at most (`STEP_MAX_SPLITS`,
@@ -44,8 +44,8 @@ fn max_group(head_dim: usize) -> usize {
         _ => 4,
     }
 }
-/// Ring slots at least: the producer warp copies 32 chunks at a time into 32 different slots.
-const MIN_SLOTS: usize = 32;
+/// Ring slots at least: two a warp, so that one is filling while the other is read.
+const MIN_SLOTS: usize = 2 * CONSUMER_WARPS;
 /// Longest context the launch takes: its attention runs one warp a split of at most 32 splits a KV
 /// head, well short of the split-KV kernel's bandwidth over long contexts.
 const MAX_CONTEXT: usize = 16384;
@@ -105,18 +105,18 @@ impl Dims {
     /// Shared memory besides the ring: barriers and reduction scratch (rounded as the kernel
     /// rounds them), the staged activations, every warp's attention scratch.
     fn smem_bytes(&self, slots: usize) -> usize {
-        let head = (16 * slots + 4 * CONSUMER_WARPS).div_ceil(128) * 128;
+        let head = (8 * slots + 4 * CONSUMER_WARPS).div_ceil(128) * 128;
         let scratch = CONSUMER_WARPS * (MAX_GROUP * self.head_dim + MAX_GROUP * 32 + 32) * 4;
         head + slots * CHUNK_BYTES + self.stage_elems() * 2 + scratch
     }
 
-    /// The most ring slots `limit` bytes of shared memory hold.
+    /// The most ring slots `limit` bytes of shared memory hold, the same number for every warp.
     fn slots_within(&self, limit: usize) -> usize {
         let mut slots = (limit / CHUNK_BYTES).max(1);
         while slots > 0 && self.smem_bytes(slots) > limit {
             slots -= 1;
         }
-        slots
+        slots - slots % CONSUMER_WARPS
     }
 }
 
@@ -413,16 +413,19 @@ mod tests {
     };
 
     #[test]
-    fn the_ring_takes_every_slot_the_shared_memory_a_block_may_have_holds() {
+    fn the_rings_take_as_many_slots_a_warp_as_the_shared_memory_a_block_may_have_holds() {
         let hopper = 227 * 1024;
         for d in [LLAMA_1B, LLAMA_8B] {
             let slots = d.slots_within(hopper);
             assert!(d.smem_bytes(slots) <= hopper);
-            assert!(d.smem_bytes(slots + 1) > hopper);
+            assert!(d.smem_bytes(slots + CONSUMER_WARPS) > hopper);
+            assert_eq!(slots % CONSUMER_WARPS, 0);
             assert!(slots >= MIN_SLOTS, "{slots} slots");
         }
-        // The 1B shape: 16 KiB of staged activations and 25 KiB of attention scratch leave 46 slots.
-        assert_eq!(LLAMA_1B.slots_within(hopper), 46);
+        // The 1B shape: 16 KiB of staged activations and 25 KiB of attention scratch leave room for
+        // 46 slots, 5 a warp.
+        assert_eq!(LLAMA_1B.slots_within(hopper), 40);
+        assert_eq!(LLAMA_8B.slots_within(hopper), 32);
     }
 
     #[test]
