@@ -54,6 +54,7 @@ struct StepArgs {
     const unsigned* slot;  // [1]: the token's pool slot
     const unsigned* block_table;  // the sequence's blocks
     const unsigned* seq_len;      // [1]: keys, the new one included
+    unsigned long long* profile;  // null, or [5 · layers + 1][blocks][2]: see `note_time`
     long long layers, hidden, heads, kv_heads, head_dim, inter, block_size, nslots;
     float eps, eps_pad, scale, scale_pad;  // RMSNorm epsilon; 1 / sqrt(head_dim)
 };
@@ -106,11 +107,30 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Where the step is profiled (a.profile set), records the block's entry `e`: the time it arrived
+// at a point and the time it went on from there. Entry 0 is the start, entry n + 1 grid barrier n,
+// entry 5 · layers the end (arrival and departure the same there).
+__device__ __forceinline__ void note_time(unsigned long long* profile, unsigned e,
+                                          unsigned long long arrived) {
+    if (profile == nullptr) return;
+    unsigned long long* at = profile + 2 * ((size_t)e * gridDim.x + blockIdx.x);
+    at[0] = arrived;
+    at[1] = global_ns();
+}
+
 // Waits until every block has arrived at barrier number `n` of the step. Writes before it, by any
 // consumer thread of any block, are visible to every consumer thread after it.
-__device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned n) {
+__device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned n,
+                                             unsigned long long* profile) {
     consumers_sync();
     if (threadIdx.x == 0) {
+        const unsigned long long arrived = profile ? global_ns() : 0;
         __threadfence();
         atomicAdd(counter, 1u);
         const unsigned target = (n + 1) * gridDim.x;
@@ -118,6 +138,7 @@ __device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned n) {
         do {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
         } while (seen < target);
+        note_time(profile, n + 1, arrived);
     }
     consumers_sync();
 }
@@ -623,26 +644,26 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
                 pool[half] = f32_to_bf16(y2);
             }
         });
-        grid_barrier(a.counters, barrier++);
+        grid_barrier(a.counters, barrier++, a.profile);
         // 1: attention.
         attention_phase<HD>(a, L, s, l);
-        grid_barrier(a.counters, barrier++);
+        grid_barrier(a.counters, barrier++, a.profile);
         // 2: the output product onto x.
         p = product_of(a, 2);
         stage_input(s, a.attn, p.in, nullptr, 0.0f);
         consume(a, layers, s, r, consumed, p, add_onto_x);
-        grid_barrier(a.counters, barrier++);
+        grid_barrier(a.counters, barrier++, a.profile);
         // 3: gate and up, SwiGLU.
         p = product_of(a, 3);
         stage_input(s, a.x, p.in, L.norm2, a.eps);
         consume(a, layers, s, r, consumed, p,
                 [&](int i, float g, float u) { a.act[i] = g / (1.0f + expf(-g)) * u; });
-        grid_barrier(a.counters, barrier++);
+        grid_barrier(a.counters, barrier++, a.profile);
         // 4: down onto x.
         p = product_of(a, 4);
         stage_input(s, a.act, p.in, nullptr, 0.0f);
         consume(a, layers, s, r, consumed, p, add_onto_x);
-        if (l + 1 < (int)a.layers) grid_barrier(a.counters, barrier++);
+        if (l + 1 < (int)a.layers) grid_barrier(a.counters, barrier++, a.profile);
     }
 }
 
@@ -676,8 +697,13 @@ __device__ void decode_layers(const StepArgs* args) {
     // Each warp's ring is nslots / STEP_WARPS slots, filled with its first chunks before any phase.
     const int depth = (int)a.nslots / STEP_WARPS;
     WarpRing r = {(int)(threadIdx.x >> 5) * depth, depth, 0u, first_chunk(a)};
+    if (threadIdx.x == 0 && a.profile) note_time(a.profile, 0, global_ns());
     for (int i = 0; i < depth; ++i) issue_next(a, layers, s, r);
     consume_step<HD>(a, layers, s, r);
+    if (a.profile) {
+        consumers_sync();
+        if (threadIdx.x == 0) note_time(a.profile, 5 * (unsigned)a.layers, global_ns());
+    }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

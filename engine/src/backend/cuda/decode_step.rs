@@ -22,6 +22,7 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 
+use super::decode_profile::{Profiling, poisoned};
 use super::pdl::launch_ex;
 use super::{CudaBackend, CudaKv, CudaKvStore, CudaWeight, CudaWeightData, cuda_err};
 use crate::backend::{DecodeLayerWeights, DecodeLayers};
@@ -57,6 +58,7 @@ const MAX_ARG_BUFFERS: usize = 64;
 pub(super) struct State {
     scratch: Option<Scratch>,
     args: HashMap<Vec<u64>, CudaSlice<u64>>,
+    pub(super) profiling: Profiling,
 }
 
 /// The splits' outputs, their (max, sum) pairs, and the barrier and arrival counters.
@@ -241,9 +243,14 @@ pub(super) fn run(
         step.caches.0[i].await_transfer(stream)?;
         step.caches.1[i].await_transfer(stream)?;
     }
+    let grid = be.dev.sm_count as u32;
     let mut state = be.persistent.lock().map_err(|_| poisoned())?;
+    let profile = state
+        .profiling
+        .address(be, step.layers.len(), grid as usize)?;
     let scratch = scratch_for(be, &mut state, d, step.layers.len())?;
     let mut words = step_words(x, &step, scratch, stream);
+    words.push(profile);
     let block_size = step.caches.0[0].shape.block_size;
     let sizes = [
         step.layers.len(),
@@ -261,7 +268,6 @@ pub(super) fn run(
         .memset_zeros(&mut scratch.counters)
         .map_err(cuda_err)?;
     let args = args_buffer(be, &mut state, words)?;
-    let grid = be.dev.sm_count as u32;
     // SAFETY: the argument buffer holds the StepArgs and StepLayer words the kernel reads, every
     // pointer in it checked above for its size and type; the launch is cooperative, so all blocks
     // are resident together, as the kernel's barriers need.
@@ -292,7 +298,7 @@ fn kernel_for(be: &CudaBackend, d: Dims) -> Result<Option<(CudaFunction, usize, 
     }
 }
 
-/// The `StepArgs` words that are buffers' addresses, in the kernel's order.
+/// The `StepArgs` words that are buffers' addresses, in the kernel's order, but the profile's.
 fn step_words(
     x: &CudaSlice<f32>,
     step: &DecodeLayers<'_, CudaBackend>,
@@ -315,10 +321,6 @@ fn step_words(
         ids(meta.block_table),
         ids(meta.seq_lens),
     ]
-}
-
-fn poisoned() -> crate::error::EngineError {
-    crate::error::EngineError::Internal("the persistent decode's state lock is poisoned".into())
 }
 
 /// The scratch for `layers` layers of these sizes, grown (and graphs recorded again) where smaller.

@@ -11,6 +11,7 @@
 //! then multiply in cuBLAS with f32 accumulation and f32 output.
 
 mod attention;
+mod decode_profile;
 mod decode_step;
 mod device;
 mod flash;
@@ -40,6 +41,7 @@ use crate::backend::{
 use crate::config::RopeFreqs;
 use crate::error::{EngineError, Result};
 use crate::weights::{TensorRef, WeightDtype};
+pub use decode_profile::{PHASE_NAMES, PHASES, PhaseTime, StepProfile};
 use device::Device;
 pub(crate) use device::cuda_err;
 pub use device::{driver_present, visible_devices};

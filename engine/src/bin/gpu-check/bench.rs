@@ -210,6 +210,7 @@ pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         model.backend.set_persistent_decode(true);
         decode::report(&model, rng, 1, true)?;
         model.backend.set_persistent_decode(false);
+        crate::persistent::print_profile(&model, rng, (1, decode::PROMPT))?;
     }
     Ok(())
 }
@@ -272,6 +273,7 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
             let timed = decode::report_after(&model, rng, case, true);
             model.backend.set_persistent_decode(false);
             timed?;
+            crate::persistent::print_profile(&model, rng, case)?;
         }
     }
     Ok(())

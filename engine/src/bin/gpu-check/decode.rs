@@ -15,7 +15,8 @@ use crate::inputs::Rng;
 
 /// Tokens per KV block.
 pub const BLOCK: usize = 16;
-const PROMPT: usize = 512;
+/// Prompt tokens before the decode rows that name no context.
+pub const PROMPT: usize = 512;
 /// A split target past any launch's blocks: splits of one step of keys.
 pub const ONE_STEP_SPLITS: usize = 1 << 30;
 pub const STEPS: usize = 128;

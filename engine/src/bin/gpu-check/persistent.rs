@@ -8,7 +8,7 @@
 
 use docqa_engine::Result;
 use docqa_engine::backend::KvDtype;
-use docqa_engine::backend::cuda::CudaBackend;
+use docqa_engine::backend::cuda::{CudaBackend, PHASE_NAMES, PHASES};
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::SingleSequence;
 use docqa_engine::models::llama::Llama;
@@ -76,6 +76,56 @@ fn check_shape(shape: Shape, rng: &mut Rng, report: &mut Report) -> Result<()> {
             true => report.row("persistent decode vs op by op", &what, err, TOL),
             false => report.note("persistent decode vs op by op", &what, "not taken", false),
         }
+    }
+    print_profile(&model, rng, (1, 512))
+}
+
+/// The bytes each phase of a layer reads: q/k/v, attention over `context` keys, output, gate/up,
+/// down (bf16 weights and KV).
+fn phase_bytes(model: &Llama<CudaBackend>, context: usize) -> [f64; PHASES] {
+    let c = &model.config;
+    let (h, hd) = (c.hidden_size, c.head_dim);
+    let (q, kv) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+    let i = c.intermediate_size;
+    [h * (q + 2 * kv), 2 * context * kv, q * h, 2 * i * h, i * h].map(|n| 2.0 * n as f64)
+}
+
+/// Times persistent decode steps with their phases noted (the decode row it prints is that run's),
+/// then prints where the last step's time went: each phase's mean and slowest block's work, the
+/// barrier after it, and the bytes it reads over the slowest block's time.
+pub fn print_profile(
+    model: &Llama<CudaBackend>,
+    rng: &mut Rng,
+    (seqs, context): (usize, usize),
+) -> Result<()> {
+    let be = &model.backend;
+    be.set_persistent_decode(true);
+    be.set_persistent_profile(true)?;
+    let timed = crate::decode::report_after(model, rng, (seqs, context), true);
+    let profile = be.persistent_profile();
+    be.set_persistent_profile(false)?;
+    be.set_persistent_decode(false);
+    timed?;
+    let Some(p) = profile? else {
+        println!("  persistent profile: no step ran in one launch");
+        return Ok(());
+    };
+    println!(
+        "  persistent profile, batch {seqs} after {context}: layers {:.1} µs over {} blocks; a layer's phases (mean of {} layers):",
+        p.total_ns() as f64 * 1e-3,
+        p.blocks,
+        p.layers
+    );
+    let bytes = phase_bytes(model, context);
+    for (k, t) in p.phases().iter().enumerate() {
+        println!(
+            "    {:<9} work {:>7.2} µs mean {:>7.2} µs slowest  barrier {:>5.2} µs  {:>6.0} GB/s over the slowest",
+            PHASE_NAMES[k],
+            t.mean_work * 1e-3,
+            t.max_work * 1e-3,
+            t.barrier * 1e-3,
+            bytes[k] / t.max_work.max(1.0),
+        );
     }
     Ok(())
 }
