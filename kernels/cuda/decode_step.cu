@@ -198,7 +198,7 @@ struct Smem {
     unsigned ring;         // nslots · CHUNK_BYTES, 128-byte aligned (its shared-memory address)
     const unsigned char* ring_ptr;  // the same, to read
     uint4* stage;          // bf16 activations, 8 a piece
-    float* scratch;        // STEP_WARPS · (MAX_GROUP · head_dim + MAX_GROUP · 32 + 32) floats
+    float* scratch;        // STEP_WARPS · attention_scratch(head_dim) floats
 };
 
 // A warp's place in its stream of weight chunks: the layer, the product phase (0, 2, 3, 4), the
@@ -418,6 +418,12 @@ __device__ __forceinline__ void load_v(VPiece<HD / 32>* vr, const bf16_t* vc, co
 // would spill.
 __host__ __device__ constexpr int max_group(int hd) { return hd == 64 ? STEP_MAX_GROUP : 4; }
 
+// The floats of a warp's attention scratch: its query heads' queries and probabilities, and the
+// tile's key slots.
+__host__ __device__ constexpr int attention_scratch(int hd) {
+    return max_group(hd) * hd + max_group(hd) * 32 + 32;
+}
+
 // One split of one KV head: the online softmax over keys [lo, hi) for the head's G query heads,
 // its output, maximum and sum written to parts / part_ml.
 template <int HD>
@@ -429,9 +435,9 @@ __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scrat
     constexpr int MAXG = max_group(HD);
     const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
     const int width = (int)a.kv_heads * HD;
-    float* qs = scratch;                        // [G][HD], scaled into the log2 domain
-    float* ps = scratch + STEP_MAX_GROUP * HD;  // [G][32]
-    unsigned* slots = reinterpret_cast<unsigned*>(ps + STEP_MAX_GROUP * 32);  // [32]
+    float* qs = scratch;              // [G][HD], scaled into the log2 domain
+    float* ps = scratch + MAXG * HD;  // [G][32]
+    unsigned* slots = reinterpret_cast<unsigned*>(ps + MAXG * 32);  // [32]
     const float qscale = a.scale * 1.44269504088896340736f;
     for (int e = lane; e < G * HD; e += 32) qs[e] = load_cg(a.q + (size_t)kvh * G * HD + e) * qscale;
     __syncwarp();
@@ -593,7 +599,7 @@ __device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Sme
     const int grid_warps = gridDim.x * STEP_WARPS;
     const int splits = max(1, min(min(STEP_MAX_SPLITS, (len + STEP_SPLIT_KEYS - 1) / STEP_SPLIT_KEYS),
                                   grid_warps / kv_heads));
-    float* scratch = s.scratch + warp * (STEP_MAX_GROUP * HD + STEP_MAX_GROUP * 32 + 32);
+    float* scratch = s.scratch + warp * attention_scratch(HD);
     for (int it = blockIdx.x * STEP_WARPS + warp; it < kv_heads * splits; it += grid_warps) {
         const int kvh = it / splits, sp = it % splits;
         const int lo = (int)((long long)sp * len / splits), hi = (int)((long long)(sp + 1) * len / splits);
