@@ -472,6 +472,12 @@ pub trait Backend: Send + Sync + Sized {
         Ok(false)
     }
 
+    /// Whether [`Backend::decode_layers`] may take a step at all, so that a caller can skip
+    /// gathering one where it never would.
+    fn runs_decode_layers(&self) -> bool {
+        false
+    }
+
     /// A decoder layer's attention sublayer without sink windows: the norm and q/k/v products
     /// ([`Backend::matmul3_rope_kv_write`], whose K and V go to the pools), paged attention over
     /// `meta`'s batch, and the output product added onto `x` (or written over it). A backend may keep

@@ -376,7 +376,10 @@ impl<B: Backend> Llama<B> {
     ) -> Result<bool> {
         let biased = |l: &Layer<B>| l.q_bias.is_some() || l.k_bias.is_some() || l.v_bias.is_some();
         let one_token = dims.tokens == 1 && dims.seqs == 1 && !dims.windowed && !dims.sliding;
-        if !one_token || self.group.is_some() || self.layers.iter().any(biased) {
+        if !self.backend.runs_decode_layers() || !one_token || self.group.is_some() {
+            return Ok(false);
+        }
+        if self.layers.iter().any(biased) {
             return Ok(false);
         }
         let meta = dense_meta(dims, (&ws.query_start_loc, &ws.seq_lens, &ws.block_table));

@@ -675,6 +675,10 @@ impl Backend for CudaBackend {
         decode_step::run(self, x, step)
     }
 
+    fn runs_decode_layers(&self) -> bool {
+        self.persistent_decode()
+    }
+
     fn argmax_rows(
         &self,
         logits: &CudaSlice<f32>,
