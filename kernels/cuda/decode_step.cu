@@ -147,8 +147,9 @@ __device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned n,
 struct Product {
     int items, in;
 };
+template <int HD>
 __device__ __forceinline__ Product product_of(const StepArgs& a, int phase) {
-    const int hd = (int)a.head_dim;
+    constexpr int hd = HD;
     switch (phase) {
         case 0: return {(int)(a.heads + 2 * a.kv_heads) * (hd / 2), (int)a.hidden};
         case 2: return {(int)a.hidden / 2, (int)a.heads * hd};
@@ -158,22 +159,24 @@ __device__ __forceinline__ Product product_of(const StepArgs& a, int phase) {
 }
 
 // Which of q, k, v (0, 1, 2) q/k/v pair `i` belongs to, its head and its dim below head_dim / 2.
+template <int HD>
 __device__ __forceinline__ int3 locate_qkv(const StepArgs& a, int i) {
-    const int half = (int)a.head_dim / 2, qp = (int)a.heads * half, kp = (int)a.kv_heads * half;
+    constexpr int half = HD / 2;
+    const int qp = (int)a.heads * half, kp = (int)a.kv_heads * half;
     const int which = i < qp ? 0 : (i < qp + kp ? 1 : 2);
     const int at = which == 0 ? i : i - qp - (which - 1) * kp;
     return make_int3(which, at / half, at % half);
 }
 
 // Row m (0 or 1) of pair `i` of a product.
+template <int HD>
 __device__ __forceinline__ const bf16_t* pair_row(const StepArgs& a, const StepLayer& L, int phase,
                                                   int i, int m, int in) {
     switch (phase) {
         case 0: {
-            const int3 at = locate_qkv(a, i);
+            const int3 at = locate_qkv<HD>(a, i);
             const bf16_t* W = at.x == 0 ? L.wq : at.x == 1 ? L.wk : L.wv;
-            const int hd = (int)a.head_dim;
-            return W + (size_t)(at.y * hd + at.z + m * (hd / 2)) * in;
+            return W + (size_t)(at.y * HD + at.z + m * (HD / 2)) * in;
         }
         case 2: return L.wo + (size_t)(2 * i + m) * in;
         case 3: return (m == 0 ? L.wg : L.wu) + (size_t)i * in;
@@ -182,12 +185,13 @@ __device__ __forceinline__ const bf16_t* pair_row(const StepArgs& a, const StepL
 }
 
 // The pairs a block takes of a product's `items`: a contiguous range, the same size for every block
-// give or take one (the first block's starts at 0), its t-th pair going to warp t % STEP_WARPS.
+// give or take one (the first block's starts at 0), its t-th pair going to warp t % STEP_WARPS. The
+// host checks that items · blocks fits in 32 bits.
 __device__ __forceinline__ int block_first(int items) {
-    return (int)((long long)items * blockIdx.x / gridDim.x);
+    return (int)((unsigned)items * blockIdx.x / gridDim.x);
 }
 __device__ __forceinline__ int block_items(int items) {
-    return (int)((long long)items * (blockIdx.x + 1) / gridDim.x) - block_first(items);
+    return (int)((unsigned)items * (blockIdx.x + 1) / gridDim.x) - block_first(items);
 }
 
 // Shared memory: the ring's barriers, the reduction scratch, the ring, the staged activations,
@@ -203,16 +207,29 @@ struct Smem {
 
 // A warp's place in its stream of weight chunks: the layer, the product phase (0, 2, 3, 4), the
 // warp's pair t of the block's share (t ≡ warp mod STEP_WARPS), the row m of the pair, the chunk c
-// of the row; `done` past the last.
+// of the row; `done` past the last. It keeps the phase's block share (first pair, pairs), row
+// length and chunks a row, so that moving on costs no division.
 struct Cursor {
     int l, phase, t, m, c;
     bool done;
+    int first, n, in, chunks;
 };
+
+// Sets the cursor's phase values for its phase.
+template <int HD>
+__device__ __forceinline__ void enter_phase(const StepArgs& a, Cursor& cur) {
+    const Product p = product_of<HD>(a, cur.phase);
+    cur.first = block_first(p.items);
+    cur.n = block_items(p.items);
+    cur.in = p.in;
+    cur.chunks = (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+}
 
 // Moves `cur` on to the first chunk at or after it that exists (past phases where the warp has no
 // pair, and from one layer to the next).
+template <int HD>
 __device__ __forceinline__ void settle(const StepArgs& a, Cursor& cur) {
-    while (!cur.done && cur.t >= block_items(product_of(a, cur.phase).items)) {
+    while (!cur.done && cur.t >= cur.n) {
         cur.phase = cur.phase == 0 ? 2 : cur.phase + 1;
         cur.t = threadIdx.x >> 5;
         cur.m = cur.c = 0;
@@ -220,27 +237,30 @@ __device__ __forceinline__ void settle(const StepArgs& a, Cursor& cur) {
             cur.phase = 0;
             cur.done = ++cur.l == (int)a.layers;
         }
+        enter_phase<HD>(a, cur);
     }
 }
 
 // The warp's first chunk.
+template <int HD>
 __device__ __forceinline__ Cursor first_chunk(const StepArgs& a) {
-    Cursor cur = {0, 0, (int)(threadIdx.x >> 5), 0, 0, a.layers == 0};
-    settle(a, cur);
+    Cursor cur = {0, 0, (int)(threadIdx.x >> 5), 0, 0, a.layers == 0, 0, 0, 0, 0};
+    enter_phase<HD>(a, cur);
+    settle<HD>(a, cur);
     return cur;
 }
 
 // The warp's next chunk after `cur`.
+template <int HD>
 __device__ __forceinline__ void advance(const StepArgs& a, Cursor& cur) {
-    const Product p = product_of(a, cur.phase);
-    if (++cur.c == (p.in + CHUNK_ELEMS - 1) / CHUNK_ELEMS) {
+    if (++cur.c == cur.chunks) {
         cur.c = 0;
         if (++cur.m == 2) {
             cur.m = 0;
             cur.t += STEP_WARPS;
+            settle<HD>(a, cur);
         }
     }
-    settle(a, cur);
 }
 
 // A warp's ring: its `depth` slots, their "full" barriers, and the chunks issued into it so far
@@ -253,22 +273,22 @@ struct WarpRing {
 
 // Issues the copy of the warp's next chunk (lane 0) into its slot, if the stream has one left. The
 // slot's previous chunk must be consumed: the warp's lanes have passed a __syncwarp since reading it.
+template <int HD>
 __device__ __forceinline__ void issue_next(const StepArgs& a, const StepLayer* layers, const Smem& s,
                                            WarpRing& r) {
     if (r.next.done) return;
     if ((threadIdx.x & 31) == 0) {
         const Cursor& cur = r.next;
-        const Product p = product_of(a, cur.phase);
         const bf16_t* row =
-            pair_row(a, layers[cur.l], cur.phase, block_first(p.items) + cur.t, cur.m, p.in);
-        const unsigned bytes = min(CHUNK_ELEMS, p.in - cur.c * CHUNK_ELEMS) * 2;
+            pair_row<HD>(a, layers[cur.l], cur.phase, cur.first + cur.t, cur.m, cur.in);
+        const unsigned bytes = min(CHUNK_ELEMS, cur.in - cur.c * CHUNK_ELEMS) * 2;
         const int slot = r.first_slot + r.issued % r.depth;
         fence_async_shared();  // the lanes' reads of the slot before the copy's writes
         mbar_arrive_expect(s.full + 8 * slot, bytes);
         bulk_copy(s.ring + slot * CHUNK_BYTES, row + cur.c * CHUNK_ELEMS, bytes, s.full + 8 * slot);
     }
     ++r.issued;
-    advance(a, r.next);
+    advance<HD>(a, r.next);
 }
 
 // Pieces of 8 values a consumer thread holds to stage an RMS-normalised input in one pass.
@@ -333,7 +353,40 @@ __device__ void stage_input(const Smem& s, const float* src, int n, const float*
 // The warp's products of its pairs in one product phase, taking their chunks from its ring (the
 // `consumed` counter runs over the whole step) and refilling each slot as it frees it;
 // `finish(pair, a0, a1)` runs on lane 0 with the two rows' sums.
-template <class Finish>
+// One lane's share of a chunk's dot product with the staged activations: `pieces` of 8 (a full
+// chunk's loads all issued before its sums, in four independent sums).
+__device__ __forceinline__ float chunk_dot(const uint4* w, const uint4* x, int pieces, int lane) {
+    constexpr int FULL = CHUNK_ELEMS / 8 / 32;  // pieces a lane takes of a full chunk
+    if (pieces == CHUNK_ELEMS / 8) {
+        uint4 wv[FULL], xv[FULL];
+#pragma unroll
+        for (int k = 0; k < FULL; ++k) {
+            wv[k] = w[lane + 32 * k];
+            xv[k] = x[lane + 32 * k];
+        }
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < FULL; ++k) {
+            float wf[8], xf[8];
+            unpack8(wv[k], wf);
+            unpack8(xv[k], xf);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum[j & 3] = fmaf(wf[j], xf[j], sum[j & 3]);
+        }
+        return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+    }
+    float sum = 0.0f;
+    for (int q = lane; q < pieces; q += 32) {
+        float wf[8], xf[8];
+        unpack8(w[q], wf);
+        unpack8(x[q], xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum = fmaf(wf[j], xf[j], sum);
+    }
+    return sum;
+}
+
+template <int HD, class Finish>
 __device__ void consume(const StepArgs& a, const StepLayer* layers, const Smem& s, WarpRing& r,
                         unsigned& consumed, Product p, Finish finish) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -348,18 +401,9 @@ __device__ void consume(const StepArgs& a, const StepLayer* layers, const Smem& 
                 mbar_wait(s.full + 8 * slot, (consumed / r.depth) & 1);
                 const int pieces = min(CHUNK_ELEMS, p.in - c * CHUNK_ELEMS) / 8;
                 const uint4* w = reinterpret_cast<const uint4*>(s.ring_ptr + slot * CHUNK_BYTES);
-                const uint4* x = s.stage + c * (CHUNK_ELEMS / 8);
-                float sum = 0.0f;
-                for (int q = lane; q < pieces; q += 32) {
-                    float wf[8], xf[8];
-                    unpack8(w[q], wf);
-                    unpack8(x[q], xf);
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) sum = fmaf(wf[j], xf[j], sum);
-                }
-                acc[m] += sum;
+                acc[m] += chunk_dot(w, s.stage + c * (CHUNK_ELEMS / 8), pieces, lane);
                 __syncwarp();
-                issue_next(a, layers, s, r);
+                issue_next<HD>(a, layers, s, r);
             }
         }
         const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
@@ -428,7 +472,7 @@ __host__ __device__ constexpr int attention_scratch(int hd) {
 // its output, maximum and sum written to parts / part_ml.
 template <int HD>
 __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scratch, int kvh, int s,
-                             int lo, int hi) {
+                             int lo, int hi, unsigned long long* marks) {
     constexpr int DPL = HD / 32;            // dims a lane holds
     constexpr int VK = HD == 64 ? 32 : 16;  // V rows loaded at once
     constexpr int KH = HD == 64 ? 1 : 2;    // parts a K row is loaded in
@@ -439,8 +483,21 @@ __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scrat
     float* ps = scratch + MAXG * HD;  // [G][32]
     unsigned* slots = reinterpret_cast<unsigned*>(ps + MAXG * 32);  // [32]
     const float qscale = a.scale * 1.44269504088896340736f;
-    for (int e = lane; e < G * HD; e += 32) qs[e] = load_cg(a.q + (size_t)kvh * G * HD + e) * qscale;
+    {
+        // Every load before any store: each load_cg is ordered after the stores before it.
+        float qv[MAXG * HD / 32];
+#pragma unroll
+        for (int i = 0; i < MAXG * HD / 32; ++i) {
+            const int e = lane + 32 * i;
+            qv[i] = e < G * HD ? load_cg(a.q + (size_t)kvh * G * HD + e) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < MAXG * HD / 32; ++i) {
+            if (lane + 32 * i < G * HD) qs[lane + 32 * i] = qv[i] * qscale;
+        }
+    }
     __syncwarp();
+    if (marks && lane == 0) marks[1] = global_ns();
     float m[MAXG], l[MAXG], o[MAXG][DPL];
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) {
@@ -539,21 +596,25 @@ __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scrat
 // Merges the `splits` splits of KV head kvh's query heads into attn: each lane reads the maximum
 // and sum of split `lane`, then the splits' outputs are summed MERGE_BATCH splits at a time, every
 // load of a batch (all the group's heads) issued before its sums.
-#define MERGE_BATCH 4
+#define MERGE_BATCH 8
 template <int HD>
 __device__ void merge_splits(const StepArgs& a, int kvh, int splits) {
     constexpr int DPL = HD / 32, MAXG = max_group(HD);
     const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
-    float f[MAXG], total[MAXG], acc[MAXG][DPL];
+    float f[MAXG], total[MAXG], acc[MAXG][DPL], ms[MAXG], ls[MAXG];
 #pragma unroll
-    for (int g = 0; g < MAXG; ++g) {
+    for (int g = 0; g < MAXG; ++g) {  // every head's loads before the reductions that wait on them
         const size_t first = (size_t)(kvh * G + g) * STEP_MAX_SPLITS;
         const bool mine = g < G && lane < splits;
-        const float ms = mine ? load_cg(a.part_ml + 2 * (first + lane)) : NEG_INF;
-        const float ls = mine ? load_cg(a.part_ml + 2 * (first + lane) + 1) : 0.0f;
-        const float mx = warp_max(ms);
-        f[g] = mine ? fast_exp2(ms - mx) : 0.0f;
-        total[g] = warp_sum(f[g] * ls);
+        ms[g] = mine ? load_cg(a.part_ml + 2 * (first + lane)) : NEG_INF;
+        ls[g] = mine ? load_cg(a.part_ml + 2 * (first + lane) + 1) : 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+        const bool mine = g < G && lane < splits;
+        const float mx = warp_max(ms[g]);
+        f[g] = mine ? fast_exp2(ms[g] - mx) : 0.0f;
+        total[g] = warp_sum(f[g] * ls[g]);
 #pragma unroll
         for (int e = 0; e < DPL; ++e) acc[g][e] = 0.0f;
     }
@@ -600,18 +661,34 @@ __device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Sme
     const int splits = max(1, min(min(STEP_MAX_SPLITS, (len + STEP_SPLIT_KEYS - 1) / STEP_SPLIT_KEYS),
                                   grid_warps / kv_heads));
     float* scratch = s.scratch + warp * attention_scratch(HD);
+    // Where profiled, KV head 0's times: its split 0's warp notes 0 (start), 1 (query loaded),
+    // 2 (split done), 3 (fenced), 4 (counted); the warp that merges it 7 (its split's start),
+    // 5 (merge begun) and 6 (merged).
+    unsigned long long* marks =
+        a.profile ? a.profile + 2 * (size_t)(5 * a.layers + 1) * gridDim.x + 8 * layer : nullptr;
+    auto mark = [&](bool mine, int k) {
+        if (marks && mine && lane == 0) marks[k] = global_ns();
+    };
     for (int it = blockIdx.x * STEP_WARPS + warp; it < kv_heads * splits; it += grid_warps) {
         const int kvh = it / splits, sp = it % splits;
         const int lo = (int)((long long)sp * len / splits), hi = (int)((long long)(sp + 1) * len / splits);
-        attend_split<HD>(a, L, scratch, kvh, sp, lo, hi);
+        const unsigned long long began = marks ? global_ns() : 0;
+        mark(it == 0, 0);
+        attend_split<HD>(a, L, scratch, kvh, sp, lo, hi, it == 0 ? marks : nullptr);
+        mark(it == 0, 2);
         __threadfence();
+        mark(it == 0, 3);
         __syncwarp();
         unsigned last = 0;
         if (lane == 0) last = atomicAdd(a.counters + 1 + layer * kv_heads + kvh, 1u) == (unsigned)splits - 1;
         last = __shfl_sync(0xffffffffu, last, 0);
+        mark(it == 0, 4);
         if (last) {
             __threadfence();
+            if (marks && kvh == 0 && lane == 0) marks[7] = began;
+            mark(kvh == 0, 5);
             merge_splits<HD>(a, kvh, splits);
+            mark(kvh == 0, 6);
         }
     }
 }
@@ -623,17 +700,18 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
     unsigned consumed = 0, barrier = 0;
     // The output and down products' pairs (rows 2i and 2i + 1) added onto x.
     auto add_onto_x = [&](int i, float y1, float y2) {
-        a.x[2 * i] = load_cg(a.x + 2 * i) + y1;
-        a.x[2 * i + 1] = load_cg(a.x + 2 * i + 1) + y2;
+        const float x1 = load_cg(a.x + 2 * i), x2 = load_cg(a.x + 2 * i + 1);
+        a.x[2 * i] = x1 + y1;
+        a.x[2 * i + 1] = x2 + y2;
     };
     for (int l = 0; l < (int)a.layers; ++l) {
         const StepLayer& L = layers[l];
         // 0: q/k/v with RoPE and the KV write.
         stage_input(s, a.x, (int)a.hidden, L.norm1, a.eps);
-        Product p = product_of(a, 0);
+        Product p = product_of<HD>(a, 0);
         const unsigned slot = *a.slot;
-        consume(a, layers, s, r, consumed, p, [&](int i, float y1, float y2) {
-            const int3 at = locate_qkv(a, i);
+        consume<HD>(a, layers, s, r, consumed, p, [&](int i, float y1, float y2) {
+            const int3 at = locate_qkv<HD>(a, i);
             if (at.x < 2) {
                 const float c = a.rope[at.z], sn = a.rope[half + at.z];
                 const float x1 = y1, x2 = y2;
@@ -655,20 +733,20 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
         attention_phase<HD>(a, L, s, l);
         grid_barrier(a.counters, barrier++, a.profile);
         // 2: the output product onto x.
-        p = product_of(a, 2);
+        p = product_of<HD>(a, 2);
         stage_input(s, a.attn, p.in, nullptr, 0.0f);
-        consume(a, layers, s, r, consumed, p, add_onto_x);
+        consume<HD>(a, layers, s, r, consumed, p, add_onto_x);
         grid_barrier(a.counters, barrier++, a.profile);
         // 3: gate and up, SwiGLU.
-        p = product_of(a, 3);
+        p = product_of<HD>(a, 3);
         stage_input(s, a.x, p.in, L.norm2, a.eps);
-        consume(a, layers, s, r, consumed, p,
+        consume<HD>(a, layers, s, r, consumed, p,
                 [&](int i, float g, float u) { a.act[i] = g / (1.0f + expf(-g)) * u; });
         grid_barrier(a.counters, barrier++, a.profile);
         // 4: down onto x.
-        p = product_of(a, 4);
+        p = product_of<HD>(a, 4);
         stage_input(s, a.act, p.in, nullptr, 0.0f);
-        consume(a, layers, s, r, consumed, p, add_onto_x);
+        consume<HD>(a, layers, s, r, consumed, p, add_onto_x);
         if (l + 1 < (int)a.layers) grid_barrier(a.counters, barrier++, a.profile);
     }
 }
@@ -702,9 +780,9 @@ __device__ void decode_layers(const StepArgs* args) {
     __syncthreads();
     // Each warp's ring is nslots / STEP_WARPS slots, filled with its first chunks before any phase.
     const int depth = (int)a.nslots / STEP_WARPS;
-    WarpRing r = {(int)(threadIdx.x >> 5) * depth, depth, 0u, first_chunk(a)};
+    WarpRing r = {(int)(threadIdx.x >> 5) * depth, depth, 0u, first_chunk<HD>(a)};
     if (threadIdx.x == 0 && a.profile) note_time(a.profile, 0, global_ns());
-    for (int i = 0; i < depth; ++i) issue_next(a, layers, s, r);
+    for (int i = 0; i < depth; ++i) issue_next<HD>(a, layers, s, r);
     consume_step<HD>(a, layers, s, r);
     if (a.profile) {
         consumers_sync();

@@ -36,7 +36,7 @@ impl Profiling {
         if !self.on {
             return Ok(0);
         }
-        let need = (PHASES * layers + 1) * blocks * 2;
+        let need = (PHASES * layers + 1) * blocks * 2 + ATTENTION_MARKS * layers;
         if self.buffer.as_ref().is_none_or(|b| b.len() < need) {
             self.buffer = Some(be.zeros(need)?);
         }
@@ -46,6 +46,10 @@ impl Profiling {
     }
 }
 
+/// Times noted in the attention phase of each layer, for KV head 0 (`attention_phase` in the
+/// kernel says which).
+pub const ATTENTION_MARKS: usize = 8;
+
 /// One step's notes: `times[entry][block] = (arrived, left)` in nanoseconds, entry 0 the start,
 /// entry `n + 1` grid barrier `n`, the last the end.
 pub struct StepProfile {
@@ -54,6 +58,7 @@ pub struct StepProfile {
     /// Its blocks.
     pub blocks: usize,
     times: Vec<u64>,
+    marks: Vec<u64>,
 }
 
 /// One phase's times, averaged over the layers (nanoseconds).
@@ -71,6 +76,18 @@ impl StepProfile {
     fn at(&self, entry: usize, block: usize) -> (u64, u64) {
         let i = 2 * (entry * self.blocks + block);
         (self.times[i], self.times[i + 1])
+    }
+
+    /// The attention marks of KV head 0, each after the first (its split 0's start), in
+    /// nanoseconds, the mean over the layers.
+    pub fn attention_marks(&self) -> [f64; ATTENTION_MARKS] {
+        let mut out = [0.0; ATTENTION_MARKS];
+        for layer in self.marks.chunks_exact(ATTENTION_MARKS) {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o += layer[k] as f64 - layer[0] as f64;
+            }
+        }
+        out.map(|v| v / self.layers.max(1) as f64)
     }
 
     /// From the first block's start to the last block's end.
@@ -135,11 +152,13 @@ impl CudaBackend {
             return Ok(None);
         }
         let mut times = self.dev.stream.clone_dtoh(buffer).map_err(cuda_err)?;
-        times.truncate((PHASES * layers + 1) * blocks * 2);
+        times.truncate((PHASES * layers + 1) * blocks * 2 + ATTENTION_MARKS * layers);
+        let marks = times.split_off((PHASES * layers + 1) * blocks * 2);
         Ok(Some(StepProfile {
             layers,
             blocks,
             times,
+            marks,
         }))
     }
 }
@@ -179,6 +198,7 @@ mod tests {
             layers,
             blocks,
             times,
+            marks: Vec::new(),
         }
     }
 

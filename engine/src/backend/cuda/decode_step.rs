@@ -45,8 +45,8 @@ fn max_group(head_dim: usize) -> usize {
         _ => 4,
     }
 }
-/// Ring slots at least: two a warp, so that one is filling while the other is read.
-const MIN_SLOTS: usize = 2 * CONSUMER_WARPS;
+/// Ring slots at least: one a warp.
+const MIN_SLOTS: usize = CONSUMER_WARPS;
 /// Longest context the launch takes: its attention runs one warp a split of at most 32 splits a KV
 /// head, well short of the split-KV kernel's bandwidth over long contexts.
 const MAX_CONTEXT: usize = 16384;
@@ -79,6 +79,20 @@ impl CudaBackend {
     /// Whether batch-1 decode steps run their layers in one launch where they can.
     pub fn persistent_decode(&self) -> bool {
         self.persistent_decode.load(Ordering::Relaxed)
+    }
+
+    /// Caps each warp's ring at `depth` slots (None: as many as shared memory holds), for the
+    /// kernel lab: the copies a ring has in flight are bytes every other load of the step queues
+    /// behind. Graphs recorded before are recorded again.
+    pub fn set_persistent_depth(&self, depth: Option<usize>) {
+        self.persistent_depth
+            .store(depth.unwrap_or(0), Ordering::Relaxed);
+        self.bump_graph_epoch();
+    }
+
+    /// The cap on each warp's ring, where one is set.
+    pub fn persistent_depth(&self) -> Option<usize> {
+        Some(self.persistent_depth.load(Ordering::Relaxed)).filter(|&d| d > 0)
     }
 
     /// Decode steps whose layers ran in one launch so far, for checks that the path was taken.
@@ -174,7 +188,15 @@ fn dims_of(
         && dims.kv_heads > 0
         && dims.heads.is_multiple_of(dims.kv_heads)
         && dims.heads / dims.kv_heads <= max_group(dims.head_dim);
-    let widths_fit = dims.hidden.is_multiple_of(8) && dims.inter.is_multiple_of(8);
+    // The kernel deals each product's rows over the blocks in 32-bit arithmetic.
+    let pairs = [
+        dims.inter,
+        dims.hidden,
+        (dims.heads + 2 * dims.kv_heads) * dims.head_dim,
+    ];
+    let widths_fit = dims.hidden.is_multiple_of(8)
+        && dims.inter.is_multiple_of(8)
+        && pairs.iter().all(|&n| n * be.dev.sm_count < 1 << 32);
     let pools =
         step.caches.0.len() >= step.layers.len() && step.caches.1.len() >= step.layers.len();
     let bufs = x.len() >= dims.hidden
@@ -285,7 +307,11 @@ fn kernel_for(be: &CudaBackend, d: Dims) -> Result<Option<(CudaFunction, usize, 
         .get(&format!("decode_layers_bf16_hd{}", d.head_dim))?;
     let optin = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
     let limit = be.dev.ctx.attribute(optin).map_err(cuda_err)? as usize;
-    let slots = d.slots_within(limit);
+    let mut slots = d.slots_within(limit);
+    let depth = be.persistent_depth.load(Ordering::Relaxed);
+    if depth > 0 {
+        slots = slots.min(depth * CONSUMER_WARPS);
+    }
     if slots < MIN_SLOTS {
         return Ok(None);
     }

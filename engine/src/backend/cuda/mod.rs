@@ -132,6 +132,8 @@ pub struct CudaBackend {
     persistent_decode: AtomicBool,
     /// Steps run so.
     persistent_decode_runs: AtomicU64,
+    /// Its ring's slots a warp at most (0: as many as fit; `DOCQA_CUDA_PERSISTENT_DEPTH`).
+    persistent_depth: AtomicUsize,
     /// That launch's scratch and argument buffers.
     persistent: Mutex<decode_step::State>,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
@@ -191,6 +193,12 @@ impl CudaBackend {
                 std::env::var("DOCQA_CUDA_PERSISTENT_DECODE").is_ok_and(|v| v == "1"),
             ),
             persistent_decode_runs: AtomicU64::new(0),
+            persistent_depth: AtomicUsize::new(
+                std::env::var("DOCQA_CUDA_PERSISTENT_DEPTH")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
             persistent: Mutex::new(decode_step::State::default()),
             epoch: AtomicU64::new(0),
         })

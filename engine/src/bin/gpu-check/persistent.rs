@@ -77,7 +77,12 @@ fn check_shape(shape: Shape, rng: &mut Rng, report: &mut Report) -> Result<()> {
             false => report.note("persistent decode vs op by op", &what, "not taken", false),
         }
     }
-    print_profile(&model, rng, (1, 512))
+    for depth in [Some(1), Some(2), Some(3), None] {
+        model.backend.set_persistent_depth(depth);
+        print_profile(&model, rng, (1, 512))?;
+    }
+    model.backend.set_persistent_depth(None);
+    Ok(())
 }
 
 /// The bytes each phase of a layer reads: q/k/v, attention over `context` keys, output, gate/up,
@@ -110,8 +115,11 @@ pub fn print_profile(
         println!("  persistent profile: no step ran in one launch");
         return Ok(());
     };
+    let depth = be
+        .persistent_depth()
+        .map_or("as deep as fits".to_string(), |d| format!("{d} a warp"));
     println!(
-        "  persistent profile, batch {seqs} after {context}: layers {:.1} µs over {} blocks; a layer's phases (mean of {} layers):",
+        "  persistent profile, batch {seqs} after {context}, ring {depth}: layers {:.1} µs over {} blocks; a layer's phases (mean of {} layers):",
         p.total_ns() as f64 * 1e-3,
         p.blocks,
         p.layers
@@ -127,6 +135,11 @@ pub fn print_profile(
             bytes[k] / t.max_work.max(1.0),
         );
     }
+    let m = p.attention_marks().map(|ns| ns * 1e-3);
+    println!(
+        "    attention of KV head 0, µs after its split 0 began: query loaded {:.2}, split done {:.2}, fenced {:.2}, counted {:.2}; its merging warp's split began {:.2}, merge began {:.2}, merged {:.2}",
+        m[1], m[2], m[3], m[4], m[7], m[5], m[6]
+    );
     Ok(())
 }
 
