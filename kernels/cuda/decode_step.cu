@@ -470,14 +470,14 @@ __host__ __device__ constexpr int attention_scratch(int hd) {
 
 // One split of one KV head: the online softmax over keys [lo, hi) for the head's G query heads,
 // its output, maximum and sum written to parts / part_ml.
-template <int HD>
+template <int HD, int G>
 __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scratch, int kvh, int s,
                              int lo, int hi, unsigned long long* marks) {
     constexpr int DPL = HD / 32;            // dims a lane holds
     constexpr int VK = HD == 64 ? 32 : 16;  // V rows loaded at once
     constexpr int KH = HD == 64 ? 1 : 2;    // parts a K row is loaded in
-    constexpr int MAXG = max_group(HD);
-    const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
+    constexpr int MAXG = G;
+    const int lane = threadIdx.x & 31;
     const int width = (int)a.kv_heads * HD;
     float* qs = scratch;              // [G][HD], scaled into the log2 domain
     float* ps = scratch + MAXG * HD;  // [G][32]
@@ -597,10 +597,10 @@ __device__ void attend_split(const StepArgs& a, const StepLayer& L, float* scrat
 // and sum of split `lane`, then the splits' outputs are summed MERGE_BATCH splits at a time, every
 // load of a batch (all the group's heads) issued before its sums.
 #define MERGE_BATCH 8
-template <int HD>
+template <int HD, int G>
 __device__ void merge_splits(const StepArgs& a, int kvh, int splits) {
-    constexpr int DPL = HD / 32, MAXG = max_group(HD);
-    const int lane = threadIdx.x & 31, G = (int)(a.heads / a.kv_heads);
+    constexpr int DPL = HD / 32, MAXG = G;
+    const int lane = threadIdx.x & 31;
     float f[MAXG], total[MAXG], acc[MAXG][DPL], ms[MAXG], ls[MAXG];
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) {  // every head's loads before the reductions that wait on them
@@ -652,7 +652,27 @@ __device__ void merge_splits(const StepArgs& a, int kvh, int splits) {
     }
 }
 
-// Phase 1: the splits dealt over the grid's warps; the last split of a KV head to finish merges it.
+// attend_split and merge_splits for `group` query heads a KV head (1 to G), each compiled for its
+// group, so that no lane steps through heads the model does not have.
+template <int HD, int G>
+__device__ void attend_split_of(int group, const StepArgs& a, const StepLayer& L, float* scratch,
+                                int kvh, int s, int lo, int hi, unsigned long long* marks) {
+    if constexpr (G > 1) {
+        if (group < G) return attend_split_of<HD, G - 1>(group, a, L, scratch, kvh, s, lo, hi, marks);
+    }
+    attend_split<HD, G>(a, L, scratch, kvh, s, lo, hi, marks);
+}
+template <int HD, int G>
+__device__ void merge_splits_of(int group, const StepArgs& a, int kvh, int splits) {
+    if constexpr (G > 1) {
+        if (group < G) return merge_splits_of<HD, G - 1>(group, a, kvh, splits);
+    }
+    merge_splits<HD, G>(a, kvh, splits);
+}
+
+// Phase 1: the splits dealt over the grid's warps, a warp of each block before a second of any
+// (attention is the work of few warps: spread, each has an SM's issue nearly to itself); the last
+// split of a KV head to finish merges it.
 template <int HD>
 __device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Smem& s, int layer) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -669,12 +689,14 @@ __device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Sme
     auto mark = [&](bool mine, int k) {
         if (marks && mine && lane == 0) marks[k] = global_ns();
     };
-    for (int it = blockIdx.x * STEP_WARPS + warp; it < kv_heads * splits; it += grid_warps) {
+    const int group = (int)(a.heads / a.kv_heads);
+    for (int it = warp * gridDim.x + blockIdx.x; it < kv_heads * splits; it += grid_warps) {
         const int kvh = it / splits, sp = it % splits;
         const int lo = (int)((long long)sp * len / splits), hi = (int)((long long)(sp + 1) * len / splits);
         const unsigned long long began = marks ? global_ns() : 0;
         mark(it == 0, 0);
-        attend_split<HD>(a, L, scratch, kvh, sp, lo, hi, it == 0 ? marks : nullptr);
+        attend_split_of<HD, max_group(HD)>(group, a, L, scratch, kvh, sp, lo, hi,
+                                           it == 0 ? marks : nullptr);
         mark(it == 0, 2);
         __threadfence();
         mark(it == 0, 3);
@@ -687,7 +709,7 @@ __device__ void attention_phase(const StepArgs& a, const StepLayer& L, const Sme
             __threadfence();
             if (marks && kvh == 0 && lane == 0) marks[7] = began;
             mark(kvh == 0, 5);
-            merge_splits<HD>(a, kvh, splits);
+            merge_splits_of<HD, max_group(HD)>(group, a, kvh, splits);
             mark(kvh == 0, 6);
         }
     }

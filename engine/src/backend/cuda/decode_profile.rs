@@ -90,6 +90,19 @@ impl StepProfile {
         out.map(|v| v / self.layers.max(1) as f64)
     }
 
+    /// Each block's work in the product phases (all but attention) over the step, in nanoseconds:
+    /// where a block's share of rows is the same as every other's, the spread is the SMs' own.
+    pub fn product_work_by_block(&self) -> Vec<f64> {
+        (0..self.blocks)
+            .map(|b| {
+                (1..=PHASES * self.layers)
+                    .filter(|e| (e - 1) % PHASES != 1)
+                    .map(|e| self.at(e, b).0.saturating_sub(self.at(e - 1, b).1) as f64)
+                    .sum()
+            })
+            .collect()
+    }
+
     /// From the first block's start to the last block's end.
     pub fn total_ns(&self) -> u64 {
         let last = PHASES * self.layers;

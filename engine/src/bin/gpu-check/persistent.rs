@@ -135,6 +135,19 @@ pub fn print_profile(
             bytes[k] / t.max_work.max(1.0),
         );
     }
+    let work = p.product_work_by_block();
+    let mut order: Vec<usize> = (0..work.len()).collect();
+    order.sort_by(|&x, &y| work[x].total_cmp(&work[y]));
+    let us = |b: usize| work[b] * 1e-3;
+    if let (Some(&fast), Some(&slow)) = (order.first(), order.last()) {
+        println!(
+            "    product work by block over the step: fastest {:.1} µs (block {fast}), median {:.1}, slowest {:.1} (block {slow}); slowest eight: {:?}",
+            us(fast),
+            us(order[order.len() / 2]),
+            us(slow),
+            order.iter().rev().take(8).collect::<Vec<_>>()
+        );
+    }
     let m = p.attention_marks().map(|ns| ns * 1e-3);
     println!(
         "    attention of KV head 0, µs after its split 0 began: query loaded {:.2}, split done {:.2}, fenced {:.2}, counted {:.2}; its merging warp's split began {:.2}, merge began {:.2}, merged {:.2}",
