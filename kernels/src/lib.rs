@@ -6,8 +6,9 @@
 //! builds ahead of time for `sm_90a` (file `<module>.sm_90a.cubin`).
 //!
 //! The modules include only the headers of [`HEADERS`] (`common.cuh`, `hopper.cuh` for the
-//! warpgroup-MMA kernels, `sm90_items.cuh` and `sm90_loads.cuh` for the Hopper prefill);
-//! [`KernelSource::nvrtc_source`] pastes them in, so NVRTC needs no include path.
+//! warpgroup-MMA kernels, `sm90_items.cuh` and `sm90_loads.cuh` for the Hopper prefill,
+//! `step_attention.cuh` for the one-launch decode step); [`KernelSource::nvrtc_source`] pastes
+//! them in, so NVRTC needs no include path.
 
 /// A CUDA module known to docqa: its name, its source text and its entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,13 +23,18 @@ pub struct KernelSource {
 
 /// The headers the modules include, by file name: `common.cuh` (every module), `hopper.cuh` (the
 /// warpgroup-MMA primitives, after `common.cuh`), and `sm90_items.cuh` and `sm90_loads.cuh` (the
-/// Hopper prefill kernel's work items and its producer's loads, after `hopper.cuh`). None includes
-/// another.
+/// Hopper prefill kernel's work items and its producer's loads, after `hopper.cuh`), and
+/// `step_attention.cuh` (the one-launch decode step's attention phase, inside `decode_step.cu`).
+/// None includes another.
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../cuda/common.cuh")),
     ("hopper.cuh", include_str!("../cuda/hopper.cuh")),
     ("sm90_items.cuh", include_str!("../cuda/sm90_items.cuh")),
     ("sm90_loads.cuh", include_str!("../cuda/sm90_loads.cuh")),
+    (
+        "step_attention.cuh",
+        include_str!("../cuda/step_attention.cuh"),
+    ),
 ];
 
 impl KernelSource {

@@ -207,9 +207,6 @@ pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         for seqs in [1, 8] {
             decode::report(&model, rng, seqs, true)?;
         }
-        model.backend.set_persistent_decode(true);
-        decode::report(&model, rng, 1, true)?;
-        model.backend.set_persistent_decode(false);
         crate::persistent::print_profile(&model, rng, (1, decode::PROMPT))?;
     }
     Ok(())
@@ -269,10 +266,6 @@ pub fn real_scale(shapes: &str, rng: &mut Rng) -> Result<()> {
             with_one_step_splits(&model, || decode::report_after(&model, rng, case, true))?;
         }
         for case in [(1, 512), (1, 8192.min(longest))] {
-            model.backend.set_persistent_decode(true);
-            let timed = decode::report_after(&model, rng, case, true);
-            model.backend.set_persistent_decode(false);
-            timed?;
             crate::persistent::print_profile(&model, rng, case)?;
         }
     }

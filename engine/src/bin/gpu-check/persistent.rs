@@ -4,7 +4,8 @@
 //! a prompt, then decoded tokens fed one at a time, after a short prompt (one key split a KV head or
 //! two) and a long one (32 splits of several tiles of keys). The two paths differ in the order of
 //! their sums and in attention's rounding (the op-by-op decode rounds q and the probabilities to bf16
-//! for its tensor cores; the persistent one keeps them in f32).
+//! for its tensor cores; the persistent one keeps them in f32). After each shape's check, a profiled
+//! timing of its steps says where their time goes ([`print_profile`]).
 
 use docqa_engine::Result;
 use docqa_engine::backend::KvDtype;
@@ -53,7 +54,7 @@ fn logits(
     Ok(out)
 }
 
-/// Checks one shape after prompts of each length.
+/// Checks one shape after prompts of each length, then prints its step profile.
 fn check_shape(shape: Shape, rng: &mut Rng, report: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
     write_llama(dir.path(), shape, rng)?;
@@ -77,12 +78,7 @@ fn check_shape(shape: Shape, rng: &mut Rng, report: &mut Report) -> Result<()> {
             false => report.note("persistent decode vs op by op", &what, "not taken", false),
         }
     }
-    for depth in [Some(1), Some(2), Some(3), None] {
-        model.backend.set_persistent_depth(depth);
-        print_profile(&model, rng, (1, 512))?;
-    }
-    model.backend.set_persistent_depth(None);
-    Ok(())
+    print_profile(&model, rng, (1, crate::decode::PROMPT))
 }
 
 /// The bytes each phase of a layer reads: q/k/v, attention over `context` keys, output, gate/up,
@@ -95,8 +91,9 @@ fn phase_bytes(model: &Llama<CudaBackend>, context: usize) -> [f64; PHASES] {
     [h * (q + 2 * kv), 2 * context * kv, q * h, 2 * i * h, i * h].map(|n| 2.0 * n as f64)
 }
 
-/// Times persistent decode steps with their phases noted (the decode row it prints is that run's),
-/// then prints where the last step's time went: each phase's mean and slowest block's work, the
+/// Times persistent decode steps with their phases noted (the decode row it prints is that run's:
+/// the notes are a few timer writes a block and barrier, against barriers of a microsecond), then
+/// prints where the last step's time went: each phase's mean and slowest block's work, the
 /// barrier after it, and the bytes it reads over the slowest block's time.
 pub fn print_profile(
     model: &Llama<CudaBackend>,
