@@ -19,6 +19,7 @@ mod gemv;
 mod graph;
 mod kv_blocks;
 mod kv_mapped;
+mod l2_ahead;
 mod matmul;
 mod modules;
 mod ops;
@@ -46,6 +47,7 @@ use device::Device;
 pub(crate) use device::cuda_err;
 pub use device::{driver_present, visible_devices};
 pub use graph::CudaGraphExec;
+pub use l2_ahead::L2AheadMode;
 /// Most activation rows the skinny decode products take; wider products go to cuBLAS.
 pub const SKINNY_MAX_ROWS: usize = gemv::MAX_ROWS;
 use modules::Kernels;
@@ -116,6 +118,8 @@ pub struct CudaBackend {
     /// Whether the skinny products start while the kernel before them finishes (programmatic
     /// dependent launch, compute capability 9.0 and later).
     pdl: AtomicBool,
+    /// The prefetch of the next skinny product's weights into L2 ([`l2_ahead`]).
+    l2_ahead: l2_ahead::L2Ahead,
     /// Whether prefill over bf16 pools runs the warpgroup-MMA kernel (compute capability 9.0).
     hopper_prefill: AtomicBool,
     /// Whether that kernel loads K and V with TMA (its `_tma` form) where the block size allows.
@@ -171,6 +175,7 @@ impl CudaBackend {
         let hopper_env = std::env::var("DOCQA_HOPPER_PREFILL").ok();
         let hopper_prefill = dev.cc == (9, 0) && hopper_env.as_deref() != Some("0");
         let hopper_tma = hopper_prefill && hopper_env.as_deref() == Some("tma");
+        let l2_ahead = l2_ahead::L2Ahead::from_env(dev.cc);
         Ok(CudaBackend {
             dev,
             kernels,
@@ -182,6 +187,7 @@ impl CudaBackend {
             graphs: AtomicBool::new(graphs),
             decode_blocks: AtomicUsize::new(0),
             pdl: AtomicBool::new(pdl),
+            l2_ahead,
             hopper_prefill: AtomicBool::new(hopper_prefill),
             hopper_tma: AtomicBool::new(hopper_tma),
             int8_rope_write: std::env::var("DOCQA_CUDA_INT8_ROPE_WRITE").map_or(true, |v| v != "0"),
@@ -381,6 +387,7 @@ impl Backend for CudaBackend {
             WeightDtype::Bf16 => CudaWeightData::Bf16(self.upload(&t.to_bf16_bits())?),
             WeightDtype::F32 | WeightDtype::F16 => CudaWeightData::F32(self.upload(&t.to_f32())?),
         };
+        self.forget_l2_ahead();
         Ok(CudaWeight { rows, cols, data })
     }
 
