@@ -13,7 +13,7 @@
 //! path ran the same weights) is updated without that.
 //!
 //! Off by default; `DOCQA_CUDA_L2_AHEAD=start` prefetches as each warp starts, `tail` once its own
-//! products are done; `DOCQA_CUDA_L2_AHEAD_MIB` caps what one launch prefetches (16 MiB).
+//! products are done; `DOCQA_CUDA_L2_AHEAD_MIB` caps what one launch prefetches (16 MiB; at most 256).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,6 +21,10 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use super::CudaBackend;
 use super::pdl::PdlArgs;
+
+/// The most a launch prefetches, MiB (L2 holds some 50; each part stays far below 4 GiB, the most one
+/// prefetch instruction takes).
+const MAX_CAP_MIB: u64 = 256;
 
 /// Up to three spans of device memory: (address, bytes), zero bytes where unused.
 pub(super) type Spans = [(u64, u64); 3];
@@ -116,7 +120,8 @@ impl L2Ahead {
         let mib = std::env::var("DOCQA_CUDA_L2_AHEAD_MIB")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(16);
+            .unwrap_or(16)
+            .min(MAX_CAP_MIB);
         L2Ahead {
             mode: AtomicU8::new(mode.code()),
             cap_bytes: AtomicU64::new(mib << 20),
