@@ -21,6 +21,13 @@
 // streaming the next product's weights. Each warp waits only on its own slots, whose every use it
 // has seen, so a barrier's parity always names the copy it waits for. The barriers between phases
 // are a counter in global memory that each block bumps once and then watches.
+//
+// A ring holds a few microseconds of the memory's bandwidth; while every block stages, attends or
+// waits at a barrier, the rings are full and the memory would idle. With `ahead` set, each warp
+// also keeps the `ahead` chunks after its ring's asked of L2 (cp.async.bulk.prefetch.L2), topped up
+// after every barrier, so the memory streams the coming weights through those pauses, and the
+// ring's copies (with an evict-first hint, so they do not push the prefetched lines out) find them
+// in L2.
 #include "common.cuh"
 #include "hopper.cuh"
 
@@ -56,6 +63,7 @@ struct StepArgs {
     const unsigned* seq_len;      // [1]: keys, the new one included
     unsigned long long* profile;  // null, or [5 · layers + 1][blocks][2]: see `note_time`
     long long layers, hidden, heads, kv_heads, head_dim, inter, block_size, nslots;
+    long long ahead;       // chunks a warp keeps prefetched into L2 beyond its ring (0: none)
     float eps, eps_pad, scale, scale_pad;  // RMSNorm epsilon; 1 / sqrt(head_dim)
 };
 
@@ -75,14 +83,27 @@ __device__ __forceinline__ float4 load_cg4(const float* p) {
     return v;
 }
 
-// Copies `bytes` (a multiple of 16) from global `src` to shared `dst`, counted on `bar`.
-__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
-                                          unsigned bar) {
+// Copies `bytes` (a multiple of 16) from global `src` to shared `dst`, counted on `bar`, with the L2
+// cache policy `policy`.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                          unsigned long long policy) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            dst),
-        "l"(src), "r"(bytes), "r"(bar)
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], "
+        "%2, [%3], %4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
         : "memory");
+}
+
+// The L2 policy of the rings' copies: evict first where chunks are prefetched ahead of them (the
+// line is done with once copied, and the prefetched ones stay), else the usual.
+__device__ __forceinline__ unsigned long long ring_policy(bool ahead) {
+    unsigned long long p;
+    if (ahead) {
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    } else {
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+    }
+    return p;
 }
 
 // The block's barrier (named: the warps share it with no other).
@@ -264,11 +285,15 @@ __device__ __forceinline__ void advance(const StepArgs& a, Cursor& cur) {
 }
 
 // A warp's ring: its `depth` slots, their "full" barriers, and the chunks issued into it so far
-// (chunk i goes to slot i % depth) with the cursor of the next to issue.
+// (chunk i goes to slot i % depth) with the cursor of the next to issue; the chunks prefetched into
+// L2 so far with the cursor of the next to prefetch; the copies' L2 policy.
 struct WarpRing {
     int first_slot, depth;
     unsigned issued;
     Cursor next;
+    unsigned prefetched;
+    Cursor next_prefetch;
+    unsigned long long policy;
 };
 
 // Issues the copy of the warp's next chunk (lane 0) into its slot, if the stream has one left. The
@@ -285,10 +310,35 @@ __device__ __forceinline__ void issue_next(const StepArgs& a, const StepLayer* l
         const int slot = r.first_slot + r.issued % r.depth;
         fence_async_shared();  // the lanes' reads of the slot before the copy's writes
         mbar_arrive_expect(s.full + 8 * slot, bytes);
-        bulk_copy(s.ring + slot * CHUNK_BYTES, row + cur.c * CHUNK_ELEMS, bytes, s.full + 8 * slot);
+        bulk_copy(s.ring + slot * CHUNK_BYTES, row + cur.c * CHUNK_ELEMS, bytes, s.full + 8 * slot,
+                  r.policy);
     }
     ++r.issued;
     advance<HD>(a, r.next);
+}
+
+// Asks L2 for the warp's chunks up to `a.ahead` past the last its ring has issued (lane 0 issues;
+// every lane moves the cursor). Where the ring has overtaken the prefetch, it starts at the ring.
+template <int HD>
+__device__ __forceinline__ void top_up_l2(const StepArgs& a, const StepLayer* layers, WarpRing& r) {
+    if (a.ahead == 0) return;
+    if (r.prefetched < r.issued) {
+        r.next_prefetch = r.next;
+        r.prefetched = r.issued;
+    }
+    while (!r.next_prefetch.done && r.prefetched < r.issued + (unsigned)a.ahead) {
+        const Cursor& cur = r.next_prefetch;
+        if ((threadIdx.x & 31) == 0) {
+            const bf16_t* row =
+                pair_row<HD>(a, layers[cur.l], cur.phase, cur.first + cur.t, cur.m, cur.in);
+            const unsigned bytes = min(CHUNK_ELEMS, cur.in - cur.c * CHUNK_ELEMS) * 2;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row + cur.c * CHUNK_ELEMS),
+                         "r"(bytes)
+                         : "memory");
+        }
+        ++r.prefetched;
+        advance<HD>(a, r.next_prefetch);
+    }
 }
 
 // Pieces of 8 values a consumer thread holds to stage an RMS-normalised input in one pass.
@@ -418,6 +468,11 @@ template <int HD>
 __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const Smem& s, WarpRing& r) {
     const int half = HD / 2;
     unsigned consumed = 0, barrier = 0;
+    // Each phase ends with the warp's L2 prefetch topped up, then the grid barrier.
+    auto end_phase = [&]() {
+        top_up_l2<HD>(a, layers, r);
+        grid_barrier(a.counters, barrier++, a.profile);
+    };
     // The output and down products' pairs (rows 2i and 2i + 1) added onto x.
     auto add_onto_x = [&](int i, float y1, float y2) {
         const float x1 = load_cg(a.x + 2 * i), x2 = load_cg(a.x + 2 * i + 1);
@@ -448,26 +503,26 @@ __device__ void consume_step(const StepArgs& a, const StepLayer* layers, const S
                 pool[half] = f32_to_bf16(y2);
             }
         });
-        grid_barrier(a.counters, barrier++, a.profile);
+        end_phase();
         // 1: attention.
         attention_phase<HD>(a, L, s, l);
-        grid_barrier(a.counters, barrier++, a.profile);
+        end_phase();
         // 2: the output product onto x.
         p = product_of<HD>(a, 2);
         stage_input(s, a.attn, p.in, nullptr, 0.0f);
         consume<HD>(a, layers, s, r, consumed, p, add_onto_x);
-        grid_barrier(a.counters, barrier++, a.profile);
+        end_phase();
         // 3: gate and up, SwiGLU.
         p = product_of<HD>(a, 3);
         stage_input(s, a.x, p.in, L.norm2, a.eps);
         consume<HD>(a, layers, s, r, consumed, p,
                 [&](int i, float g, float u) { a.act[i] = g / (1.0f + expf(-g)) * u; });
-        grid_barrier(a.counters, barrier++, a.profile);
+        end_phase();
         // 4: down onto x.
         p = product_of<HD>(a, 4);
         stage_input(s, a.act, p.in, nullptr, 0.0f);
         consume<HD>(a, layers, s, r, consumed, p, add_onto_x);
-        if (l + 1 < (int)a.layers) grid_barrier(a.counters, barrier++, a.profile);
+        if (l + 1 < (int)a.layers) end_phase();
     }
 }
 
@@ -500,9 +555,11 @@ __device__ void decode_layers(const StepArgs* args) {
     __syncthreads();
     // Each warp's ring is nslots / STEP_WARPS slots, filled with its first chunks before any phase.
     const int depth = (int)a.nslots / STEP_WARPS;
-    WarpRing r = {(int)(threadIdx.x >> 5) * depth, depth, 0u, first_chunk<HD>(a)};
+    const Cursor first = first_chunk<HD>(a);
+    WarpRing r = {(int)(threadIdx.x >> 5) * depth, depth, 0u, first, 0u, first, ring_policy(a.ahead > 0)};
     if (threadIdx.x == 0 && a.profile) note_time(a.profile, 0, global_ns());
     for (int i = 0; i < depth; ++i) issue_next<HD>(a, layers, s, r);
+    top_up_l2<HD>(a, layers, r);
     consume_step<HD>(a, layers, s, r);
     if (a.profile) {
         consumers_sync();

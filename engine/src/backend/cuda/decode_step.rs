@@ -95,6 +95,21 @@ impl CudaBackend {
         Some(self.persistent_depth.load(Ordering::Relaxed)).filter(|&d| d > 0)
     }
 
+    /// Has each warp keep `chunks` weight chunks past its ring asked of L2, topped up at every
+    /// phase's end (None or 0: none), so that the memory streams the coming weights while the
+    /// blocks stage, attend and wait at barriers. A lab switch, not yet timed on a GPU. Graphs
+    /// recorded before are recorded again.
+    pub fn set_persistent_l2_ahead(&self, chunks: Option<usize>) {
+        self.persistent_l2_ahead
+            .store(chunks.unwrap_or(0), Ordering::Relaxed);
+        self.bump_graph_epoch();
+    }
+
+    /// The chunks each warp keeps prefetched past its ring, where set.
+    pub fn persistent_l2_ahead(&self) -> Option<usize> {
+        Some(self.persistent_l2_ahead.load(Ordering::Relaxed)).filter(|&c| c > 0)
+    }
+
     /// Decode steps whose layers ran in one launch so far, for checks that the path was taken.
     pub fn persistent_decode_runs(&self) -> u64 {
         self.persistent_decode_runs.load(Ordering::Relaxed)
@@ -283,7 +298,13 @@ pub(super) fn run(
         d.head_dim,
         d.inter,
     ];
-    words.extend(sizes.iter().chain(&[block_size, slots]).map(|&v| v as u64));
+    let ahead = be.persistent_l2_ahead.load(Ordering::Relaxed);
+    words.extend(
+        sizes
+            .iter()
+            .chain(&[block_size, slots, ahead])
+            .map(|&v| v as u64),
+    );
     words.push(u64::from(step.eps.to_bits()));
     words.push(u64::from(step.attn.1.scale.to_bits()));
     words.extend(layers.iter().flatten());

@@ -138,6 +138,8 @@ pub struct CudaBackend {
     persistent_decode_runs: AtomicU64,
     /// Its ring's slots a warp at most (0: as many as fit; `DOCQA_CUDA_PERSISTENT_DEPTH`).
     persistent_depth: AtomicUsize,
+    /// Chunks each of its warps keeps prefetched into L2 past its ring (`DOCQA_CUDA_PERSISTENT_L2_AHEAD`).
+    persistent_l2_ahead: AtomicUsize,
     /// That launch's scratch and argument buffers.
     persistent: Mutex<decode_step::State>,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
@@ -201,6 +203,12 @@ impl CudaBackend {
             persistent_decode_runs: AtomicU64::new(0),
             persistent_depth: AtomicUsize::new(
                 std::env::var("DOCQA_CUDA_PERSISTENT_DEPTH")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
+            persistent_l2_ahead: AtomicUsize::new(
+                std::env::var("DOCQA_CUDA_PERSISTENT_L2_AHEAD")
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),

@@ -54,13 +54,19 @@ fn logits(
     Ok(out)
 }
 
-/// Checks one shape after prompts of each length, then prints its step profile.
+/// Chunks a warp keeps prefetched into L2 past its ring in the lab's last parity row and profile.
+const LAB_AHEAD: usize = 6;
+
+/// Checks one shape after prompts of each length (the long one again with the L2 prefetch past the
+/// rings), then prints its step profile without and with that prefetch.
 fn check_shape(shape: Shape, rng: &mut Rng, report: &mut Report) -> Result<()> {
     let dir = tempfile::tempdir().map_err(|e| docqa_engine::EngineError::io("temp dir", e))?;
     write_llama(dir.path(), shape, rng)?;
     let model = Llama::load(CudaBackend::new(0)?, dir.path())?;
     let vocab = model.config.vocab_size;
-    for len in [37, 1500] {
+    let was = model.backend.persistent_l2_ahead();
+    for (len, ahead) in [(37, was), (1500, was), (1500, Some(LAB_AHEAD))] {
+        model.backend.set_persistent_l2_ahead(ahead);
         let prompt = crate::decode::prompt(len, vocab, rng);
         let tokens = crate::decode::prompt(STEPS, vocab, rng);
         let reference = logits(&model, &prompt, &tokens, false)?;
@@ -72,13 +78,19 @@ fn check_shape(shape: Shape, rng: &mut Rng, report: &mut Report) -> Result<()> {
             .iter()
             .zip(&persistent)
             .fold(0f64, |m, (r, p)| m.max(rel_err(p, r)));
-        let what = format!("{}, {STEPS} steps after {len}", shape.name);
+        let lead = ahead.map_or(String::new(), |c| format!(", L2 {c} ahead"));
+        let what = format!("{}, {STEPS} steps after {len}{lead}", shape.name);
         match ran {
             true => report.row("persistent decode vs op by op", &what, err, TOL),
             false => report.note("persistent decode vs op by op", &what, "not taken", false),
         }
     }
-    print_profile(&model, rng, (1, crate::decode::PROMPT))
+    for ahead in [was, Some(LAB_AHEAD)] {
+        model.backend.set_persistent_l2_ahead(ahead);
+        print_profile(&model, rng, (1, crate::decode::PROMPT))?;
+    }
+    model.backend.set_persistent_l2_ahead(was);
+    Ok(())
 }
 
 /// The bytes each phase of a layer reads: q/k/v, attention over `context` keys, output, gate/up,
@@ -115,6 +127,10 @@ pub fn print_profile(
     let depth = be
         .persistent_depth()
         .map_or("as deep as fits".to_string(), |d| format!("{d} a warp"));
+    let depth = match be.persistent_l2_ahead() {
+        Some(c) => format!("{depth}, L2 {c} chunks ahead"),
+        None => depth,
+    };
     println!(
         "  persistent profile, batch {seqs} after {context}, ring {depth}: layers {:.1} µs over {} blocks; a layer's phases (mean of {} layers):",
         p.total_ns() as f64 * 1e-3,
