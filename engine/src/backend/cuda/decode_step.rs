@@ -14,7 +14,7 @@
 //! stays valid, and they only grow in number.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{
     CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID,
@@ -85,14 +85,12 @@ impl CudaBackend {
     /// kernel lab, which asks whether the copies in flight slow the step's other loads (on an H100,
     /// 1 to 5 slots a warp timed the same). Graphs recorded before are recorded again.
     pub fn set_persistent_depth(&self, depth: Option<usize>) {
-        self.persistent_depth
-            .store(depth.unwrap_or(0), Ordering::Relaxed);
-        self.bump_graph_epoch();
+        self.set_lab_count(&self.persistent_depth, depth);
     }
 
     /// The cap on each warp's ring, where one is set.
     pub fn persistent_depth(&self) -> Option<usize> {
-        Some(self.persistent_depth.load(Ordering::Relaxed)).filter(|&d| d > 0)
+        lab_count(&self.persistent_depth)
     }
 
     /// Has each warp keep `chunks` weight chunks past its ring asked of L2, topped up at every
@@ -100,20 +98,30 @@ impl CudaBackend {
     /// blocks stage, attend and wait at barriers. A lab switch, not yet timed on a GPU. Graphs
     /// recorded before are recorded again.
     pub fn set_persistent_l2_ahead(&self, chunks: Option<usize>) {
-        self.persistent_l2_ahead
-            .store(chunks.unwrap_or(0), Ordering::Relaxed);
-        self.bump_graph_epoch();
+        self.set_lab_count(&self.persistent_l2_ahead, chunks);
     }
 
     /// The chunks each warp keeps prefetched past its ring, where set.
     pub fn persistent_l2_ahead(&self) -> Option<usize> {
-        Some(self.persistent_l2_ahead.load(Ordering::Relaxed)).filter(|&c| c > 0)
+        lab_count(&self.persistent_l2_ahead)
     }
 
     /// Decode steps whose layers ran in one launch so far, for checks that the path was taken.
     pub fn persistent_decode_runs(&self) -> u64 {
         self.persistent_decode_runs.load(Ordering::Relaxed)
     }
+
+    /// Sets one of the kernel's lab counts (None: 0, unset); graphs recorded before are recorded
+    /// again.
+    fn set_lab_count(&self, count: &AtomicUsize, value: Option<usize>) {
+        count.store(value.unwrap_or(0), Ordering::Relaxed);
+        self.bump_graph_epoch();
+    }
+}
+
+/// A lab count where it is set (not 0).
+fn lab_count(count: &AtomicUsize) -> Option<usize> {
+    Some(count.load(Ordering::Relaxed)).filter(|&c| c > 0)
 }
 
 /// The sizes of a step the kernel takes.
