@@ -80,43 +80,6 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
-// The weights the next product will read first, to be pulled into L2 while this kernel runs
-// (`cp.async.bulk.prefetch.L2`, compute capability 9.0 and later): up to three spans (zero bytes where
-// unused; addresses 16-byte aligned, lengths multiples of 16), and whether each warp issues its share
-// once its own products are done (else as it starts). The host learns which product follows which.
-struct L2Ahead {
-    const unsigned char* at[3];
-    unsigned long long bytes[3];
-    int at_tail;
-};
-#define L2_AHEAD_PARAMS                                                                         \
-    const unsigned char *ahead0, unsigned long long ahead0_bytes, const unsigned char *ahead1,  \
-        unsigned long long ahead1_bytes, const unsigned char *ahead2,                           \
-        unsigned long long ahead2_bytes, int ahead_at_tail
-#define L2_AHEAD_ARGS                                                                     \
-    L2Ahead {                                                                             \
-        {ahead0, ahead1, ahead2}, {ahead0_bytes, ahead1_bytes, ahead2_bytes}, ahead_at_tail \
-    }
-
-// This warp's share of the spans: each span cut into gridDim.x · warps parts (a multiple of 16
-// bytes each), one prefetch a part, issued by lane 0.
-__device__ __forceinline__ void prefetch_ahead(const L2Ahead& a, int warps) {
-#if __CUDA_ARCH__ >= 900
-    if ((threadIdx.x & 31) != 0) return;
-    const unsigned long long parts = (unsigned long long)gridDim.x * warps;
-    const unsigned long long part = (unsigned long long)blockIdx.x * warps + (threadIdx.x >> 5);
-#pragma unroll
-    for (int s = 0; s < 3; ++s) {
-        const unsigned long long share = (a.bytes[s] / 16 + parts - 1) / parts * 16;
-        const unsigned long long lo = part * share;
-        if (lo >= a.bytes[s]) continue;
-        const unsigned n = (unsigned)min(share, a.bytes[s] - lo);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.at[s] + lo), "r"(n)
-                     : "memory");
-    }
-#endif
-}
-
 // ---- Tensor-core and async-copy helpers (sm_80 and later) for the flash attention kernels. ----
 
 // Two f32 values rounded to one packed bf16 pair: `lo` in the low half, `hi` in the high half.

@@ -14,9 +14,7 @@
 // (two groups of them where the input fits the stage) are requested before the staging, and before
 // the kernel waits for the previous one (launched with programmatic dependent launch, it starts while
 // that kernel finishes), so their latency overlaps both. With an RMSNorm and a short input the block
-// reads the activations once, for the norm's sum and the staging together. Each launch may also be
-// handed the leading bytes of the next product's weights (L2Ahead, learned by the host), which its
-// warps ask L2 to fetch as they start or once their own products are done.
+// reads the activations once, for the norm's sum and the staging together.
 #include "common.cuh"
 
 #define GEMV_WARPS 8  // output features per block
@@ -257,14 +255,12 @@ __device__ __forceinline__ void zero(float (*acc)[R]) {
 template <int R, int M, bool NORM, class RowsOf, class Finish>
 __device__ __forceinline__ void tiled_products(uint4* xs, RowsOf rows_of, Finish finish,
                                                int outputs, const float* __restrict__ x,
-                                               const float* norm_w, float eps, int rows, int in,
-                                               const L2Ahead& ahead) {
+                                               const float* norm_w, float eps, int rows, int in) {
     using S = Stream<R, M>;
     constexpr int U = S::U, GROUP = S::GROUP, TILE = S::TILE;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float scale[R];
     bool waited = false;
-    if (!ahead.at_tail) prefetch_ahead(ahead, GEMV_WARPS);
 #pragma unroll 1
     for (int base = blockIdx.x * GEMV_WARPS; base < outputs; base += gridDim.x * GEMV_WARPS) {
         const int o = base + warp;
@@ -302,7 +298,6 @@ __device__ __forceinline__ void tiled_products(uint4* xs, RowsOf rows_of, Finish
         warp_sums<R, M>(acc);
         if (active) finish(o, acc);
     }
-    if (ahead.at_tail) prefetch_ahead(ahead, GEMV_WARPS);
 }
 
 // The products of inputs short enough to stage at once (in ≤ TILE): the block stages x' once, then
@@ -315,7 +310,7 @@ template <int R, int M, bool NORM, class RowsOf, class Finish>
 __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Finish finish,
                                                   int outputs, const float* __restrict__ x,
                                                   const float* norm_w, float eps, int rows,
-                                                  int in, const L2Ahead& ahead) {
+                                                  int in) {
     using S = Stream<R, M>;
     constexpr int U = S::U, GROUP = S::GROUP;
     const int lane = threadIdx.x & 31;
@@ -341,7 +336,6 @@ __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Fin
     rows_of(next_active ? next_o : 0, next_rows);
     uint4 next[M][U];
     load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
-    if (!ahead.at_tail) prefetch_ahead(ahead, GEMV_WARPS);
     // The weights above are no kernel's output; x and y may be the previous kernel's.
     allow_next_grid();
     wait_for_previous_grid();
@@ -351,10 +345,7 @@ __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Fin
         stage_tile<R, NORM>(xs, in / 8, x, norm_w, scale, rows, in, 0, in);
     }
     __syncthreads();
-    if (!active) {
-        if (ahead.at_tail) prefetch_ahead(ahead, GEMV_WARPS);
-        return;
-    }
+    if (!active) return;
     float acc[M][R];
     zero<R, M>(acc);
 #pragma unroll 1
@@ -378,7 +369,6 @@ __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Fin
         rows_of(next_active ? next_o : 0, next_rows);
         load_group<M, U>(next, next_rows, next_active, in, next_step * GROUP + lane * 8);
     }
-    if (ahead.at_tail) prefetch_ahead(ahead, GEMV_WARPS);
 }
 
 // Σ_k W_m[o, k] · bf16(x'[r, k]) for every output feature o < outputs and each of its M weight rows
@@ -389,24 +379,24 @@ __device__ __forceinline__ void resident_products(uint4* xs, RowsOf rows_of, Fin
 template <int R, int M, class RowsOf, class Finish>
 __device__ __forceinline__ void products(RowsOf rows_of, Finish finish, int outputs,
                                          const float* __restrict__ x, const float* norm_w,
-                                         float eps, int rows, int in, const L2Ahead& ahead) {
+                                         float eps, int rows, int in) {
     extern __shared__ uint4 xs[];  // rows · in bf16 values where they fit, else STAGE_ELEMS
     const bool resident = in <= Stream<R, M>::TILE;
     if (norm_w && resident) {
-        resident_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in, ahead);
+        resident_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else if (resident) {
-        resident_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in, ahead);
+        resident_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else if (norm_w) {
-        tiled_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in, ahead);
+        tiled_products<R, M, true>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     } else {
-        tiled_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in, ahead);
+        tiled_products<R, M, false>(xs, rows_of, finish, outputs, x, norm_w, eps, rows, in);
     }
 }
 
 // y[r, o] = (accumulate ? y[r, o] : 0) + bias[o] + Σ_k W[o, k] · bf16(x[r, k]); bias may be null.
 template <int R>
 __device__ void gemv(const bf16_t* __restrict__ W, const float* __restrict__ x, const float* bias,
-                     float* y, int rows, int in, int out, int accumulate, const L2Ahead& ahead) {
+                     float* y, int rows, int in, int out, int accumulate) {
     auto rows_of = [=](int o, const bf16_t** w) { w[0] = W + (size_t)o * in; };
     auto finish = [=](int o, float (*acc)[R]) {
         if ((threadIdx.x & 31) != 0) return;
@@ -419,7 +409,7 @@ __device__ void gemv(const bf16_t* __restrict__ W, const float* __restrict__ x, 
             }
         }
     };
-    products<R, 1>(rows_of, finish, out, x, nullptr, 0.0f, rows, in, ahead);
+    products<R, 1>(rows_of, finish, out, x, nullptr, 0.0f, rows, in);
 }
 
 // Three products of one input (q, k, v), RMS-normalised first when norm_w is given: features 0..out0
@@ -428,7 +418,7 @@ template <int R>
 __device__ void gemv3(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                       const float* b1, const float* b2, float* y0, float* y1, float* y2,
                       const float* __restrict__ x, const float* norm_w, float eps, int rows, int in,
-                      int out0, int out12, const L2Ahead& ahead) {
+                      int out0, int out12) {
     // Which of the three products feature o belongs to (x: 0, 1, 2) and its row there (y).
     auto locate = [=](int o) {
         const int which = o < out0 ? 0 : (o < out0 + out12 ? 1 : 2);
@@ -450,7 +440,7 @@ __device__ void gemv3(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, cons
             if (r < rows) y[(size_t)r * out + at.y] = acc[0][r] + bias;
         }
     };
-    products<R, 1>(rows_of, finish, out0 + 2 * out12, x, norm_w, eps, rows, in, ahead);
+    products<R, 1>(rows_of, finish, out0 + 2 * out12, x, norm_w, eps, rows, in);
 }
 
 // gemv3 for attention with RoPE and the KV write after it, in one launch (what gemv3 then
@@ -465,8 +455,7 @@ __device__ void gemv3_rope_kv(const bf16_t* W0, const bf16_t* W1, const bf16_t* 
                               int in, int heads, int kv_heads, int head_dim,
                               const float* table,     // [rows, head_dim]
                               const unsigned* slots,  // [rows]
-                              T* kc, T* vc,           // [num_slots, kv_heads * head_dim]
-                              const L2Ahead& ahead) {
+                              T* kc, T* vc) {         // [num_slots, kv_heads * head_dim]
     const int half = head_dim / 2, q_pairs = heads * half, kv_pairs = kv_heads * half;
     // Which product pair o belongs to (0: q, 1: k, 2: v), its head and its dim j < half.
     auto locate = [=](int o) {
@@ -506,7 +495,7 @@ __device__ void gemv3_rope_kv(const bf16_t* W0, const bf16_t* W1, const bf16_t* 
             }
         }
     };
-    products<R, 2>(rows_of, finish, q_pairs + 2 * kv_pairs, x, norm_w, eps, rows, in, ahead);
+    products<R, 2>(rows_of, finish, q_pairs + 2 * kv_pairs, x, norm_w, eps, rows, in);
 }
 
 // y[r, o] = silu(g) · u with g = Σ_k Wg[o, k] · bf16(x'[r, k]) and u likewise with Wu, x' being x
@@ -514,7 +503,7 @@ __device__ void gemv3_rope_kv(const bf16_t* W0, const bf16_t* W1, const bf16_t* 
 template <int R>
 __device__ void gemv_silu_mul(const bf16_t* __restrict__ Wg, const bf16_t* __restrict__ Wu,
                               const float* __restrict__ x, const float* norm_w, float eps, float* y,
-                              int rows, int in, int out, const L2Ahead& ahead) {
+                              int rows, int in, int out) {
     auto rows_of = [=](int o, const bf16_t** w) {
         w[0] = Wg + (size_t)o * in;
         w[1] = Wu + (size_t)o * in;
@@ -526,61 +515,58 @@ __device__ void gemv_silu_mul(const bf16_t* __restrict__ Wg, const bf16_t* __res
             if (r < rows) y[(size_t)r * out + o] = gu[0][r] / (1.0f + expf(-gu[0][r])) * gu[1][r];
         }
     };
-    products<R, 2>(rows_of, finish, out, x, norm_w, eps, rows, in, ahead);
+    products<R, 2>(rows_of, finish, out, x, norm_w, eps, rows, in);
 }
 
 // Entry points for up to 1, 2 and 4 rows (`rows` at most the suffix). With more rows the activation
 // loads outgrow the weight loads and cuBLAS is faster.
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_bf16_r1(const bf16_t* W, const float* x, const float* bias, float* y, int rows, int in,
-                  int out, int accumulate, L2_AHEAD_PARAMS) {
-    gemv<1>(W, x, bias, y, rows, in, out, accumulate, L2_AHEAD_ARGS);
+                  int out, int accumulate) {
+    gemv<1>(W, x, bias, y, rows, in, out, accumulate);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_bf16_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                    const float* b1, const float* b2, float* y0, float* y1, float* y2, const float* x,
-                   const float* norm_w, float eps, int rows, int in, int out0, int out12, L2_AHEAD_PARAMS) {
-    gemv3<1>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12,
-              L2_AHEAD_ARGS);
+                   const float* norm_w, float eps, int rows, int in, int out0, int out12) {
+    gemv3<1>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_silu_mul_bf16_r1(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
-                           float eps, float* y, int rows, int in, int out, L2_AHEAD_PARAMS) {
-    gemv_silu_mul<1>(Wg, Wu, x, norm_w, eps, y, rows, in, out, L2_AHEAD_ARGS);
+                           float eps, float* y, int rows, int in, int out) {
+    gemv_silu_mul<1>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_bf16_r2(const bf16_t* W, const float* x, const float* bias, float* y, int rows, int in,
-                  int out, int accumulate, L2_AHEAD_PARAMS) {
-    gemv<2>(W, x, bias, y, rows, in, out, accumulate, L2_AHEAD_ARGS);
+                  int out, int accumulate) {
+    gemv<2>(W, x, bias, y, rows, in, out, accumulate);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_bf16_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                    const float* b1, const float* b2, float* y0, float* y1, float* y2, const float* x,
-                   const float* norm_w, float eps, int rows, int in, int out0, int out12, L2_AHEAD_PARAMS) {
-    gemv3<2>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12,
-              L2_AHEAD_ARGS);
+                   const float* norm_w, float eps, int rows, int in, int out0, int out12) {
+    gemv3<2>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_silu_mul_bf16_r2(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
-                           float eps, float* y, int rows, int in, int out, L2_AHEAD_PARAMS) {
-    gemv_silu_mul<2>(Wg, Wu, x, norm_w, eps, y, rows, in, out, L2_AHEAD_ARGS);
+                           float eps, float* y, int rows, int in, int out) {
+    gemv_silu_mul<2>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_bf16_r4(const bf16_t* W, const float* x, const float* bias, float* y, int rows, int in,
-                  int out, int accumulate, L2_AHEAD_PARAMS) {
-    gemv<4>(W, x, bias, y, rows, in, out, accumulate, L2_AHEAD_ARGS);
+                  int out, int accumulate) {
+    gemv<4>(W, x, bias, y, rows, in, out, accumulate);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_bf16_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                    const float* b1, const float* b2, float* y0, float* y1, float* y2, const float* x,
-                   const float* norm_w, float eps, int rows, int in, int out0, int out12, L2_AHEAD_PARAMS) {
-    gemv3<4>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12,
-              L2_AHEAD_ARGS);
+                   const float* norm_w, float eps, int rows, int in, int out0, int out12) {
+    gemv3<4>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv_silu_mul_bf16_r4(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
-                           float eps, float* y, int rows, int in, int out, L2_AHEAD_PARAMS) {
-    gemv_silu_mul<4>(Wg, Wu, x, norm_w, eps, y, rows, in, out, L2_AHEAD_ARGS);
+                           float eps, float* y, int rows, int in, int out) {
+    gemv_silu_mul<4>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
 // The same with RoPE and the KV write fused (gemv3_rope_kv), over bf16 and f32 pools.
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
@@ -588,52 +574,52 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
                           int kv_heads, int head_dim, const float* table, const unsigned* slots,
-                          bf16_t* kc, bf16_t* vc, L2_AHEAD_PARAMS) {
-    gemv3_rope_kv<1, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,
-                         kv_heads, head_dim, table, slots, kc, vc, L2_AHEAD_ARGS);
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<1, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv_bf16_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
                           int kv_heads, int head_dim, const float* table, const unsigned* slots,
-                          bf16_t* kc, bf16_t* vc, L2_AHEAD_PARAMS) {
-    gemv3_rope_kv<2, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,
-                         kv_heads, head_dim, table, slots, kc, vc, L2_AHEAD_ARGS);
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<2, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv_bf16_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
                           int kv_heads, int head_dim, const float* table, const unsigned* slots,
-                          bf16_t* kc, bf16_t* vc, L2_AHEAD_PARAMS) {
-    gemv3_rope_kv<4, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,
-                         kv_heads, head_dim, table, slots, kc, vc, L2_AHEAD_ARGS);
+                          bf16_t* kc, bf16_t* vc) {
+    gemv3_rope_kv<4, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv_f32_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
                           int kv_heads, int head_dim, const float* table, const unsigned* slots,
-                          float* kc, float* vc, L2_AHEAD_PARAMS) {
-    gemv3_rope_kv<1, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,
-                         kv_heads, head_dim, table, slots, kc, vc, L2_AHEAD_ARGS);
+                          float* kc, float* vc) {
+    gemv3_rope_kv<1, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv_f32_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
                           int kv_heads, int head_dim, const float* table, const unsigned* slots,
-                          float* kc, float* vc, L2_AHEAD_PARAMS) {
-    gemv3_rope_kv<2, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,
-                         kv_heads, head_dim, table, slots, kc, vc, L2_AHEAD_ARGS);
+                          float* kc, float* vc) {
+    gemv3_rope_kv<2, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv_f32_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
                           int kv_heads, int head_dim, const float* table, const unsigned* slots,
-                          float* kc, float* vc, L2_AHEAD_PARAMS) {
-    gemv3_rope_kv<4, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads,
-                         kv_heads, head_dim, table, slots, kc, vc, L2_AHEAD_ARGS);
+                          float* kc, float* vc) {
+    gemv3_rope_kv<4, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
+                         head_dim, table, slots, kc, vc);
 }

@@ -124,7 +124,6 @@ impl Backend for CudaBackend {
             WeightDtype::Bf16 => CudaWeightData::Bf16(self.upload(&t.to_bf16_bits())?),
             WeightDtype::F32 | WeightDtype::F16 => CudaWeightData::F32(self.upload(&t.to_f32())?),
         };
-        self.forget_l2_ahead();
         Ok(CudaWeight { rows, cols, data })
     }
 

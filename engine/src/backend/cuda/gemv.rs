@@ -6,9 +6,8 @@
 //! before they wait for the previous kernel, so they are launched with programmatic dependent launch
 //! where the device has it ([`super::pdl`]).
 
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use super::l2_ahead::Reads;
 use super::ops::vector;
 use super::pdl::PdlArgs;
 use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, pools};
@@ -32,11 +31,6 @@ pub(super) fn bf16_weight(w: &CudaWeight, rows: usize) -> Option<&CudaSlice<u16>
         }
         _ => None,
     }
-}
-
-/// A weight's device address and bytes, for the L2 prefetch ([`super::l2_ahead`]).
-fn span(w: &CudaSlice<u16>, stream: &cudarc::driver::CudaStream) -> (u64, u64) {
-    (w.device_ptr(stream).0, 2 * w.len() as u64)
 }
 
 /// The entry point for `rows` rows: `<name>_r1`, `_r2` or `_r4`.
@@ -99,7 +93,6 @@ pub(super) fn gemv(
     for i in [rows, inp, out, accumulate as usize] {
         a.int(i as i32);
     }
-    be.push_l2_ahead(&mut a, &[span(wd, stream)], Reads::InTurn);
     // SAFETY: arguments match the kernel's signature; sizes checked above; `in` is a multiple of 8
     // (bf16_weight), so every 16-byte load is aligned and in bounds; every thread of the kernel
     // waits for the previous grid before it reads x or y.
@@ -152,11 +145,6 @@ pub(super) fn gemv3(
     for i in [rows, inp, out0, out12] {
         a.int(i as i32);
     }
-    be.push_l2_ahead(
-        &mut a,
-        &[w0, w1, w2].map(|w| span(w, stream)),
-        Reads::InTurn,
-    );
     // SAFETY: arguments match the kernel's signature; sizes checked above; the three weights share
     // `in`, a multiple of 8, and k and v share their output width (checked by the caller); every
     // thread waits for the previous grid before it reads x.
@@ -261,7 +249,6 @@ fn launch_gemv3_rope_kv(
     }
     a.buf(table, stream).buf(slots, stream);
     pools::push(&mut a, stream, kc, vc)?;
-    be.push_l2_ahead(&mut a, &w.map(|w| span(w, stream)), Reads::InTurn);
     // SAFETY: arguments match the kernel's signature (bf16 or f32 pools, whose push gives K then V);
     // sizes checked above, the weights' shapes by the caller; slots are the caller's, as for
     // rope_kv_write; every thread waits for the previous grid before it reads x.
@@ -298,11 +285,6 @@ pub(super) fn silu_mul(
     for i in [rows, inp, out] {
         a.int(i as i32);
     }
-    be.push_l2_ahead(
-        &mut a,
-        &[span(g, stream), span(u, stream)],
-        Reads::SideBySide,
-    );
     // SAFETY: arguments match the kernel's signature; sizes checked above; gate and up share their
     // shape (checked by the caller); every thread waits for the previous grid before it reads x.
     unsafe { a.launch(f, stream, launch_config(be, out, rows, inp), be.pdl_on()) }

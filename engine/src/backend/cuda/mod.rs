@@ -20,7 +20,6 @@ mod gemv;
 mod graph;
 mod kv_blocks;
 mod kv_mapped;
-mod l2_ahead;
 mod matmul;
 mod modules;
 mod ops;
@@ -43,7 +42,6 @@ use device::Device;
 pub(crate) use device::cuda_err;
 pub use device::{driver_present, visible_devices};
 pub use graph::CudaGraphExec;
-pub use l2_ahead::L2AheadMode;
 /// Most activation rows the skinny decode products take; wider products go to cuBLAS.
 pub const SKINNY_MAX_ROWS: usize = gemv::MAX_ROWS;
 use modules::Kernels;
@@ -114,8 +112,6 @@ pub struct CudaBackend {
     /// Whether the skinny products start while the kernel before them finishes (programmatic
     /// dependent launch, compute capability 9.0 and later).
     pdl: AtomicBool,
-    /// The prefetch of the next skinny product's weights into L2 ([`l2_ahead`]).
-    l2_ahead: l2_ahead::L2Ahead,
     /// Whether prefill over bf16 pools runs the warpgroup-MMA kernel (compute capability 9.0).
     hopper_prefill: AtomicBool,
     /// Whether that kernel loads K and V with TMA (its `_tma` form) where the block size allows.
@@ -173,7 +169,6 @@ impl CudaBackend {
         let hopper_env = std::env::var("DOCQA_HOPPER_PREFILL").ok();
         let hopper_prefill = dev.cc == (9, 0) && hopper_env.as_deref() != Some("0");
         let hopper_tma = hopper_prefill && hopper_env.as_deref() == Some("tma");
-        let l2_ahead = l2_ahead::L2Ahead::from_env(dev.cc);
         Ok(CudaBackend {
             dev,
             kernels,
@@ -185,7 +180,6 @@ impl CudaBackend {
             graphs: AtomicBool::new(graphs),
             decode_blocks: AtomicUsize::new(0),
             pdl: AtomicBool::new(pdl),
-            l2_ahead,
             hopper_prefill: AtomicBool::new(hopper_prefill),
             hopper_tma: AtomicBool::new(hopper_tma),
             int8_rope_write: std::env::var("DOCQA_CUDA_INT8_ROPE_WRITE").map_or(true, |v| v != "0"),

@@ -9,7 +9,7 @@
 //! every context K and V element read once (`seqs · ctx · kv_heads · head_dim · 2 bytes · 2`).
 
 use docqa_engine::Result;
-use docqa_engine::backend::cuda::{CudaBackend, CudaKv, L2AheadMode};
+use docqa_engine::backend::cuda::{CudaBackend, CudaKv};
 use docqa_engine::backend::{AttnShape, Backend, KvDtype, KvShape, PagedAttnMeta};
 use docqa_engine::models::LogitsMode;
 use docqa_engine::models::generate::{SingleSequence, argmax};
@@ -185,9 +185,8 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng, end_to_end_too: bool) -> Result<()>
 
 /// Decode alone (`DOCQA_BENCH_DECODE=1`): the attention kernel over bf16 and int8 pools and under
 /// the split targets, then decode end to end at batch 1 and 8 (CUDA graphs on) of random models of
-/// SmolLM2-135M's and Llama-3.2-1B's shapes, batch 1 also with each L2 prefetch mode of the skinny
-/// products. `DOCQA_BENCH_DECODE=products` times the skinny products at the models' widths and the
-/// end-to-end rows instead of the attention kernel.
+/// SmolLM2-135M's and Llama-3.2-1B's shapes. `DOCQA_BENCH_DECODE=products` times the skinny
+/// products at the models' widths and the end-to-end rows instead of the attention kernel.
 pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     if std::env::var("DOCQA_BENCH_DECODE").is_ok_and(|v| v == "products") {
         crate::products::run(gpu, rng)?;
@@ -208,21 +207,8 @@ pub fn decode_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         for seqs in [1, 8] {
             decode::report(&model, rng, seqs, true)?;
         }
-        l2_ahead_rows(&model, rng)?;
         crate::persistent::print_profile(&model, rng, (1, decode::PROMPT))?;
     }
-    Ok(())
-}
-
-/// Decode at batch 1 with each L2 prefetch mode of the skinny products, interleaved twice, then the
-/// mode back as it was.
-fn l2_ahead_rows(model: &Llama<CudaBackend>, rng: &mut Rng) -> Result<()> {
-    let was = model.backend.l2_ahead_mode();
-    for mode in [L2AheadMode::Start, L2AheadMode::Tail, L2AheadMode::Off].repeat(2) {
-        model.backend.set_l2_ahead(mode);
-        decode::report(model, rng, 1, true)?;
-    }
-    model.backend.set_l2_ahead(was);
     Ok(())
 }
 

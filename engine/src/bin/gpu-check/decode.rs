@@ -92,11 +92,10 @@ pub fn report_after(
         Some(b) => format!("{b} blocks"),
     };
     println!(
-        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3} pdl {:<3} persistent {:<3} splits {splits:<11} l2 ahead {:<5} {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
+        "  decode batch {seqs:>3}, {STEPS} steps after {context}, graphs {:<3} pdl {:<3} persistent {:<3} splits {splits:<11} {step_ms:>7.3} ms/step  {:>8.0} tok/s  ({replays} steps replayed)",
         on_off(graphs),
         on_off(be.pdl_on()),
         on_off(be.persistent_decode()),
-        format!("{:?}", be.l2_ahead_mode()).to_lowercase(),
         (seqs * STEPS) as f64 / secs,
     );
     Ok(())
