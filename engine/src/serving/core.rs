@@ -144,6 +144,7 @@ impl<B: Backend> EngineCore<B> {
         let stats = EngineStats {
             total_blocks: num_blocks,
             attention_weight: attention_weight(&model.config),
+            step_tokens: cfg.max_num_batched_tokens,
             ..EngineStats::default()
         };
         Ok(EngineCore {
@@ -416,9 +417,7 @@ impl<B: Backend> EngineCore<B> {
                     .attended_keys()
                 })
                 .sum();
-            self.stats.prefill_tokens += tokens as u64;
-            self.stats.prefill_keys += keys;
-            self.stats.prefill_micros += micros;
+            self.stats.count_prefill_step(tokens as u64, keys, micros);
         } else {
             self.stats.decode_steps += 1;
             self.stats.decode_micros += micros;

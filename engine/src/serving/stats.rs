@@ -4,8 +4,11 @@
 //! A prompt's reading time grows faster than its length: besides the products every token goes
 //! through, each row attends to every key before it (or to its sink window's). The engine counts both
 //! in its prefill steps, weighing a key by what it costs against a token's products in multiply-adds
-//! ([`attention_weight`]), and measures the steps' time; a read's estimate is its own work at that
-//! measured pace ([`EngineStats::prefill_seconds`]).
+//! ([`attention_weight`]), and measures the steps' time. A step also costs a fixed time whatever its
+//! work (launches, the weights read once however few the rows), which dominates where the model is
+//! small against the device: the engine fits a step's time as a fixed part plus a pace of work
+//! ([`StepCost`], least squares over its prefill steps), and a read's estimate is its steps' fixed
+//! parts plus its own work at that pace ([`EngineStats::prefill_seconds`]).
 
 use crate::config::LlamaConfig;
 use crate::kv::manager::SinkWindow;
@@ -46,6 +49,13 @@ pub struct EngineStats {
     pub prefill_micros: u64,
     /// Keys the rows of those steps attended to, summed over the rows.
     pub prefill_keys: u64,
+    /// Those steps, and over them the sums the fit of a step's cost needs ([`StepCost`]): each step's
+    /// work (tokens and weighed keys, in tokens' products) squared, and times its microseconds.
+    pub prefill_steps: u64,
+    pub prefill_work_squared: f64,
+    pub prefill_work_micros: f64,
+    /// Prompt tokens one step reads at most (the engine's chunk): a read's steps.
+    pub step_tokens: usize,
     /// What one attended key costs against one token's products ([`attention_weight`] of the model).
     pub attention_weight: f64,
     /// Steps that only decoded (one new token per running request).
@@ -62,6 +72,16 @@ pub struct EngineStats {
 /// and record CUDA graphs, so they say little about the steady pace).
 const MIN_PREFILL_TOKENS: u64 = 1024;
 const MIN_DECODE_STEPS: u64 = 16;
+/// The least coefficient of variation of the prefill steps' work for a fixed part of a step's time to
+/// be told from its pace: steps all of one size say only their sum.
+pub const MIN_WORK_SPREAD: f64 = 0.25;
+
+/// What a prefill step costs: a fixed time, and a time per unit of work (one token's products).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepCost {
+    pub fixed_seconds: f64,
+    pub seconds_per_work: f64,
+}
 
 impl EngineStats {
     /// Prompt tokens read per second, measured over the engine's prefill steps so far; None until a
@@ -71,15 +91,57 @@ impl EngineStats {
             .then(|| self.prefill_tokens as f64 * 1e6 / self.prefill_micros as f64)
     }
 
-    /// Seconds reading `read` should take, at the pace of the prefill steps so far (their tokens
-    /// and attended keys, weighed as the model's multiply-adds weigh them, against their time); None
-    /// until a thousand tokens were read.
+    /// Seconds reading `read` should take: its steps' fixed time and its work (tokens and attended
+    /// keys, weighed as the model's multiply-adds weigh them) at the pace the prefill steps so far
+    /// were fitted to ([`EngineStats::step_cost`]); None until a thousand tokens were read.
     pub fn prefill_seconds(&self, read: PromptRead) -> Option<f64> {
+        let cost = self.step_cost()?;
+        let steps = read.tokens.div_ceil(self.step_tokens.max(1)) as f64;
+        let work = self.prefill_work(read.tokens as u64, read.attended_keys());
+        Some(steps * cost.fixed_seconds + work * cost.seconds_per_work)
+    }
+
+    /// A prefill step's time as a fixed part and a pace of work, fitted by least squares to the
+    /// prefill steps so far where they say both: three steps or more, whose work spreads (a
+    /// coefficient of variation of at least [`MIN_WORK_SPREAD`]), and a fit with neither part
+    /// negative. Otherwise the pace alone, the steps' work over their time. None until a thousand
+    /// tokens were read.
+    pub fn step_cost(&self) -> Option<StepCost> {
         self.prefill_tokens_per_second()?;
-        let measured_seconds = self.prefill_micros as f64 / 1e6;
-        let work_per_second =
-            self.prefill_work(self.prefill_tokens, self.prefill_keys) / measured_seconds;
-        Some(self.prefill_work(read.tokens as u64, read.attended_keys()) / work_per_second)
+        let n = self.prefill_steps as f64;
+        let (work, micros) = (
+            self.prefill_work(self.prefill_tokens, self.prefill_keys),
+            self.prefill_micros as f64,
+        );
+        let pace_alone = StepCost {
+            fixed_seconds: 0.0,
+            seconds_per_work: micros / 1e6 / work,
+        };
+        // n² · the work's variance, the normal equations' determinant.
+        let det = n * self.prefill_work_squared - work * work;
+        if self.prefill_steps < 3 || det < MIN_WORK_SPREAD * MIN_WORK_SPREAD * work * work {
+            return Some(pace_alone);
+        }
+        let per_work = (n * self.prefill_work_micros - work * micros) / det;
+        let fixed = (micros - per_work * work) / n;
+        Some(match per_work > 0.0 && fixed >= 0.0 {
+            true => StepCost {
+                fixed_seconds: fixed / 1e6,
+                seconds_per_work: per_work / 1e6,
+            },
+            false => pace_alone,
+        })
+    }
+
+    /// Counts a prefill step of `tokens` tokens whose rows attended to `keys` keys, run in `micros`.
+    pub fn count_prefill_step(&mut self, tokens: u64, keys: u64, micros: u64) {
+        let work = self.prefill_work(tokens, keys);
+        self.prefill_tokens += tokens;
+        self.prefill_keys += keys;
+        self.prefill_micros += micros;
+        self.prefill_steps += 1;
+        self.prefill_work_squared += work * work;
+        self.prefill_work_micros += work * micros as f64;
     }
 
     /// `tokens` tokens' products and `keys` attended keys, in tokens' products.
@@ -221,6 +283,67 @@ mod tests {
         let json = crate::synth::named::LLAMA_3_1_8B.config_json().to_string();
         let w = attention_weight(&LlamaConfig::from_json(&json).expect("the shape's config"));
         assert!((w - 8192.0 / 218_103_808.0).abs() < 1e-12, "{w}");
+    }
+
+    /// Stats after prefill steps of `tokens` tokens each (every one a prompt's first chunk), each
+    /// taking `micros(work)` microseconds for its work in tokens' products.
+    fn after_steps(tokens: &[usize], micros: impl Fn(f64) -> f64) -> EngineStats {
+        let mut s = EngineStats {
+            attention_weight: attention_weight(&smollm2()),
+            step_tokens: 2048,
+            ..EngineStats::default()
+        };
+        for &t in tokens {
+            let keys = read(0, t, None).attended_keys();
+            let work = t as f64 + s.attention_weight * keys as f64;
+            s.count_prefill_step(t as u64, keys, micros(work).round() as u64);
+        }
+        s
+    }
+
+    #[test]
+    fn a_steps_fixed_time_is_told_from_its_pace_once_the_steps_work_spreads() {
+        // A GPU where a step costs 4 ms whatever it reads, and a microsecond a token's products.
+        let s = after_steps(&[1527, 7, 1160, 2048, 300], |work| 4000.0 + work);
+        let cost = s.step_cost().expect("a fit");
+        assert!((cost.fixed_seconds - 4e-3).abs() < 2e-6, "{cost:?}");
+        assert!((cost.seconds_per_work - 1e-6).abs() < 1e-9, "{cost:?}");
+        // A 71,868-token read through a window of 4 + 8,188 keys: 36 steps of 2,048 rows.
+        let long = read(16, 71_868, Some((4, 8188)));
+        let work = 71_868.0 + s.attention_weight * long.attended_keys() as f64;
+        let expected = 36.0 * 4e-3 + work * 1e-6;
+        let estimate = s.prefill_seconds(long).unwrap();
+        assert!(
+            (estimate - expected).abs() < 1e-3 * expected,
+            "{estimate} against {expected}"
+        );
+        // The pace alone puts every step's fixed time into its work: here 2.9 times too long.
+        let pace_alone = s.prefill_micros as f64
+            / 1e6
+            / (s.prefill_tokens as f64 + s.attention_weight * s.prefill_keys as f64);
+        assert!(work * pace_alone > 2.5 * estimate, "{pace_alone}");
+    }
+
+    #[test]
+    fn steps_of_one_size_or_too_few_give_the_pace_alone() {
+        let pace_alone = |s: &EngineStats| StepCost {
+            fixed_seconds: 0.0,
+            seconds_per_work: s.prefill_micros as f64
+                / 1e6
+                / (s.prefill_tokens as f64 + s.attention_weight * s.prefill_keys as f64),
+        };
+        // Four steps of one size say only their sum; two of different sizes, not yet enough.
+        for tokens in [&[512, 512, 512, 512][..], &[1527, 300]] {
+            let s = after_steps(tokens, |work| 4000.0 + work);
+            assert_eq!(s.step_cost(), Some(pace_alone(&s)), "{tokens:?}");
+        }
+        // A fit whose fixed part would be negative (steps that cost more than their share the
+        // larger they are) is not used either, nor one whose pace would be.
+        let s = after_steps(&[2048, 1024, 1024, 300], |work| work * work / 2000.0);
+        assert_eq!(s.step_cost(), Some(pace_alone(&s)));
+        let s = after_steps(&[2048, 1024, 300, 100], |work| 9000.0 - work);
+        assert_eq!(s.step_cost(), Some(pace_alone(&s)));
+        assert_eq!(after_steps(&[512], |w| w).step_cost(), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `docqa generate`: answer one prompt with the generator on the CPU or CUDA engine, streaming the
-//! text.
+//! `docqa generate`: answer a prompt (or several, in turn) with the generator on the CPU or CUDA
+//! engine, streaming the text; each answer's report says how long the engine expected its prompt to
+//! take to read, beside the time it took.
 
 use std::io::Write;
 use std::path::Path;
@@ -11,6 +12,7 @@ use docqa_engine::adapter::Adapter;
 use docqa_engine::backend::Backend;
 use docqa_engine::parallel::Grouped;
 use docqa_engine::sampling::SamplingParams;
+use docqa_engine::serving::stats::{EngineStats, PromptRead};
 use docqa_engine::serving::{EngineConfig, EngineCore, GenerateRequest, GenerationEvent, Usage};
 use docqa_engine::text::{ChatMessage, TextTokenizer};
 
@@ -27,9 +29,10 @@ pub struct GenerateArgs {
         conflicts_with = "prompt_file"
     )]
     prompt: Option<String>,
-    /// Read the prompt from this file (for prompts longer than a command line holds).
+    /// Read the prompt from this file (for prompts longer than a command line holds); given more
+    /// than once, each file is a prompt, asked in turn.
     #[arg(long, value_name = "PATH")]
-    prompt_file: Option<std::path::PathBuf>,
+    prompt_file: Vec<std::path::PathBuf>,
     /// Memory for the KV cache, in MiB [default: as `docqa serve`: 512 on the CPU, on CUDA what
     /// `--gpu-memory-share` leaves].
     #[arg(long, env = "DOCQA_KV_CACHE_MIB")]
@@ -44,11 +47,11 @@ pub struct GenerateArgs {
     /// Prompt tokens computed per engine step [default: as `docqa serve`: 256 on the CPU, 2,048 on CUDA].
     #[arg(long)]
     prefill_chunk: Option<usize>,
-    /// Ask the same prompt this many times, one after the other: from the second time on its KV
+    /// Ask the same prompts this many times, one after the other: from the second time on their KV
     /// comes from the prefix cache, as a second question on a document read before.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
-    /// Before the timed requests, read a prompt of the same length once (the prompt's tokens in
+    /// Before the timed requests, read a prompt of the first one's length once (its tokens in
     /// reverse order, so the prefix cache serves none of it), as an engine that has served before:
     /// the first pass on a device pays one-off costs (kernel loading, library heuristics, clocks).
     #[arg(long)]
@@ -110,7 +113,7 @@ fn generate_on<B: Grouped>(
     let split = args.tensor_parallel.is_some();
     let ranks = load_generator(backends, split, dir, adapter)?;
     let tokenizer = TextTokenizer::from_model_dir(dir)?;
-    let prompt = prompt_ids(&tokenizer, args)?;
+    let prompts = prompt_ids(&tokenizer, args)?;
     let device = args.generator.device;
     let engine_config = EngineConfig {
         kv_dtype: device.kv_dtype(args.kv_dtype),
@@ -141,7 +144,7 @@ fn generate_on<B: Grouped>(
         ..SamplingParams::default()
     };
     if args.warm_up {
-        let reversed = prompt.iter().rev().copied().collect();
+        let reversed = prompts[0].iter().rev().copied().collect();
         let one_token = SamplingParams {
             max_tokens: 1,
             ..params.clone()
@@ -155,28 +158,49 @@ fn generate_on<B: Grouped>(
         );
     }
     for _ in 0..args.repeat.max(1) {
-        core.add_request(GenerateRequest::new(prompt.clone(), params.clone()))?;
-        let usage = run_to_end(&mut core, true)?;
-        report(&usage, loaded);
+        for prompt in &prompts {
+            let before = core.stats();
+            core.add_request(GenerateRequest::new(prompt.clone(), params.clone()))?;
+            let usage = run_to_end(&mut core, true)?;
+            report(&usage, loaded, &before);
+        }
     }
     Ok(())
 }
 
-fn prompt_ids(tokenizer: &TextTokenizer, args: &GenerateArgs) -> anyhow::Result<Vec<u32>> {
-    let prompt = match (&args.prompt, &args.prompt_file) {
-        (_, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the prompt from {}", path.display()))?,
-        (Some(prompt), None) => prompt.clone(),
-        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
-    };
+/// The prompts as token ids: `--prompt`, or each `--prompt-file` in turn.
+fn prompt_ids(tokenizer: &TextTokenizer, args: &GenerateArgs) -> anyhow::Result<Vec<Vec<u32>>> {
+    if let Some(prompt) = &args.prompt {
+        return Ok(vec![prompt_from(tokenizer, args, prompt)?]);
+    }
+    anyhow::ensure!(
+        !args.prompt_file.is_empty(),
+        "give --prompt or --prompt-file"
+    );
+    args.prompt_file
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the prompt from {}", path.display()))?;
+            prompt_from(tokenizer, args, &text)
+        })
+        .collect()
+}
+
+/// One prompt's ids: as it is with `--raw`, else in the model's chat template.
+fn prompt_from(
+    tokenizer: &TextTokenizer,
+    args: &GenerateArgs,
+    prompt: &str,
+) -> anyhow::Result<Vec<u32>> {
     if args.raw {
-        return Ok(tokenizer.encode(&prompt, false)?);
+        return Ok(tokenizer.encode(prompt, false)?);
     }
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
         messages.push(ChatMessage::new("system", system.as_str()));
     }
-    messages.push(ChatMessage::new("user", prompt.as_str()));
+    messages.push(ChatMessage::new("user", prompt));
     let text = tokenizer.apply_chat_template(&messages, true)?;
     Ok(tokenizer.encode(&text, false)?)
 }
@@ -205,7 +229,10 @@ fn run_to_end<B: Backend>(core: &mut EngineCore<B>, echo: bool) -> anyhow::Resul
     anyhow::bail!("the engine stopped without finishing the request")
 }
 
-fn report(usage: &Usage, loaded: std::time::Duration) {
+/// The answer's report line: its tokens, the load time, its first token (with what the engine
+/// expected reading its prompt past the cached prefix to take, from its stats `before` it), and the
+/// decode rate.
+fn report(usage: &Usage, loaded: std::time::Duration, before: &EngineStats) {
     let decode = usage
         .total_time
         .saturating_sub(usage.time_to_first_token)
@@ -215,8 +242,15 @@ fn report(usage: &Usage, loaded: std::time::Duration) {
     } else {
         0.0
     };
+    let expected = before
+        .prefill_seconds(PromptRead {
+            cached: usage.cached_prompt_tokens,
+            tokens: usage.prompt_tokens - usage.cached_prompt_tokens,
+            window: None,
+        })
+        .map_or("none yet".to_string(), |s| format!("{s:.3} s"));
     eprintln!(
-        "[{} prompt tokens ({} from the prefix cache), {} generated; load {:.2} s, first token {:.3} s, {:.1} tokens/s]",
+        "[{} prompt tokens ({} from the prefix cache), {} generated; load {:.2} s, first token {:.3} s, {:.1} tokens/s; reading estimated: {expected}]",
         usage.prompt_tokens,
         usage.cached_prompt_tokens,
         usage.completion_tokens,

@@ -1,6 +1,6 @@
 //! `docqa generate` as benchmarks run it: a warm-up pass before the timed requests, which reads a
 //! prompt of the same length without serving the timed ones from the prefix cache and prints nothing
-//! to stdout.
+//! to stdout; several prompts asked in turn, each report with the engine's reading estimate.
 
 use std::process::Command;
 
@@ -65,6 +65,56 @@ fn a_warm_up_reads_the_prompt_length_once_and_leaves_the_timed_answers_alone() {
         "the first timed request reads its whole prompt"
     );
     assert!(timed[1].1 > 0, "the second comes from the prefix cache");
+}
+
+#[test]
+fn several_prompt_files_are_asked_in_turn_each_report_with_its_reading_estimate() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three prompts of distinct lengths and first words (so no prefix is cached between them), raw.
+    let lengths = [1100, 30, 300];
+    let files: Vec<String> = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let path = dir.path().join(format!("prompt-{i}.txt"));
+            let words = ["alpha", "bravo", "charlie"][i];
+            std::fs::write(&path, vec![words; n].join(" ")).unwrap();
+            path.display().to_string()
+        })
+        .collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_docqa"));
+    cmd.args(["generate", "--device", "cpu", "--raw", "--max-tokens", "1"]);
+    for f in &files {
+        cmd.args(["--prompt-file", f]);
+    }
+    let out = support::succeed(&mut cmd);
+    let err = String::from_utf8(out.stderr).unwrap();
+    let reports: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("from the prefix cache"))
+        .collect();
+    assert_eq!(reports.len(), 3, "{err}");
+    let tokens: Vec<usize> = reports.iter().map(|l| prompt_and_cached(l).0).collect();
+    assert!(
+        tokens[0] > tokens[2] && tokens[2] > tokens[1],
+        "asked in the order given: {tokens:?}"
+    );
+    // Nothing was read before the first, so the engine has no pace yet; after it (over a thousand
+    // tokens) every report gives one.
+    assert!(
+        reports[0].ends_with("reading estimated: none yet]"),
+        "{}",
+        reports[0]
+    );
+    for r in &reports[1..] {
+        let estimate = r
+            .rsplit("reading estimated: ")
+            .next()
+            .and_then(|e| e.strip_suffix(" s]"))
+            .and_then(|e| e.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no estimate in {r}"));
+        assert!(estimate > 0.0, "{r}");
+    }
 }
 
 fn generate(extra: &[&str]) -> std::process::Output {
