@@ -9,6 +9,7 @@ pub mod handle;
 pub(crate) mod ranks;
 pub mod request;
 pub mod stats;
+pub mod step_cost;
 mod tier_moves;
 pub mod warm_up;
 

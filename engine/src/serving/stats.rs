@@ -6,13 +6,16 @@
 //! in its prefill steps, weighing a key by what it costs against a token's products in multiply-adds
 //! ([`attention_weight`]), and measures the steps' time. A step also costs a fixed time whatever its
 //! work (launches, the weights read once however few the rows), which dominates where the model is
-//! small against the device: the engine fits a step's time as a fixed part plus a pace of work
-//! ([`StepCost`], least squares over its prefill steps), and a read's estimate is its steps' fixed
-//! parts plus its own work at that pace ([`EngineStats::prefill_seconds`]).
+//! small against the device: the engine fits a step's time as a fixed part plus a pace of work over
+//! its recent prefill steps ([`super::step_cost`]), and a read's estimate is its steps' fixed parts
+//! plus its own work at that pace ([`EngineStats::prefill_seconds`]).
 
 use crate::config::LlamaConfig;
 use crate::kv::manager::SinkWindow;
 use crate::kv::tiers::TierStats;
+
+use super::step_cost::RecentSteps;
+pub use super::step_cost::StepCost;
 
 /// A snapshot of the engine's state and its counters since it started.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -49,11 +52,9 @@ pub struct EngineStats {
     pub prefill_micros: u64,
     /// Keys the rows of those steps attended to, summed over the rows.
     pub prefill_keys: u64,
-    /// Those steps, and over them the sums the fit of a step's cost needs ([`StepCost`]): each step's
-    /// work (tokens and weighed keys, in tokens' products) squared, and times its microseconds.
-    pub prefill_steps: u64,
-    pub prefill_work_squared: f64,
-    pub prefill_work_micros: f64,
+    /// The last of those steps' work (tokens and weighed keys, in tokens' products) and time, for
+    /// the fit of a step's cost.
+    pub recent_prefill_steps: RecentSteps,
     /// Prompt tokens one step reads at most (the engine's chunk): a read's steps.
     pub step_tokens: usize,
     /// What one attended key costs against one token's products ([`attention_weight`] of the model).
@@ -72,16 +73,6 @@ pub struct EngineStats {
 /// and record CUDA graphs, so they say little about the steady pace).
 const MIN_PREFILL_TOKENS: u64 = 1024;
 const MIN_DECODE_STEPS: u64 = 16;
-/// The least coefficient of variation of the prefill steps' work for a fixed part of a step's time to
-/// be told from its pace: steps all of one size say only their sum.
-pub const MIN_WORK_SPREAD: f64 = 0.25;
-
-/// What a prefill step costs: a fixed time, and a time per unit of work (one token's products).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepCost {
-    pub fixed_seconds: f64,
-    pub seconds_per_work: f64,
-}
 
 impl EngineStats {
     /// Prompt tokens read per second, measured over the engine's prefill steps so far; None until a
@@ -101,36 +92,17 @@ impl EngineStats {
         Some(steps * cost.fixed_seconds + work * cost.seconds_per_work)
     }
 
-    /// A prefill step's time as a fixed part and a pace of work, fitted by least squares to the
-    /// prefill steps so far where they say both: three steps or more, whose work spreads (a
-    /// coefficient of variation of at least [`MIN_WORK_SPREAD`]), and a fit with neither part
-    /// negative. Otherwise the pace alone, the steps' work over their time. None until a thousand
-    /// tokens were read.
+    /// A prefill step's time as a fixed part and a pace of work, fitted to the recent prefill steps
+    /// where they tell the two apart ([`RecentSteps::fit`]); otherwise the pace alone, all the
+    /// prefill steps' work over their time. None until a thousand tokens were read.
     pub fn step_cost(&self) -> Option<StepCost> {
         self.prefill_tokens_per_second()?;
-        let n = self.prefill_steps as f64;
-        let (work, micros) = (
-            self.prefill_work(self.prefill_tokens, self.prefill_keys),
-            self.prefill_micros as f64,
-        );
-        let pace_alone = StepCost {
+        Some(self.recent_prefill_steps.fit().unwrap_or(StepCost {
             fixed_seconds: 0.0,
-            seconds_per_work: micros / 1e6 / work,
-        };
-        // n² · the work's variance, the normal equations' determinant.
-        let det = n * self.prefill_work_squared - work * work;
-        if self.prefill_steps < 3 || det < MIN_WORK_SPREAD * MIN_WORK_SPREAD * work * work {
-            return Some(pace_alone);
-        }
-        let per_work = (n * self.prefill_work_micros - work * micros) / det;
-        let fixed = (micros - per_work * work) / n;
-        Some(match per_work > 0.0 && fixed >= 0.0 {
-            true => StepCost {
-                fixed_seconds: fixed / 1e6,
-                seconds_per_work: per_work / 1e6,
-            },
-            false => pace_alone,
-        })
+            seconds_per_work: self.prefill_micros as f64
+                / 1e6
+                / self.prefill_work(self.prefill_tokens, self.prefill_keys),
+        }))
     }
 
     /// Counts a prefill step of `tokens` tokens whose rows attended to `keys` keys, run in `micros`.
@@ -139,9 +111,7 @@ impl EngineStats {
         self.prefill_tokens += tokens;
         self.prefill_keys += keys;
         self.prefill_micros += micros;
-        self.prefill_steps += 1;
-        self.prefill_work_squared += work * work;
-        self.prefill_work_micros += work * micros as f64;
+        self.recent_prefill_steps.push(work, micros);
     }
 
     /// `tokens` tokens' products and `keys` attended keys, in tokens' products.
