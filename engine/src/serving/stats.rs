@@ -287,7 +287,7 @@ mod tests {
             (estimate - expected).abs() < 1e-3 * expected,
             "{estimate} against {expected}"
         );
-        // The pace alone puts every step's fixed time into its work: here 2.9 times too long.
+        // The pace alone puts every step's fixed time into its work: here 2.6 times too long.
         let pace_alone = s.prefill_micros as f64
             / 1e6
             / (s.prefill_tokens as f64 + s.attention_weight * s.prefill_keys as f64);
