@@ -296,6 +296,15 @@ struct WarpRing {
     unsigned long long policy;
 };
 
+// Where the chunk at `cur` starts in its weight row, and its bytes (the row's last chunk may be short).
+template <int HD>
+__device__ __forceinline__ const bf16_t* chunk_source(const StepArgs& a, const StepLayer* layers,
+                                                      const Cursor& cur, unsigned& bytes) {
+    const bf16_t* row = pair_row<HD>(a, layers[cur.l], cur.phase, cur.first + cur.t, cur.m, cur.in);
+    bytes = min(CHUNK_ELEMS, cur.in - cur.c * CHUNK_ELEMS) * 2;
+    return row + cur.c * CHUNK_ELEMS;
+}
+
 // Issues the copy of the warp's next chunk (lane 0) into its slot, if the stream has one left. The
 // slot's previous chunk must be consumed: the warp's lanes have passed a __syncwarp since reading it.
 template <int HD>
@@ -303,15 +312,12 @@ __device__ __forceinline__ void issue_next(const StepArgs& a, const StepLayer* l
                                            WarpRing& r) {
     if (r.next.done) return;
     if ((threadIdx.x & 31) == 0) {
-        const Cursor& cur = r.next;
-        const bf16_t* row =
-            pair_row<HD>(a, layers[cur.l], cur.phase, cur.first + cur.t, cur.m, cur.in);
-        const unsigned bytes = min(CHUNK_ELEMS, cur.in - cur.c * CHUNK_ELEMS) * 2;
+        unsigned bytes;
+        const bf16_t* src = chunk_source<HD>(a, layers, r.next, bytes);
         const int slot = r.first_slot + r.issued % r.depth;
         fence_async_shared();  // the lanes' reads of the slot before the copy's writes
         mbar_arrive_expect(s.full + 8 * slot, bytes);
-        bulk_copy(s.ring + slot * CHUNK_BYTES, row + cur.c * CHUNK_ELEMS, bytes, s.full + 8 * slot,
-                  r.policy);
+        bulk_copy(s.ring + slot * CHUNK_BYTES, src, bytes, s.full + 8 * slot, r.policy);
     }
     ++r.issued;
     advance<HD>(a, r.next);
@@ -327,14 +333,10 @@ __device__ __forceinline__ void top_up_l2(const StepArgs& a, const StepLayer* la
         r.prefetched = r.issued;
     }
     while (!r.next_prefetch.done && r.prefetched < r.issued + (unsigned)a.ahead) {
-        const Cursor& cur = r.next_prefetch;
         if ((threadIdx.x & 31) == 0) {
-            const bf16_t* row =
-                pair_row<HD>(a, layers[cur.l], cur.phase, cur.first + cur.t, cur.m, cur.in);
-            const unsigned bytes = min(CHUNK_ELEMS, cur.in - cur.c * CHUNK_ELEMS) * 2;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row + cur.c * CHUNK_ELEMS),
-                         "r"(bytes)
-                         : "memory");
+            unsigned bytes;
+            const bf16_t* src = chunk_source<HD>(a, layers, r.next_prefetch, bytes);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
         }
         ++r.prefetched;
         advance<HD>(a, r.next_prefetch);
