@@ -22,9 +22,10 @@
 //! the skinny products at real widths, then end to end), `DOCQA_PROFILE_PREFILL=1` (`=int8`) runs the
 //! prefill kernel once at head_dim 128 and 16K tokens over bf16 (int8) pools, and
 //! `DOCQA_PROFILE_MODEL=llama-3.2-1b` runs one prefill (of `DOCQA_PROFILE_TOKENS`, default 8,191) and
-//! one decode step of a random model of that shape under cuProfilerStart/Stop (for ncu). Exit status 0
-//! when every check passes, 1 when one fails, 2 when there is no CUDA device. `DOCQA_TEST_SEED`
-//! replays a run; `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the
+//! one decode step of a random model of that shape under cuProfilerStart/Stop (for ncu); one of these
+//! variables a run. Exit status 0 when every check passes, 1 when one fails, 2 when there is no CUDA
+//! device, 64 when two of the variables above are set (each would run instead of the other).
+//! `DOCQA_TEST_SEED` replays a run; `DOCQA_CUBIN_DIR` points at prebuilt cubins (default: `cubins/` beside the
 //! executable), else the kernels are compiled with NVRTC.
 
 mod attention;
@@ -162,6 +163,28 @@ fn run(ops_only: bool, bench: bool, kernels_only: bool, families_only: bool) -> 
     timed.map(|()| passed)
 }
 
+/// The variables that each run one mode of gpu-check instead of the checks, in the order `run` takes
+/// them; a run takes one.
+const MODE_VARIABLES: [&str; 9] = [
+    "DOCQA_BENCH_KV_TIERS",
+    "DOCQA_PROBE_RELOAD",
+    "DOCQA_PROFILE_PREFILL",
+    "DOCQA_BENCH_DECODE",
+    "DOCQA_BENCH_PREFILL",
+    "DOCQA_BENCH_END_TO_END",
+    "DOCQA_PROFILE_MODEL",
+    "DOCQA_BENCH_TP",
+    "DOCQA_BENCH_SHAPES",
+];
+
+/// The mode variables set in the environment.
+fn modes_set() -> Vec<&'static str> {
+    MODE_VARIABLES
+        .into_iter()
+        .filter(|v| std::env::var_os(v).is_some())
+        .collect()
+}
+
 fn flag_set(f: &str) -> bool {
     std::env::args().any(|a| a == f)
 }
@@ -169,6 +192,14 @@ fn flag_set(f: &str) -> bool {
 fn main() {
     // SAFETY: no other thread has started yet.
     unsafe { docqa_engine::parallel::nccl::keep_nvlink_multicast_off() };
+    let modes = modes_set();
+    if modes.len() > 1 {
+        eprintln!(
+            "gpu-check: {} each choose what to run; set one of them",
+            modes.join(" and ")
+        );
+        std::process::exit(64);
+    }
     let flag = flag_set;
     let flags = (flag("--ops-only"), flag("--bench"), flag("--kernels-only"));
     match run(flags.0, flags.1, flags.2, flag("--families-only")) {
