@@ -33,9 +33,9 @@ const SHAPES: &[(usize, usize, usize)] = &[
 ];
 
 /// The SIMD kernels this CPU runs for weights like `w` (each test checks all of them, so the AVX2
-/// kernel is tested on AVX-512 machines too).
+/// kernel is tested on AVX-512 machines too, and the widening AVX-512 kernel on those with BF16).
 fn simd_kernels(w: WeightSlice<'_>) -> Vec<Kernel> {
-    [Kernel::Avx512, Kernel::Avx2Fma]
+    [Kernel::Avx512, Kernel::Avx512Fma, Kernel::Avx2Fma]
         .into_iter()
         .filter(|k| k.available(w))
         .collect()
@@ -249,6 +249,8 @@ fn the_fastest_matmul_kernel_the_cpu_lists_is_the_one_chosen() {
     let has = |names: &[&str]| names.iter().all(|n| flags.iter().any(|f| f == n));
     let expected = if has(&["avx512f", "avx512bw", "avx512_bf16"]) {
         Kernel::Avx512
+    } else if has(&["avx512f", "avx512bw", "avx512vl"]) {
+        Kernel::Avx512Fma
     } else if has(&["avx2", "fma"]) {
         Kernel::Avx2Fma
     } else {

@@ -4,7 +4,8 @@
 //! a task fit in L2, and tasks run on rayon. Inside a task, register tiles of up to 4 activation rows ×
 //! 4 weight rows accumulate 16-lane partial sums over `k` and reduce them at the end. With AVX-512 BF16
 //! (detected at run time) the activation rows are rounded to bf16 once per call and each step is
-//! `vdpbf16ps` (32 multiply-adds into f32); f32 weights use AVX-512 FMA. The portable functions
+//! `vdpbf16ps` (32 multiply-adds into f32); without BF16, bf16 weights are widened to f32 sixteen at a
+//! time for AVX-512 FMA on the exact activations; f32 weights use AVX-512 FMA. The portable functions
 //! ([`matmul_ref`]) are the fallback and the reference the SIMD paths are tested against.
 
 use rayon::prelude::*;
@@ -13,6 +14,8 @@ use rayon::prelude::*;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_fma;
 #[cfg(target_arch = "x86_64")]
 pub mod int8;
 
@@ -47,6 +50,9 @@ pub enum Kernel {
     /// AVX-512: `vdpbf16ps` on bf16-rounded activations for bf16 weights (needs AVX-512 BF16), FMA for
     /// f32 weights.
     Avx512,
+    /// AVX-512 without BF16 (F, BW and VL): bf16 weights widened to f32, FMA, activations exact; f32
+    /// weights as [`Kernel::Avx512`] takes them.
+    Avx512Fma,
     /// AVX2 with FMA: bf16 weights widened to f32, activations exact.
     Avx2Fma,
     /// [`matmul_ref`].
@@ -64,7 +70,9 @@ impl Kernel {
                 (Kernel::Avx512, WeightSlice::Bf16(_)) => {
                     avx512 && is_x86_feature_detected!("avx512bf16")
                 }
-                (Kernel::Avx512, WeightSlice::F32(_)) => avx512,
+                (Kernel::Avx512, WeightSlice::F32(_)) | (Kernel::Avx512Fma, _) => {
+                    avx512_fma::available()
+                }
                 (Kernel::Avx2Fma, _) => avx2::available(),
                 (Kernel::Portable, _) => true,
             }
@@ -78,7 +86,7 @@ impl Kernel {
 
     /// The fastest kernel this CPU runs for weights like `w`.
     pub fn best(w: WeightSlice<'_>) -> Kernel {
-        [Kernel::Avx512, Kernel::Avx2Fma]
+        [Kernel::Avx512, Kernel::Avx512Fma, Kernel::Avx2Fma]
             .into_iter()
             .find(|k| k.available(w))
             .unwrap_or(Kernel::Portable)
@@ -117,6 +125,8 @@ pub fn matmul_on(
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512 => avx512::matmul(x, w, bias, d, out, scratch),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Fma => avx512_fma::matmul(x, w, bias, d, out),
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2Fma => avx2::matmul(x, w, bias, d, out),
         _ => matmul_ref(x, w, bias, d, out),

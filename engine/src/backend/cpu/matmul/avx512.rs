@@ -1,4 +1,5 @@
-//! AVX-512 register tiles for [`super::matmul`]: `vdpbf16ps` for bf16 weights, FMA for f32 weights.
+//! AVX-512 BF16 register tiles for [`super::matmul`]: `vdpbf16ps` for bf16 weights (f32 weights go to
+//! the FMA tiles of [`super::avx512_fma`]), and the reduction and tile dispatch both share.
 
 use std::arch::x86_64::*;
 
@@ -37,11 +38,7 @@ pub(super) fn matmul(
                 })
             });
         }
-        WeightSlice::F32(w) => for_each_task(d, |rows, cols| {
-            run_tiles(rows, cols, d, bias, out_ptr, |t, r, m, nr, acc| {
-                tile_f32(x, w, d.k, t, r, m, nr, acc)
-            })
-        }),
+        WeightSlice::F32(_) => super::avx512_fma::matmul(x, w, bias, d, out),
     }
 }
 
@@ -65,20 +62,23 @@ unsafe fn to_bf16_row(src: &[f32], dst: &mut [u16]) {
     }
 }
 
+/// `$f::<[T,] M, R>(args)` for the tile shape `($m, $nr)`: `M` activation rows (1 to 4) by 1 or 4
+/// weight rows; `$f::<T>` names a kernel's leading type parameter.
 macro_rules! dispatch_tile {
-    ($f:ident, $m:expr, $nr:expr, $($args:expr),*) => {
+    ($f:ident $(::<$($t:ty),+>)?, $m:expr, $nr:expr, $($args:expr),*) => {
         match ($m, $nr) {
-            (1, 1) => $f::<1, 1>($($args),*),
-            (2, 1) => $f::<2, 1>($($args),*),
-            (3, 1) => $f::<3, 1>($($args),*),
-            (4, 1) => $f::<4, 1>($($args),*),
-            (1, _) => $f::<1, 4>($($args),*),
-            (2, _) => $f::<2, 4>($($args),*),
-            (3, _) => $f::<3, 4>($($args),*),
-            _ => $f::<4, 4>($($args),*),
+            (1, 1) => $f::<$($($t,)+)? 1, 1>($($args),*),
+            (2, 1) => $f::<$($($t,)+)? 2, 1>($($args),*),
+            (3, 1) => $f::<$($($t,)+)? 3, 1>($($args),*),
+            (4, 1) => $f::<$($($t,)+)? 4, 1>($($args),*),
+            (1, _) => $f::<$($($t,)+)? 1, 4>($($args),*),
+            (2, _) => $f::<$($($t,)+)? 2, 4>($($args),*),
+            (3, _) => $f::<$($($t,)+)? 3, 4>($($args),*),
+            _ => $f::<$($($t,)+)? 4, 4>($($args),*),
         }
     };
 }
+pub(super) use dispatch_tile;
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -99,30 +99,15 @@ fn tile_bf16(
     unsafe { dispatch_tile!(bf16_kernel, m, nr, xp, kp, wp, k, acc) }
 }
 
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn tile_f32(
-    x: &[f32],
-    w: &[f32],
-    k: usize,
-    t: usize,
-    r: usize,
-    m: usize,
-    nr: usize,
-    acc: &mut [[f32; 4]; 4],
-) {
-    assert!((t + m) * k <= x.len() && (r + nr) * k <= w.len());
-    let (xp, wp) = (x[t * k..].as_ptr(), w[r * k..].as_ptr());
-    // SAFETY: bounds asserted above; the caller checked the CPU features.
-    unsafe { dispatch_tile!(f32_kernel, m, nr, xp, k, wp, k, acc) }
-}
-
 /// Reduces each accumulator to its lane sum into `out[m][r]` with one transpose-and-add tree for every
 /// tile shape (missing slots are zeros). The tree sums each vector's lanes in the same order whatever its
 /// slot, so a row's result does not depend on whether it sits in a full or a partial tile: a token's
 /// output is bit-identical whatever else shares its batch.
 #[target_feature(enable = "avx512f")]
-fn store_sums<const M: usize, const R: usize>(acc: &[[__m512; R]; M], out: &mut [[f32; 4]; 4]) {
+pub(super) fn store_sums<const M: usize, const R: usize>(
+    acc: &[[__m512; R]; M],
+    out: &mut [[f32; 4]; 4],
+) {
     let mut flat = [_mm512_setzero_ps(); 16];
     for (mi, row) in acc.iter().enumerate() {
         for (ri, v) in row.iter().enumerate() {
@@ -214,39 +199,4 @@ unsafe fn bf16_rows_in_turn<const R: usize>(
             c += 32;
         }
     }
-}
-
-/// `acc[m][r] = Σ_k x[m, k] · w[r, k]` for an `M × R` tile of f32 weights.
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn f32_kernel<const M: usize, const R: usize>(
-    x: *const f32,
-    xs: usize,
-    w: *const f32,
-    k: usize,
-    out: &mut [[f32; 4]; 4],
-) {
-    let mut acc = [[_mm512_setzero_ps(); R]; M];
-    let mut c = 0;
-    while c < k {
-        let mask: __mmask16 = if k - c >= 16 {
-            u16::MAX
-        } else {
-            (1u16 << (k - c)) - 1
-        };
-        // SAFETY: masked loads stay inside row r of w and row m of x.
-        unsafe {
-            let mut wv = [_mm512_setzero_ps(); R];
-            for (ri, v) in wv.iter_mut().enumerate() {
-                *v = _mm512_maskz_loadu_ps(mask, w.add(ri * k + c));
-            }
-            for (mi, acc_row) in acc.iter_mut().enumerate() {
-                let xv = _mm512_maskz_loadu_ps(mask, x.add(mi * xs + c));
-                for (a, wr) in acc_row.iter_mut().zip(&wv) {
-                    *a = _mm512_fmadd_ps(xv, *wr, *a);
-                }
-            }
-        }
-        c += 16;
-    }
-    store_sums(&acc, out);
 }
