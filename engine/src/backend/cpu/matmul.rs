@@ -209,6 +209,21 @@ impl OutPtr {
     }
 }
 
+/// Runs `tile` over every register tile of the task grid in parallel ([`for_each_task`], [`run_tiles`]),
+/// storing `acc + bias` into `out`: the frame every SIMD kernel's matmul shares.
+#[cfg(target_arch = "x86_64")]
+fn for_each_tile(
+    d: MatmulDims,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    tile: impl Fn(usize, usize, usize, usize, &mut [[f32; 4]; 4]) + Sync,
+) {
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    for_each_task(d, |rows, cols| {
+        run_tiles(rows, cols, d, bias, out_ptr, &tile)
+    });
+}
+
 /// Walks the register tiles of one task and stores `acc + bias` into the output: `tile(t, r, m, nr, acc)`
 /// fills `acc[..m][..nr]` for activation rows `t..t + m` and weight rows `r..r + nr` (`nr` is 4, or 1
 /// at a chunk's tail).

@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{MatmulDims, OutPtr, WeightSlice, for_each_task, run_tiles};
+use super::{MatmulDims, WeightSlice, for_each_tile};
 use crate::backend::cpu::attention::avx2::hsum8;
 
 /// Whether this CPU has the instructions the kernels use.
@@ -29,11 +29,8 @@ pub(super) fn matmul(
     d: MatmulDims,
     out: &mut [f32],
 ) {
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    for_each_task(d, |rows, cols| {
-        run_tiles(rows, cols, d, bias, out_ptr, |t, r, m, nr, acc| {
-            tile(x, w, d.k, [t, r, m, nr], acc)
-        })
+    for_each_tile(d, bias, out, |t, r, m, nr, acc| {
+        tile(x, w, d.k, [t, r, m, nr], acc)
     });
 }
 

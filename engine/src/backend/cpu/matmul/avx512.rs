@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::{MatmulDims, OutPtr, WeightSlice, for_each_task, run_tiles};
+use super::{MatmulDims, WeightSlice, for_each_tile};
 use crate::backend::cpu::attention::avx512::hsum16;
 
 /// Dispatches to the bf16 or f32 tiles; see the parent module.
@@ -17,7 +17,6 @@ pub(super) fn matmul(
     out: &mut [f32],
     scratch: &mut Vec<u16>,
 ) {
-    let out_ptr = OutPtr(out.as_mut_ptr());
     match w {
         WeightSlice::Bf16(w) => {
             let kp = d.k.next_multiple_of(32);
@@ -32,10 +31,8 @@ pub(super) fn matmul(
                     unsafe { to_bf16_row(src, dst) }
                 });
             let xb: &[u16] = scratch;
-            for_each_task(d, |rows, cols| {
-                run_tiles(rows, cols, d, bias, out_ptr, |t, r, m, nr, acc| {
-                    tile_bf16(xb, kp, w, d.k, t, r, m, nr, acc)
-                })
+            for_each_tile(d, bias, out, |t, r, m, nr, acc| {
+                tile_bf16(xb, kp, w, d.k, t, r, m, nr, acc)
             });
         }
         WeightSlice::F32(_) => super::avx512_fma::matmul(x, w, bias, d, out),
@@ -162,9 +159,10 @@ unsafe fn bf16_kernel<const M: usize, const R: usize>(
     store_sums(&acc, out);
 }
 
-/// The lanes of a 32-element bf16 step that lie before the row's end, `left` elements away.
+/// The lanes of a 32-element bf16 step that lie before the row's end, `left` elements away (its low 16
+/// bits serve the 16-lane f32 steps).
 #[inline(always)]
-fn lanes_before(left: usize) -> __mmask32 {
+pub(super) fn lanes_before(left: usize) -> __mmask32 {
     if left >= 32 {
         u32::MAX
     } else {

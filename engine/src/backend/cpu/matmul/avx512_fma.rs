@@ -13,8 +13,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx512::{dispatch_tile, store_sums};
-use super::{MatmulDims, OutPtr, WeightSlice, for_each_task, run_tiles};
+use super::avx512::{dispatch_tile, lanes_before, store_sums};
+use super::{MatmulDims, WeightSlice, for_each_tile};
 
 /// Whether this CPU has the instructions the kernels use.
 pub(super) fn available() -> bool {
@@ -31,12 +31,9 @@ pub(super) fn matmul(
     d: MatmulDims,
     out: &mut [f32],
 ) {
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    for_each_task(d, |rows, cols| {
-        run_tiles(rows, cols, d, bias, out_ptr, |t, r, m, nr, acc| match w {
-            WeightSlice::Bf16(w) => tile(x, w, d.k, [t, r, m, nr], acc),
-            WeightSlice::F32(w) => tile(x, w, d.k, [t, r, m, nr], acc),
-        })
+    for_each_tile(d, bias, out, |t, r, m, nr, acc| match w {
+        WeightSlice::Bf16(w) => tile(x, w, d.k, [t, r, m, nr], acc),
+        WeightSlice::F32(w) => tile(x, w, d.k, [t, r, m, nr], acc),
     });
 }
 
@@ -78,16 +75,6 @@ fn tile<W: Lanes>(x: &[f32], w: &[W], k: usize, at: [usize; 4], acc: &mut [[f32;
     unsafe { dispatch_tile!(kernel::<W>, m, nr, xp, wp, k, acc) }
 }
 
-/// The lanes of a 16-element step that lie before the row's end, `left` elements away.
-#[inline(always)]
-fn lanes_before(left: usize) -> __mmask16 {
-    if left >= 16 {
-        u16::MAX
-    } else {
-        (1u16 << left) - 1
-    }
-}
-
 /// `acc[m][r] = Σ_k x[m, k] · w[r, k]` for an `M × R` tile.
 ///
 /// # Safety
@@ -103,7 +90,8 @@ unsafe fn kernel<W: Lanes, const M: usize, const R: usize>(
     let mut acc = [[_mm512_setzero_ps(); R]; M];
     let mut c = 0;
     while c < k {
-        let mask = lanes_before(k - c);
+        // The low 16 of the 32-lane mask: all set from 16 elements left on.
+        let mask = lanes_before(k - c) as __mmask16;
         // SAFETY: the masked loads stay inside row r of w and row m of x.
         unsafe {
             let mut wv = [_mm512_setzero_ps(); R];
