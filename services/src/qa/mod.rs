@@ -277,9 +277,11 @@ impl Answering {
             }
             long => {
                 self.plan.reasons.push(if long.is_none() && attempt_refused {
-                    "the most relevant passages did not hold the answer, and the whole text is too \
-                     long for the model to read at once"
-                        .into()
+                    format!(
+                        "the most relevant passages did not hold the answer, and the whole text is \
+                         more than the model reads at once here ({} tokens)",
+                        router::thousands(self.plan.signals.model_window)
+                    )
                 } else {
                     "the most relevant passages held the answer".into()
                 });

@@ -149,6 +149,7 @@ pub async fn plan(
         rag_budget,
         fits_rag_budget: scope_tokens + PER_DOCUMENT_OVERHEAD * docs.len() <= rag_budget,
         fits_model_window: long.as_ref().is_some_and(|l| l.sink_window.is_none()),
+        model_window: window,
         global_question: router::is_global_question(&input.question),
         cached_long_tokens,
         top_bm25_score: rag.as_ref().map(|_| retrieval.top_bm25),

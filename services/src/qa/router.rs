@@ -31,6 +31,9 @@ pub struct Signals {
     pub fits_rag_budget: bool,
     /// Whether the whole scope, question and answer fit the model's window.
     pub fits_model_window: bool,
+    /// Tokens the model reads at once on this server, prompt and answer together: its context or
+    /// the KV cache's capacity, whichever is smaller.
+    pub model_window: usize,
     /// The question asks about the whole document (summary, count, comparison, list of all…).
     pub global_question: bool,
     /// Tokens of the long prompt already in the KV prefix cache.
@@ -132,9 +135,10 @@ fn auto(s: &Signals, reasons: &mut Vec<String>) -> Decision {
     }
     if !s.fits_model_window {
         reasons.push(format!(
-            "the text ({} tokens) is too long for the model to read at once, so the most relevant \
-             passages are picked",
-            thousands(s.scope_tokens)
+            "the text ({} tokens) and its answer are more than the model reads at once here ({} \
+             tokens), so the most relevant passages are picked",
+            thousands(s.scope_tokens),
+            thousands(s.model_window)
         ));
         return Decision::Route(Route::Rag);
     }
@@ -208,7 +212,7 @@ fn cost_in_words(s: &Signals) -> String {
 }
 
 /// `12345` as `12,345`.
-fn thousands(n: usize) -> String {
+pub(crate) fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -230,6 +234,7 @@ mod tests {
             rag_budget: 900,
             fits_rag_budget: false,
             fits_model_window: true,
+            model_window: 8192,
             global_question: false,
             cached_long_tokens: 0,
             top_bm25_score: Some(7.5),
@@ -262,7 +267,12 @@ mod tests {
             global_question: true,
             ..signals()
         };
-        assert_eq!(decide(RouteChoice::Auto, &s).0, Decision::Route(Route::Rag));
+        let (decision, reasons) = decide(RouteChoice::Auto, &s);
+        assert_eq!(decision, Decision::Route(Route::Rag));
+        assert!(
+            reasons[0].contains("(6,000 tokens) and its answer are more than the model reads at once here (8,192 tokens)"),
+            "{reasons:?}"
+        );
     }
 
     #[test]

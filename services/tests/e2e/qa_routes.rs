@@ -293,8 +293,15 @@ fn an_explicit_long_route_beyond_the_window_streams_through_a_sink_window_and_re
     // Auto does not stream: retrieval picks the passages, and the reasons say why.
     let a = ask(&server, &key, &doc, question, "auto");
     assert_eq!(a["route"], "rag");
+    // The reason names the limit it was held to: the smaller of the context and the KV cache.
+    let window = a["signals"]["model_window"].as_u64().unwrap();
+    let scope = a["signals"]["scope_tokens"].as_u64().unwrap();
     assert!(
-        reasons(&a).contains("too long for the model to read at once"),
+        window > 0 && window < scope,
+        "window {window}, scope {scope}"
+    );
+    assert!(
+        reasons(&a).contains("more than the model reads at once here ("),
         "{}",
         reasons(&a)
     );
