@@ -459,6 +459,35 @@ fn a_warm_up_reads_one_step_then_leaves_no_counts_no_cached_kv_and_the_same_answ
 }
 
 #[test]
+fn a_warm_up_on_a_prompt_reads_it_once_and_leaves_no_counts_and_no_cached_kv() {
+    let cfg = EngineConfig::default();
+    let mut core = engine(&cfg);
+    let prompt = chat(core.tokenizer(), &qmsum_text(1200));
+    let before = counted(&core);
+    let took = core.warm_up_on(prompt.clone()).unwrap();
+    assert!(took > std::time::Duration::ZERO);
+    assert_eq!(counted(&core), before, "the read left counts behind");
+    assert_eq!(core.stats().recent_prefill_steps.len(), 0);
+    assert_eq!(
+        core.forget_namespace(WARM_UP_NAMESPACE),
+        0,
+        "the read's KV was already forgotten"
+    );
+    // The same prompt asked afterwards is read whole: nothing of it is served from the cache.
+    run_all(
+        &mut core,
+        vec![GenerateRequest::new(prompt.clone(), greedy(1))],
+    );
+    assert_eq!(core.stats().prefill_tokens, prompt.len() as u64);
+    assert_eq!(core.stats().prefix_hit_tokens, 0);
+
+    core.add_request(GenerateRequest::new(prompt, greedy(1)))
+        .unwrap();
+    let busy = core.warm_up_on(vec![1, 2, 3]).unwrap_err();
+    assert!(matches!(busy, EngineError::InvalidBatch(_)), "{busy}");
+}
+
+#[test]
 fn a_warm_up_fits_a_kv_cache_smaller_than_one_step() {
     // 40 blocks of 16 tokens (see the test above for a block's bytes): 640 tokens against a step of 2,048.
     let cfg = EngineConfig {

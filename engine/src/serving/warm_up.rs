@@ -40,26 +40,43 @@ impl<B: Backend> EngineCore<B> {
     /// loads each on first use), then forgets them all and sets the counters back. Only an idle engine
     /// warms up.
     pub fn warm_up(&mut self) -> Result<WarmUp> {
-        if self.has_work() {
-            return Err(EngineError::InvalidBatch(
-                "an engine with requests cannot warm up".into(),
-            ));
-        }
         let started = Instant::now();
-        let saved = self.counters();
         let tokens = self
             .step_tokens()
             .min(self.max_context().saturating_sub(DECODED_TOKENS + 1))
             .min(self.kv_capacity_tokens().saturating_sub(2 * DECODED_TOKENS))
             .max(1);
-        let ran = self.warm_up_reads(tokens);
-        self.forget_namespace(WARM_UP_NAMESPACE);
-        self.restore_counters(saved);
+        let decoded = self.leaving_no_trace(|core| core.warm_up_reads(tokens))?;
         Ok(WarmUp {
             prompt_tokens: tokens,
-            decoded_tokens: ran?,
+            decoded_tokens: decoded,
             took: started.elapsed(),
         })
+    }
+
+    /// Reads `prompt` once and picks one token after it, as a warm-up does: the kernels of its size
+    /// are loaded and its steps run once, and it leaves no trace (no cached KV, no counts, so none of
+    /// its steps enters the reading-time estimates). Returns the time it took. Only an idle engine
+    /// warms up.
+    pub fn warm_up_on(&mut self, prompt: Vec<u32>) -> Result<Duration> {
+        let started = Instant::now();
+        self.leaving_no_trace(|core| core.warm_up_read(prompt, 1))?;
+        Ok(started.elapsed())
+    }
+
+    /// Runs `work` on an idle engine, then forgets the warm-up namespace's KV and sets the counters
+    /// back to what they were, whether `work` succeeded or not.
+    fn leaving_no_trace<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        if self.has_work() {
+            return Err(EngineError::InvalidBatch(
+                "an engine with requests cannot warm up".into(),
+            ));
+        }
+        let saved = self.counters();
+        let done = work(self);
+        self.forget_namespace(WARM_UP_NAMESPACE);
+        self.restore_counters(saved);
+        done
     }
 
     /// The warm-up's requests, one after the other; returns the tokens the first decoded.
@@ -69,25 +86,31 @@ impl<B: Backend> EngineCore<B> {
         let mut decoded = 0;
         for (salt, n) in std::iter::once(tokens).chain(shorter).enumerate() {
             let max_tokens = if salt == 0 { DECODED_TOKENS } else { 1 };
-            let request = GenerateRequest::new(
-                warm_up_prompt(n, self.vocab_size(), salt as u64),
-                SamplingParams {
-                    max_tokens,
-                    ..SamplingParams::default()
-                },
-            )
-            .in_cache_namespace(WARM_UP_NAMESPACE);
-            let id = self.add_request(request)?;
-            match self.run_warm_up() {
-                Ok(n) if salt == 0 => decoded = n,
-                Ok(_) => {}
-                Err(e) => {
-                    self.abort(id)?;
-                    return Err(e);
-                }
+            let prompt = warm_up_prompt(n, self.vocab_size(), salt as u64);
+            let ran = self.warm_up_read(prompt, max_tokens)?;
+            if salt == 0 {
+                decoded = ran;
             }
         }
         Ok(decoded)
+    }
+
+    /// One warm-up request of `prompt` in the warm-up namespace, run to its end; returns the tokens
+    /// it decoded.
+    fn warm_up_read(&mut self, prompt: Vec<u32>, max_tokens: usize) -> Result<usize> {
+        let request = GenerateRequest::new(
+            prompt,
+            SamplingParams {
+                max_tokens,
+                ..SamplingParams::default()
+            },
+        )
+        .in_cache_namespace(WARM_UP_NAMESPACE);
+        let id = self.add_request(request)?;
+        self.run_warm_up().or_else(|e| {
+            self.abort(id)?;
+            Err(e)
+        })
     }
 
     /// Steps the engine until its one warm-up request ends; returns the tokens it decoded.

@@ -51,9 +51,11 @@ pub struct GenerateArgs {
     /// comes from the prefix cache, as a second question on a document read before.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
-    /// Before the timed requests, read a prompt of the first one's length once (its tokens in
-    /// reverse order, so the prefix cache serves none of it), as an engine that has served before:
-    /// the first pass on a device pays one-off costs (kernel loading, library heuristics, clocks).
+    /// Before the timed requests, warm the engine up as `docqa serve` does before it listens, then
+    /// read a prompt of the first one's length once (its tokens in reverse order, so the prefix cache
+    /// serves none of it), as an engine that has served before: the first pass on a device pays
+    /// one-off costs (kernel loading, library heuristics, clocks). Neither read counts in the
+    /// engine's measures, so the timed requests' reading estimates rest on their own steps alone.
     #[arg(long)]
     warm_up: bool,
     /// A system message to put before the prompt.
@@ -144,24 +146,23 @@ fn generate_on<B: Grouped>(
         ..SamplingParams::default()
     };
     if args.warm_up {
-        let reversed = prompts[0].iter().rev().copied().collect();
-        let one_token = SamplingParams {
-            max_tokens: 1,
-            ..params.clone()
-        };
-        core.add_request(GenerateRequest::new(reversed, one_token))?;
-        let usage = run_to_end(&mut core, false)?;
+        let engine = core.warm_up()?;
+        let reversed: Vec<u32> = prompts[0].iter().rev().copied().collect();
+        let tokens = reversed.len();
+        let took = core.warm_up_on(reversed)?;
         eprintln!(
-            "[warm-up: {} prompt tokens, first token {:.3} s]",
-            usage.prompt_tokens,
-            usage.time_to_first_token.as_secs_f64()
+            "[warm-up: {tokens} prompt tokens in {:.3} s, after the engine's own warm-up ({} prompt \
+             tokens, then halves down to 8) in {:.3} s; neither counts in the reading estimates]",
+            took.as_secs_f64(),
+            engine.prompt_tokens,
+            engine.took.as_secs_f64()
         );
     }
     for _ in 0..args.repeat.max(1) {
         for prompt in &prompts {
             let before = core.stats();
             core.add_request(GenerateRequest::new(prompt.clone(), params.clone()))?;
-            let usage = run_to_end(&mut core, true)?;
+            let usage = run_to_end(&mut core)?;
             report(&usage, loaded, &before);
         }
     }
@@ -205,18 +206,16 @@ fn prompt_from(
     Ok(tokenizer.encode(&text, false)?)
 }
 
-/// Steps the engine until its one request ends, streaming the text to stdout where `echo` says so.
-fn run_to_end<B: Backend>(core: &mut EngineCore<B>, echo: bool) -> anyhow::Result<Usage> {
+/// Steps the engine until its one request ends, streaming the text to stdout.
+fn run_to_end<B: Backend>(core: &mut EngineCore<B>) -> anyhow::Result<Usage> {
     let mut out = std::io::stdout().lock();
     while core.has_work() {
         for (_, event) in core.step()? {
             match event {
-                GenerationEvent::Token { text, .. } if echo => write!(out, "{text}")?,
-                GenerationEvent::Token { .. } | GenerationEvent::Progress { .. } => {}
+                GenerationEvent::Token { text, .. } => write!(out, "{text}")?,
+                GenerationEvent::Progress { .. } => {}
                 GenerationEvent::Finished { text, usage, .. } => {
-                    if echo {
-                        writeln!(out, "{text}")?;
-                    }
+                    writeln!(out, "{text}")?;
                     return Ok(usage);
                 }
                 GenerationEvent::Failed { message } => {

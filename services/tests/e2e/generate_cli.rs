@@ -1,6 +1,7 @@
-//! `docqa generate` as benchmarks run it: a warm-up pass before the timed requests, which reads a
-//! prompt of the same length without serving the timed ones from the prefix cache and prints nothing
-//! to stdout; several prompts asked in turn, each report with the engine's reading estimate.
+//! `docqa generate` as benchmarks run it: a warm-up before the timed requests (the engine's own, then a
+//! prompt of the first one's length), which serves none of them from the prefix cache, counts in none
+//! of the reading estimates and prints nothing to stdout; several prompts asked in turn, each report
+//! with the engine's reading estimate.
 
 use std::process::Command;
 
@@ -68,7 +69,7 @@ fn a_warm_up_reads_the_prompt_length_once_and_leaves_the_timed_answers_alone() {
 }
 
 #[test]
-fn several_prompt_files_are_asked_in_turn_each_report_with_its_reading_estimate() {
+fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_no_warm_up_entered() {
     let dir = tempfile::tempdir().unwrap();
     // Three prompts of distinct lengths and first words (so no prefix is cached between them), raw.
     let lengths = [1100, 30, 300];
@@ -83,7 +84,17 @@ fn several_prompt_files_are_asked_in_turn_each_report_with_its_reading_estimate(
         })
         .collect();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_docqa"));
-    cmd.args(["generate", "--device", "cpu", "--raw", "--max-tokens", "1"]);
+    // The warm-up reads the engine's own prompts and the first prompt reversed (1,100 tokens), and
+    // counts none of them.
+    cmd.args([
+        "generate",
+        "--device",
+        "cpu",
+        "--raw",
+        "--max-tokens",
+        "1",
+        "--warm-up",
+    ]);
     for f in &files {
         cmd.args(["--prompt-file", f]);
     }
@@ -94,13 +105,14 @@ fn several_prompt_files_are_asked_in_turn_each_report_with_its_reading_estimate(
         .filter(|l| l.contains("from the prefix cache"))
         .collect();
     assert_eq!(reports.len(), 3, "{err}");
+    assert!(err.contains("[warm-up: "), "{err}");
     let tokens: Vec<usize> = reports.iter().map(|l| prompt_and_cached(l).0).collect();
     assert!(
         tokens[0] > tokens[2] && tokens[2] > tokens[1],
         "asked in the order given: {tokens:?}"
     );
-    // Nothing was read before the first, so the engine has no pace yet; after it (over a thousand
-    // tokens) every report gives one.
+    // Nothing counted was read before the first, so the engine has no pace yet; after it (over a
+    // thousand tokens) every report gives one.
     assert!(
         reports[0].ends_with("reading estimated: none yet]"),
         "{}",
