@@ -94,6 +94,12 @@ pub(super) unsafe fn gemm_bf16_into(
 ) -> Result<()> {
     check_len("gemm x", xb.len(), rows * k)?;
     check_len("gemm weight", wd.len(), n * k)?;
+    if let Some(lt) = &be.lt {
+        // SAFETY: as this function's: x and W checked above, C as the caller vouches.
+        if unsafe { lt.try_gemm(&be.dev.stream, (xb, wd), (rows, n, k), beta, (c, c_type))? } {
+            return Ok(());
+        }
+    }
     let (m_, n_, k_) = (n as i32, rows as i32, k as i32);
     let alpha = 1.0f32;
     let stream = &be.dev.stream;

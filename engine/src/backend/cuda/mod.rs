@@ -20,6 +20,7 @@ mod gemv;
 mod graph;
 mod kv_blocks;
 mod kv_mapped;
+mod lt_gemm;
 mod matmul;
 mod modules;
 mod ops;
@@ -136,6 +137,10 @@ pub struct CudaBackend {
     persistent: Mutex<decode_step::State>,
     /// Moves whenever a buffer above is replaced (see [`graph`]).
     epoch: AtomicU64,
+    /// bf16 products through cuBLASLt with an algorithm per size class of rows ([`lt_gemm`]); None
+    /// where it could not be set up or `DOCQA_CUDA_LT_GEMM=0` asks for plain cuBLAS, which chooses
+    /// again for every new row count.
+    lt: Option<lt_gemm::LtGemm>,
 }
 
 /// Fails unless a buffer of `len` elements holds `need`.
@@ -169,6 +174,7 @@ impl CudaBackend {
         let hopper_env = std::env::var("DOCQA_HOPPER_PREFILL").ok();
         let hopper_prefill = dev.cc == (9, 0) && hopper_env.as_deref() != Some("0");
         let hopper_tma = hopper_prefill && hopper_env.as_deref() == Some("tma");
+        let lt = lt_gemm::LtGemm::open(&dev.stream);
         Ok(CudaBackend {
             dev,
             kernels,
@@ -205,6 +211,7 @@ impl CudaBackend {
             ),
             persistent: Mutex::new(decode_step::State::default()),
             epoch: AtomicU64::new(0),
+            lt,
         })
     }
 
