@@ -1,10 +1,11 @@
 //! Warming an engine up before it serves: one full step of prompt and a few decoded tokens, then
-//! shorter prompts.
+//! shorter prompts ([`EngineCore::warm_up`]); or one given prompt read once ([`EngineCore::warm_up_on`],
+//! as `docqa generate --warm-up` reads a prompt of its timed one's length).
 //!
 //! A device's first pass pays one-off costs: kernels and library code loaded on first use, handles and
 //! workspaces set up, weights and buffers touched for the first time, decode graphs recorded. Paid at
 //! start, they neither slow the first question nor enter the measured paces that the reading-time
-//! estimates rest on ([`super::stats::EngineStats::prefill_seconds`]). The warm-up leaves no trace:
+//! estimates rest on ([`super::stats::EngineStats::prefill_seconds`]). Either leaves no trace:
 //! its KV is dropped from the prefix cache and the engine's counters are set back to what they were.
 
 use std::time::{Duration, Instant};
