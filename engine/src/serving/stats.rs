@@ -7,8 +7,9 @@
 //! ([`attention_weight`]), and measures the steps' time. A step also costs a fixed time whatever its
 //! work (launches, the weights read once however few the rows), which dominates where the model is
 //! small against the device: the engine fits a step's time as a fixed part plus a pace of work over
-//! its recent prefill steps ([`super::step_cost`]), and a read's estimate is its steps' fixed parts
-//! plus its own work at that pace ([`EngineStats::prefill_seconds`]).
+//! its recent prefill steps ([`super::step_cost`]; a key's own pace where a long read's chunks
+//! measure it), and a read's estimate is its steps' fixed parts plus its own work at that pace
+//! ([`EngineStats::prefill_seconds`]).
 
 use crate::config::LlamaConfig;
 use crate::kv::manager::SinkWindow;
@@ -88,30 +89,33 @@ impl EngineStats {
     pub fn prefill_seconds(&self, read: PromptRead) -> Option<f64> {
         let cost = self.step_cost()?;
         let steps = read.tokens.div_ceil(self.step_tokens.max(1)) as f64;
-        let work = self.prefill_work(read.tokens as u64, read.attended_keys());
-        Some(steps * cost.fixed_seconds + work * cost.seconds_per_work)
+        Some(cost.seconds(steps, read.tokens as f64, read.attended_keys() as f64))
     }
 
-    /// A prefill step's time as a fixed part and a pace of work, fitted to the recent prefill steps
-    /// where they tell the two apart ([`RecentSteps::fit`]); otherwise the pace alone, all the
+    /// A prefill step's time as a fixed part and paces of tokens and keys, fitted to the recent
+    /// prefill steps where they tell them apart ([`RecentSteps::fit`]); otherwise the pace alone, all the
     /// prefill steps' work over their time. None until a thousand tokens were read.
     pub fn step_cost(&self) -> Option<StepCost> {
         self.prefill_tokens_per_second()?;
-        Some(self.recent_prefill_steps.fit().unwrap_or(StepCost {
-            fixed_seconds: 0.0,
-            seconds_per_work: self.prefill_micros as f64
-                / 1e6
-                / self.prefill_work(self.prefill_tokens, self.prefill_keys),
-        }))
+        Some(
+            self.recent_prefill_steps
+                .fit(self.attention_weight)
+                .unwrap_or(StepCost::weighed(
+                    0.0,
+                    self.prefill_micros as f64
+                        / 1e6
+                        / self.prefill_work(self.prefill_tokens, self.prefill_keys),
+                    self.attention_weight,
+                )),
+        )
     }
 
     /// Counts a prefill step of `tokens` tokens whose rows attended to `keys` keys, run in `micros`.
     pub fn count_prefill_step(&mut self, tokens: u64, keys: u64, micros: u64) {
-        let work = self.prefill_work(tokens, keys);
         self.prefill_tokens += tokens;
         self.prefill_keys += keys;
         self.prefill_micros += micros;
-        self.recent_prefill_steps.push(work, micros);
+        self.recent_prefill_steps.push(tokens, keys, micros);
     }
 
     /// `tokens` tokens' products and `keys` attended keys, in tokens' products.
@@ -277,7 +281,7 @@ mod tests {
         let s = after_steps(&[1527, 7, 1160, 2048, 300], |work| 4000.0 + work);
         let cost = s.step_cost().expect("a fit");
         assert!((cost.fixed_seconds - 4e-3).abs() < 2e-6, "{cost:?}");
-        assert!((cost.seconds_per_work - 1e-6).abs() < 1e-9, "{cost:?}");
+        assert!((cost.seconds_per_token - 1e-6).abs() < 1e-9, "{cost:?}");
         // A 71,868-token read through a window of 4 + 8,188 keys: 36 steps of 2,048 rows.
         let long = read(16, 71_868, Some((4, 8188)));
         let work = 71_868.0 + s.attention_weight * long.attended_keys() as f64;
@@ -296,11 +300,14 @@ mod tests {
 
     #[test]
     fn steps_of_one_size_or_too_few_give_the_pace_alone() {
-        let pace_alone = |s: &EngineStats| StepCost {
-            fixed_seconds: 0.0,
-            seconds_per_work: s.prefill_micros as f64
-                / 1e6
-                / (s.prefill_tokens as f64 + s.attention_weight * s.prefill_keys as f64),
+        let pace_alone = |s: &EngineStats| {
+            StepCost::weighed(
+                0.0,
+                s.prefill_micros as f64
+                    / 1e6
+                    / (s.prefill_tokens as f64 + s.attention_weight * s.prefill_keys as f64),
+                s.attention_weight,
+            )
         };
         // Four steps of one size say only their sum; two of different sizes, not yet enough.
         for tokens in [&[512, 512, 512, 512][..], &[1527, 300]] {

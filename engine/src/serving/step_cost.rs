@@ -1,13 +1,21 @@
 //! What a prefill step costs, fitted to the engine's recent prefill steps: a fixed time whatever the
-//! step reads (launches, the weights read once however few the rows), and a time per unit of work
-//! (one token's products; attended keys weighed as [`super::stats::attention_weight`] says). On a
-//! GPU serving a small model the fixed part is most of a step; on the CPU the work is.
+//! step reads (launches, the weights read once however few the rows), a time per token (its
+//! products) and a time per attended key. On a GPU serving a small model the fixed part is most of a
+//! short step; on the CPU the work is.
 //!
-//! The fit is Siegel's repeated median over the last [`RECENT_STEPS`] steps: for each step, the
-//! median of its slopes to the steps of another size; the pace is the median of those, and the fixed
-//! part the median of what each step leaves over its work at that pace. Half the steps may be
-//! anything (the first read of a size on a GPU pays kernel loading and library heuristics, ten times
-//! a warm step or more) without moving it, where least squares follows the largest outlier.
+//! The fits are Siegel's repeated median: for each step, the median of its slopes to the steps it is
+//! compared with; the pace is the median of those, and the fixed part the median of what each step
+//! leaves over its work at that pace. Half the steps may be anything (the first read of a size on a
+//! GPU pays kernel loading and library heuristics, ten times a warm step or more) without moving it,
+//! where least squares follows the largest outlier.
+//!
+//! A key's time is measured where steps of one token count attended to different numbers of keys
+//! (a long read's chunks, each further into the text), and trusted only where those steps agree on
+//! it ([`KEY_PACE_AGREEMENT`]). Elsewhere a key is weighed against a token by their multiply-adds
+//! ([`super::stats::attention_weight`]), and one pace is fitted to the weighed work. The
+//! multiply-adds are right on the CPU; on a GPU the attention kernels run further below the
+//! tensor cores' peak than the products, so weighed keys made a 30,000-token read's estimate 0.8
+//! of its time on an H100 at the Llama-3.2-1B shape.
 
 /// Prefill steps the fit looks back over.
 pub const RECENT_STEPS: usize = 64;
@@ -15,20 +23,46 @@ pub const RECENT_STEPS: usize = 64;
 /// Two steps' work must differ by this share of the larger for their slope to count.
 const DISTINCT_WORK: f64 = 0.25;
 
+/// Two steps of one token count must differ in keys by this share of their tokens, the keys
+/// weighed as their multiply-adds weigh them, for their slope to measure a key.
+const DISTINCT_KEYS: f64 = 0.1;
+
+/// The measured key pace is trusted where the middle half of the steps' slopes spans at most this
+/// share of it (a GPU's agree within a tenth; a busy CPU's can span three times their median).
+const KEY_PACE_AGREEMENT: f64 = 0.25;
+
 /// Steps with a slope to a step of another size that the fit needs.
 const MIN_FITTED_STEPS: usize = 3;
 
-/// What a prefill step costs: a fixed time, and a time per unit of work (one token's products).
+/// What a prefill step costs: a fixed time, a time per token and a time per attended key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCost {
     pub fixed_seconds: f64,
-    pub seconds_per_work: f64,
+    pub seconds_per_token: f64,
+    pub seconds_per_key: f64,
 }
 
-/// The last [`RECENT_STEPS`] prefill steps' work and microseconds, in a ring.
+impl StepCost {
+    /// The time of `steps` steps reading `tokens` tokens whose rows attend to `keys` keys.
+    pub fn seconds(&self, steps: f64, tokens: f64, keys: f64) -> f64 {
+        steps * self.fixed_seconds + tokens * self.seconds_per_token + keys * self.seconds_per_key
+    }
+
+    /// One pace for tokens' products and keys weighed at `attention_weight` tokens a key.
+    pub fn weighed(fixed_seconds: f64, seconds_per_work: f64, attention_weight: f64) -> Self {
+        StepCost {
+            fixed_seconds,
+            seconds_per_token: seconds_per_work,
+            seconds_per_key: attention_weight * seconds_per_work,
+        }
+    }
+}
+
+/// The last [`RECENT_STEPS`] prefill steps' tokens, attended keys and microseconds, in a ring.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecentSteps {
-    work: [f32; RECENT_STEPS],
+    tokens: [f32; RECENT_STEPS],
+    keys: [f32; RECENT_STEPS],
     micros: [f32; RECENT_STEPS],
     len: usize,
     next: usize,
@@ -37,7 +71,8 @@ pub struct RecentSteps {
 impl Default for RecentSteps {
     fn default() -> Self {
         RecentSteps {
-            work: [0.0; RECENT_STEPS],
+            tokens: [0.0; RECENT_STEPS],
+            keys: [0.0; RECENT_STEPS],
             micros: [0.0; RECENT_STEPS],
             len: 0,
             next: 0,
@@ -45,10 +80,20 @@ impl Default for RecentSteps {
     }
 }
 
+/// A step as the fits see it.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    tokens: f64,
+    keys: f64,
+    micros: f64,
+}
+
 impl RecentSteps {
-    /// Adds a step of `work` run in `micros`, forgetting the oldest once the ring is full.
-    pub fn push(&mut self, work: f64, micros: u64) {
-        self.work[self.next] = work as f32;
+    /// Adds a step of `tokens` tokens whose rows attended to `keys` keys, run in `micros`,
+    /// forgetting the oldest once the ring is full.
+    pub fn push(&mut self, tokens: u64, keys: u64, micros: u64) {
+        self.tokens[self.next] = tokens as f32;
+        self.keys[self.next] = keys as f32;
         self.micros[self.next] = micros as f32;
         self.next = (self.next + 1) % RECENT_STEPS;
         self.len = (self.len + 1).min(RECENT_STEPS);
@@ -63,33 +108,103 @@ impl RecentSteps {
         self.len == 0
     }
 
-    /// The repeated-median fit, where at least [`MIN_FITTED_STEPS`] steps have a step of another
-    /// size to compare with and the fit has a positive pace and no negative fixed part; else None.
-    pub fn fit(&self) -> Option<StepCost> {
-        let points: Vec<(f64, f64)> = (0..self.len)
-            .map(|i| (self.work[i] as f64, self.micros[i] as f64))
-            .collect();
-        let step_slopes: Vec<f64> = points
-            .iter()
-            .filter_map(|&(wi, ti)| {
-                let slopes: Vec<f64> = points
+    fn steps(&self) -> Vec<Step> {
+        (0..self.len)
+            .map(|i| Step {
+                tokens: self.tokens[i] as f64,
+                keys: self.keys[i] as f64,
+                micros: self.micros[i] as f64,
+            })
+            .collect()
+    }
+
+    /// The step's cost, keys weighed at `attention_weight` tokens a key unless the steps measure
+    /// a key's time ([`RecentSteps::key_micros`]): then the fixed part and the token pace are
+    /// fitted to what each step leaves over its keys. None where the steps do not tell a fixed
+    /// part from a pace (fewer than [`MIN_FITTED_STEPS`] with a step of another size to compare
+    /// with, a pace not positive or a fixed part below zero).
+    pub fn fit(&self, attention_weight: f64) -> Option<StepCost> {
+        let steps = self.steps();
+        let measured = self
+            .key_micros(&steps, attention_weight)
+            .and_then(|per_key| {
+                let left: Vec<(f64, f64)> = steps
                     .iter()
-                    .filter(|&&(wj, _)| (wi - wj).abs() >= DISTINCT_WORK * wi.max(wj))
-                    .map(|&(wj, tj)| (ti - tj) / (wi - wj))
+                    .map(|s| (s.tokens, s.micros - per_key * s.keys))
+                    .collect();
+                let (fixed, per_token) = line_fit(&left)?;
+                Some(StepCost {
+                    fixed_seconds: fixed / 1e6,
+                    seconds_per_token: per_token / 1e6,
+                    seconds_per_key: per_key / 1e6,
+                })
+            });
+        measured.or_else(|| {
+            let weighed: Vec<(f64, f64)> = steps
+                .iter()
+                .map(|s| (s.tokens + attention_weight * s.keys, s.micros))
+                .collect();
+            let (fixed, per_work) = line_fit(&weighed)?;
+            Some(StepCost::weighed(
+                fixed / 1e6,
+                per_work / 1e6,
+                attention_weight,
+            ))
+        })
+    }
+
+    /// Microseconds a key costs, from steps of one token count that attended to different numbers
+    /// of keys: each step's median slope to the others of its count, then the median of those;
+    /// None where fewer than [`MIN_FITTED_STEPS`] steps have one, where the pace is not positive
+    /// or where the steps disagree on it ([`KEY_PACE_AGREEMENT`]).
+    fn key_micros(&self, steps: &[Step], attention_weight: f64) -> Option<f64> {
+        let mut slopes: Vec<f64> = steps
+            .iter()
+            .filter_map(|a| {
+                let slopes = steps
+                    .iter()
+                    .filter(|b| {
+                        b.tokens == a.tokens
+                            && attention_weight * (a.keys - b.keys).abs()
+                                >= DISTINCT_KEYS * a.tokens
+                    })
+                    .map(|b| (a.micros - b.micros) / (a.keys - b.keys))
                     .collect();
                 median(slopes)
             })
             .collect();
-        if step_slopes.len() < MIN_FITTED_STEPS {
+        if slopes.len() < MIN_FITTED_STEPS {
             return None;
         }
-        let per_work = median(step_slopes)?;
-        let fixed = median(points.iter().map(|&(w, t)| t - per_work * w).collect())?;
-        (per_work > 0.0 && fixed >= 0.0).then(|| StepCost {
-            fixed_seconds: fixed / 1e6,
-            seconds_per_work: per_work / 1e6,
-        })
+        slopes.sort_by(f64::total_cmp);
+        let n = slopes.len();
+        let (low, high) = (slopes[n / 4], slopes[(3 * n) / 4]);
+        let pace = median(slopes)?;
+        (pace > 0.0 && high - low <= KEY_PACE_AGREEMENT * pace).then_some(pace)
     }
+}
+
+/// The repeated-median line through `points` (x, y): its intercept and slope, where at least
+/// [`MIN_FITTED_STEPS`] points have a point of another x to compare with and the line has a
+/// positive slope and no negative intercept.
+fn line_fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let point_slopes: Vec<f64> = points
+        .iter()
+        .filter_map(|&(xi, yi)| {
+            let slopes: Vec<f64> = points
+                .iter()
+                .filter(|&&(xj, _)| (xi - xj).abs() >= DISTINCT_WORK * xi.max(xj))
+                .map(|&(xj, yj)| (yi - yj) / (xi - xj))
+                .collect();
+            median(slopes)
+        })
+        .collect();
+    if point_slopes.len() < MIN_FITTED_STEPS {
+        return None;
+    }
+    let slope = median(point_slopes)?;
+    let intercept = median(points.iter().map(|&(x, y)| y - slope * x).collect())?;
+    (slope > 0.0 && intercept >= 0.0).then_some((intercept, slope))
 }
 
 /// The median of `v` (the mean of the middle two where their count is even); None if empty.
@@ -109,10 +224,13 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 mod tests {
     use super::*;
 
+    /// A key's weight in tokens' products for the tests whose steps attend to no keys.
+    const WEIGHT: f64 = 3e-4;
+
     fn steps(points: &[(f64, f64)]) -> RecentSteps {
         let mut r = RecentSteps::default();
         for &(w, t) in points {
-            r.push(w, t as u64);
+            r.push(w as u64, 0, t as u64);
         }
         r
     }
@@ -124,9 +242,9 @@ mod tests {
             .iter()
             .map(|&w| (w, 3000.0 + 2.0 * w))
             .collect();
-        let fit = steps(&line).fit().expect("a fit");
+        let fit = steps(&line).fit(WEIGHT).expect("a fit");
         assert!((fit.fixed_seconds - 3e-3).abs() < 1e-9, "{fit:?}");
-        assert!((fit.seconds_per_work - 2e-6).abs() < 1e-12, "{fit:?}");
+        assert!((fit.seconds_per_token - 2e-6).abs() < 1e-12, "{fit:?}");
     }
 
     #[test]
@@ -138,13 +256,13 @@ mod tests {
             (815.0, 4600.0),
             (281.0, 3600.0),
         ];
-        let without = steps(&warm).fit().expect("a fit");
+        let without = steps(&warm).fit(WEIGHT).expect("a fit");
         let mut with = vec![(1500.0, 118_000.0)];
         with.extend_from_slice(&warm);
-        let fit = steps(&with).fit().expect("a fit");
+        let fit = steps(&with).fit(WEIGHT).expect("a fit");
         let ratio = |a: f64, b: f64| a / b;
         assert!(
-            (0.8..1.25).contains(&ratio(fit.seconds_per_work, without.seconds_per_work)),
+            (0.8..1.25).contains(&ratio(fit.seconds_per_token, without.seconds_per_token)),
             "{fit:?} against {without:?}"
         );
         assert!(
@@ -153,17 +271,17 @@ mod tests {
         );
         // Least squares over the same steps puts the pace at 43 µs a unit and the fixed part
         // below zero.
-        assert!(fit.seconds_per_work < 5e-6, "{fit:?}");
+        assert!(fit.seconds_per_token < 5e-6, "{fit:?}");
     }
 
     #[test]
     fn steps_of_one_size_or_two_steps_give_no_fit() {
-        assert_eq!(steps(&[(512.0, 4000.0); 8]).fit(), None);
-        assert_eq!(steps(&[(512.0, 4000.0), (40.0, 3000.0)]).fit(), None);
-        assert_eq!(RecentSteps::default().fit(), None);
+        assert_eq!(steps(&[(512.0, 4000.0); 8]).fit(WEIGHT), None);
+        assert_eq!(steps(&[(512.0, 4000.0), (40.0, 3000.0)]).fit(WEIGHT), None);
+        assert_eq!(RecentSteps::default().fit(WEIGHT), None);
         // Sizes within a quarter of each other count as one.
         assert_eq!(
-            steps(&[(512.0, 4000.0), (480.0, 3900.0), (420.0, 3700.0)]).fit(),
+            steps(&[(512.0, 4000.0), (480.0, 3900.0), (420.0, 3700.0)]).fit(WEIGHT),
             None
         );
     }
@@ -171,7 +289,7 @@ mod tests {
     #[test]
     fn a_fit_with_a_falling_pace_or_a_negative_fixed_part_is_refused() {
         assert_eq!(
-            steps(&[(2048.0, 1000.0), (1024.0, 2000.0), (100.0, 3000.0)]).fit(),
+            steps(&[(2048.0, 1000.0), (1024.0, 2000.0), (100.0, 3000.0)]).fit(WEIGHT),
             None
         );
         // Steps that cost more than their share the larger they are: the line through them
@@ -180,7 +298,7 @@ mod tests {
             .iter()
             .map(|&w| (w, w * w / 100.0))
             .collect();
-        assert_eq!(steps(&convex).fit(), None);
+        assert_eq!(steps(&convex).fit(WEIGHT), None);
     }
 
     #[test]
@@ -188,18 +306,112 @@ mod tests {
         // Old steps on one line, then RECENT_STEPS steps on another: only the second is left.
         let mut r = RecentSteps::default();
         for i in 0..10 {
-            r.push(
-                100.0 + 200.0 * i as f64,
-                (50_000.0 + 100.0 * i as f64) as u64,
-            );
+            r.push(100 + 200 * i, 0, 50_000 + 100 * i);
         }
         for i in 0..RECENT_STEPS {
-            let w = 100.0 + 30.0 * i as f64;
-            r.push(w, (1000.0 + w) as u64);
+            let w = 100 + 30 * i as u64;
+            r.push(w, 0, 1000 + w);
         }
         assert_eq!(r.len(), RECENT_STEPS);
-        let fit = r.fit().expect("a fit");
+        let fit = r.fit(WEIGHT).expect("a fit");
         assert!((fit.fixed_seconds - 1e-3).abs() < 2e-6, "{fit:?}");
-        assert!((fit.seconds_per_work - 1e-6).abs() < 1e-8, "{fit:?}");
+        assert!((fit.seconds_per_token - 1e-6).abs() < 1e-8, "{fit:?}");
+    }
+
+    /// Llama-3.2-1B's key weight: 2 · 2,048 against 2,048 · (2,048 + 2 · 512) + 2,048 · 2,048
+    /// + 3 · 2,048 · 8,192 multiply-adds a layer.
+    const LLAMA_1B_WEIGHT: f64 = 4096.0 / 60_817_408.0;
+
+    /// Prefill steps (tokens, keys, microseconds) of `docqa generate --warm-up` on an H100 at the
+    /// Llama-3.2-1B shape (bench/reading_estimates.sh): reads of 1,499, 44, 815 and 281 tokens,
+    /// then one of 6,999 in chunks of 2,048.
+    const H100_1B_STEPS: [(u64, u64, u64); 8] = [
+        (1499, 1_124_250, 6306),
+        (44, 990, 1953),
+        (815, 332_520, 4025),
+        (281, 39_621, 2934),
+        (2048, 2_098_176, 7880),
+        (2048, 6_292_480, 9165),
+        (2048, 10_486_784, 10_377),
+        (855, 5_619_060, 6942),
+    ];
+
+    fn recent(points: &[(u64, u64, u64)]) -> RecentSteps {
+        let mut r = RecentSteps::default();
+        for &(tokens, keys, micros) in points {
+            r.push(tokens, keys, micros);
+        }
+        r
+    }
+
+    #[test]
+    fn a_long_reads_chunks_measure_what_a_key_costs_on_a_gpu() {
+        let r = recent(&H100_1B_STEPS);
+        let fit = r.fit(LLAMA_1B_WEIGHT).expect("a fit");
+        // The three chunks of 2,048 rows, each 4.2 million keys further: about 0.29 ns a key.
+        assert!((0.27e-9..0.31e-9).contains(&fit.seconds_per_key), "{fit:?}");
+        // The next read, 29,999 tokens: 14 chunks of 2,048 and one of 1,327; its steps took
+        // 257.2 ms in all.
+        let keys = |start: u64, rows: u64| (start + 1..=start + rows).sum::<u64>() as f64;
+        let chunks: Vec<(u64, u64)> = (0..14)
+            .map(|i| (i * 2048, 2048))
+            .chain([(28_672, 1327)])
+            .collect();
+        let estimate: f64 = chunks
+            .iter()
+            .map(|&(start, rows)| fit.seconds(1.0, rows as f64, keys(start, rows)))
+            .sum();
+        let took = 0.2572;
+        assert!((0.9..1.1).contains(&(estimate / took)), "{estimate} s");
+        // Keys weighed by their multiply-adds put it at 0.8 of that.
+        let points: Vec<(f64, f64)> = H100_1B_STEPS
+            .iter()
+            .map(|&(t, k, us)| (t as f64 + LLAMA_1B_WEIGHT * k as f64, us as f64))
+            .collect();
+        let (fixed, per_work) = line_fit(&points).expect("a line");
+        let weighed = StepCost::weighed(fixed / 1e6, per_work / 1e6, LLAMA_1B_WEIGHT);
+        let weighed_estimate: f64 = chunks
+            .iter()
+            .map(|&(start, rows)| weighed.seconds(1.0, rows as f64, keys(start, rows)))
+            .sum();
+        assert!(weighed_estimate < 0.85 * took, "{weighed_estimate} s");
+    }
+
+    #[test]
+    fn key_slopes_that_disagree_are_not_trusted_and_keys_are_weighed() {
+        // The first steps of a busy two-core CPU at the SmolLM2 shape (chunks of 256): their
+        // chunks' slopes run from 1.0 to 7.0 µs a key.
+        let cpu = recent(&[
+            (256, 32_896, 1_371_895),
+            (256, 98_432, 1_354_066),
+            (256, 163_968, 1_570_134),
+            (256, 229_504, 1_743_825),
+            (256, 295_040, 2_271_803),
+            (219, 304_410, 1_665_485),
+            (44, 990, 166_938),
+            (256, 32_896, 829_259),
+            (256, 98_432, 852_173),
+            (256, 163_968, 928_565),
+            (47, 37_224, 209_576),
+            (256, 32_896, 758_588),
+            (25, 6725, 126_377),
+        ]);
+        let weight = 1152.0 / 3_538_944.0;
+        assert_eq!(cpu.key_micros(&cpu.steps(), weight), None);
+        let fit = cpu.fit(weight).expect("a fit");
+        assert!(
+            (fit.seconds_per_key - weight * fit.seconds_per_token).abs() < 1e-15,
+            "{fit:?}"
+        );
+        // Steps of one count that agree are trusted, even two apart in time.
+        let gpu = recent(&H100_1B_STEPS);
+        assert!(gpu.key_micros(&gpu.steps(), LLAMA_1B_WEIGHT).is_some());
+        // Chunks whose keys differ by less than a tenth of their tokens' work measure nothing.
+        let close = recent(&[
+            (2048, 2_098_176, 7880),
+            (2048, 4_000_000, 8400),
+            (2048, 5_000_000, 8700),
+        ]);
+        assert_eq!(close.key_micros(&close.steps(), LLAMA_1B_WEIGHT), None);
     }
 }
