@@ -327,7 +327,7 @@ impl<B: Backend> EngineCore<B> {
 
     /// Run one step; returns each request's events of this step, in batch order. Each step logs where
     /// its host time went at debug level (`RUST_LOG=docqa_engine::serving=debug`, event "engine step"):
-    /// scheduling and tier moves, building the batch, the forward pass (on CUDA: issuing its kernels,
+    /// scheduling, the tier moves, building the batch, the forward pass (on CUDA: issuing its kernels,
     /// unless an op waits on the device), and the picks (waiting for the device, then sampling).
     pub fn step(&mut self) -> Result<Vec<(RequestId, GenerationEvent)>> {
         let entered = std::time::Instant::now();
@@ -337,6 +337,7 @@ impl<B: Backend> EngineCore<B> {
         self.kv
             .offload_above_high_water(tier_moves::offload_blocks_per_step(record_bytes));
         let mut plan = self.scheduler.schedule(&mut self.kv)?;
+        let scheduled = std::time::Instant::now();
         let again = self.move_blocks()?;
         self.scheduler
             .admit_again(&again, &mut plan, &mut self.kv)?;
@@ -369,7 +370,8 @@ impl<B: Backend> EngineCore<B> {
         tracing::debug!(
             tokens = batch.num_tokens(),
             seqs = plan.seqs.len(),
-            schedule_us = (started - entered).as_micros() as u64,
+            schedule_us = (scheduled - entered).as_micros() as u64,
+            tiers_us = (started - scheduled).as_micros() as u64,
             build_us = built.as_micros() as u64,
             forward_us = (forwarded - built).as_micros() as u64,
             picks_us = (took - forwarded).as_micros() as u64,

@@ -85,10 +85,25 @@ fn offload<B: Backend>(
         })
         .collect();
     let ids: Vec<u32> = blocks.iter().map(|(b, _)| b.block).collect();
+    let started = std::time::Instant::now();
     let contents = group.read(kv, &ids)?;
+    let read = started.elapsed();
+    let debug = tracing::enabled!(tracing::Level::DEBUG);
+    let pushed_out = |kv: &KvCacheManager| match debug {
+        true => kv.tier_stats().map_or(0, |s| s.host_evictions),
+        false => 0,
+    };
+    let before = pushed_out(kv);
     for ((block, still_cached), bytes) in blocks.into_iter().zip(contents) {
         kv.offloaded(block, still_cached, Arc::new(bytes));
     }
+    tracing::debug!(
+        blocks = ids.len(),
+        read_us = read.as_micros() as u64,
+        store_us = (started.elapsed() - read).as_micros() as u64,
+        pushed_out_of_host = pushed_out(kv) - before,
+        "KV blocks copied down"
+    );
     Ok(())
 }
 
