@@ -84,12 +84,22 @@ pub(crate) struct PendingWrite {
     owner: BlockOwner,
     path: PathBuf,
     file_bytes: usize,
+    /// Files of blocks the index no longer holds (older ones dropped to make room, or this block's
+    /// previous file elsewhere), deleted by [`PendingWrite::write`] before it writes. A reader that
+    /// found one in the index just before meets a missing file, which is a miss.
+    stale: Vec<PathBuf>,
     simulate_full: bool,
 }
 
 impl PendingWrite {
-    /// Writes the file durably (temporary file, fsync, rename); an error leaves nothing behind.
+    /// Deletes the stale files, then writes the file durably (temporary file, fsync, rename); an
+    /// error leaves nothing behind. Both without the tier's lock: on a disk busy with other writes'
+    /// fsyncs a deletion can wait for the journal for milliseconds, and under the lock the engine
+    /// thread waited with it (up to 0.1 s a step once a long document's KV filled the tier).
     pub fn write(&self, payload: &[u8]) -> io::Result<()> {
+        for file in &self.stale {
+            let _ = fs::remove_file(file);
+        }
         let tmp = self.path.with_extension("tmp");
         let header = record::header(self.hash, self.owner, payload);
         let written = write_durably(&tmp, &self.path, &header, payload, self.simulate_full);
@@ -223,7 +233,9 @@ impl DiskTier {
                 },
             );
         }
-        tier.make_room(0);
+        for file in tier.make_room(0) {
+            let _ = fs::remove_file(file);
+        }
         Ok(tier)
     }
 
@@ -263,17 +275,18 @@ impl DiskTier {
         self.in_queue.get(&hash).map(|(_, b)| b.clone())
     }
 
-    /// Deletes the least recently used files until `incoming` more bytes fit; returns how many.
-    fn make_room(&mut self, incoming: usize) -> usize {
-        let mut dropped = 0;
+    /// Drops the least recently used blocks from the index until `incoming` more bytes fit, counted as
+    /// evictions; returns their files, for the caller to delete.
+    fn make_room(&mut self, incoming: usize) -> Vec<PathBuf> {
+        let mut stale = Vec::new();
         while self.blocks.bytes() + self.reserved + incoming > self.limit {
             let Some((hash, entry)) = self.blocks.pop_oldest() else {
                 break;
             };
-            let _ = fs::remove_file(block_file(&self.dir, entry.namespace, hash));
-            dropped += 1;
+            stale.push(block_file(&self.dir, entry.namespace, hash));
         }
-        dropped
+        self.evictions += stale.len() as u64;
+        stale
     }
 
     /// Makes room for block `hash` of `owner` (`payload_len` bytes) and reserves it; the write itself
@@ -295,14 +308,24 @@ impl DiskTier {
                 ),
             ));
         }
-        self.remove(hash);
-        self.evictions += self.make_room(file_bytes) as u64;
+        let path = block_file(&self.dir, namespace, hash);
+        self.in_queue.remove(&hash);
+        let previous = self.blocks.remove(hash);
+        let mut stale = self.make_room(file_bytes);
+        // The block's previous file, where it lies elsewhere: at the same path the rename replaces it,
+        // and a deletion after the rename would take the new file.
+        stale.extend(
+            previous
+                .map(|e| block_file(&self.dir, e.namespace, hash))
+                .filter(|old| *old != path),
+        );
         self.reserved += file_bytes;
         Ok(PendingWrite {
             hash,
             owner,
-            path: block_file(&self.dir, namespace, hash),
+            path,
             file_bytes,
+            stale,
             #[cfg(test)]
             simulate_full: self.simulate_full,
             #[cfg(not(test))]
@@ -495,6 +518,31 @@ mod tests {
         assert!(!block_file(dir.path(), 0, BlockHash(2)).exists());
         assert!(tier.contains(BlockHash(1)));
         assert!(tier.write(BlockHash(5), 0, &payload(5, 3 * file)).is_err());
+    }
+
+    #[test]
+    fn the_files_dropped_to_make_room_are_deleted_by_the_write_not_under_the_tiers_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = HEADER_BYTES + 100;
+        let mut tier = DiskTier::open(dir.path(), 2 * file).unwrap();
+        tier.write(BlockHash(1), 0, &payload(1, 100)).unwrap();
+        tier.write(BlockHash(2), 0, &payload(2, 100)).unwrap();
+        // Making room drops block 1 from the index at once, counted; its file stays until the write
+        // (done by the writer without the lock) deletes it.
+        let pending = tier
+            .begin_write(BlockHash(3), BlockOwner::from(0), 100)
+            .unwrap();
+        assert!(!tier.contains(BlockHash(1)));
+        assert_eq!(tier.evictions, 1);
+        assert!(block_file(dir.path(), 0, BlockHash(1)).exists());
+        pending.write(&payload(3, 100)).unwrap();
+        assert!(!block_file(dir.path(), 0, BlockHash(1)).exists());
+        tier.finish_write(pending, Ok(())).unwrap();
+        assert_eq!(tier.read(BlockHash(3)).unwrap(), Some(payload(3, 100)));
+        // Writing a block again keeps its one file: the rename replaces it, nothing deletes it after.
+        tier.write(BlockHash(3), 0, &payload(9, 100)).unwrap();
+        assert_eq!(tier.read(BlockHash(3)).unwrap(), Some(payload(9, 100)));
+        assert_eq!(tier.len(), 2);
     }
 
     #[test]
