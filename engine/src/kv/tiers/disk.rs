@@ -337,7 +337,13 @@ impl DiskTier {
     /// deleted instead.
     pub fn finish_write(&mut self, w: PendingWrite, written: io::Result<()>) -> io::Result<()> {
         self.reserved -= w.file_bytes;
-        written.inspect_err(|_| self.errors += 1)?;
+        if written.is_err() {
+            self.errors += 1;
+            // A previous file of the block, which the rename would have replaced: the index no
+            // longer counts it.
+            let _ = fs::remove_file(&w.path);
+        }
+        written?;
         if self.forgotten.contains(&w.hash)
             || self.forgotten_namespaces.contains(&w.owner.namespace)
         {
