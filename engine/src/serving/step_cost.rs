@@ -28,7 +28,7 @@ const DISTINCT_WORK: f64 = 0.25;
 const DISTINCT_KEYS: f64 = 0.1;
 
 /// The measured key pace is trusted where the middle half of the steps' slopes spans at most this
-/// share of it (a GPU's agree within a tenth; a busy CPU's can span three times their median).
+/// share of it (an H100's chunks in the tests span about a tenth, a busy two-core CPU's a third).
 const KEY_PACE_AGREEMENT: f64 = 0.25;
 
 /// Steps with a slope to a step of another size that the fit needs.
@@ -119,26 +119,24 @@ impl RecentSteps {
     }
 
     /// The step's cost, keys weighed at `attention_weight` tokens a key unless the steps measure
-    /// a key's time ([`RecentSteps::key_micros`]): then the fixed part and the token pace are
+    /// a key's time ([`key_micros`]): then the fixed part and the token pace are
     /// fitted to what each step leaves over its keys. None where the steps do not tell a fixed
     /// part from a pace (fewer than [`MIN_FITTED_STEPS`] with a step of another size to compare
     /// with, a pace not positive or a fixed part below zero).
     pub fn fit(&self, attention_weight: f64) -> Option<StepCost> {
         let steps = self.steps();
-        let measured = self
-            .key_micros(&steps, attention_weight)
-            .and_then(|per_key| {
-                let left: Vec<(f64, f64)> = steps
-                    .iter()
-                    .map(|s| (s.tokens, s.micros - per_key * s.keys))
-                    .collect();
-                let (fixed, per_token) = line_fit(&left)?;
-                Some(StepCost {
-                    fixed_seconds: fixed / 1e6,
-                    seconds_per_token: per_token / 1e6,
-                    seconds_per_key: per_key / 1e6,
-                })
-            });
+        let measured = key_micros(&steps, attention_weight).and_then(|per_key| {
+            let left: Vec<(f64, f64)> = steps
+                .iter()
+                .map(|s| (s.tokens, s.micros - per_key * s.keys))
+                .collect();
+            let (fixed, per_token) = line_fit(&left)?;
+            Some(StepCost {
+                fixed_seconds: fixed / 1e6,
+                seconds_per_token: per_token / 1e6,
+                seconds_per_key: per_key / 1e6,
+            })
+        });
         measured.or_else(|| {
             let weighed: Vec<(f64, f64)> = steps
                 .iter()
@@ -152,59 +150,50 @@ impl RecentSteps {
             ))
         })
     }
+}
 
-    /// Microseconds a key costs, from steps of one token count that attended to different numbers
-    /// of keys: each step's median slope to the others of its count, then the median of those;
-    /// None where fewer than [`MIN_FITTED_STEPS`] steps have one, where the pace is not positive
-    /// or where the steps disagree on it ([`KEY_PACE_AGREEMENT`]).
-    fn key_micros(&self, steps: &[Step], attention_weight: f64) -> Option<f64> {
-        let mut slopes: Vec<f64> = steps
-            .iter()
-            .filter_map(|a| {
-                let slopes = steps
-                    .iter()
-                    .filter(|b| {
-                        b.tokens == a.tokens
-                            && attention_weight * (a.keys - b.keys).abs()
-                                >= DISTINCT_KEYS * a.tokens
-                    })
-                    .map(|b| (a.micros - b.micros) / (a.keys - b.keys))
-                    .collect();
-                median(slopes)
-            })
-            .collect();
-        if slopes.len() < MIN_FITTED_STEPS {
-            return None;
-        }
-        slopes.sort_by(f64::total_cmp);
-        let n = slopes.len();
-        let (low, high) = (slopes[n / 4], slopes[(3 * n) / 4]);
-        let pace = median(slopes)?;
-        (pace > 0.0 && high - low <= KEY_PACE_AGREEMENT * pace).then_some(pace)
+/// Microseconds a key costs, from steps of one token count that attended to different numbers of
+/// keys: each step's median slope to the others of its count, then the median of those; None where
+/// fewer than [`MIN_FITTED_STEPS`] steps have one, where the pace is not positive or where the steps
+/// disagree on it ([`KEY_PACE_AGREEMENT`]).
+fn key_micros(steps: &[Step], attention_weight: f64) -> Option<f64> {
+    let mut slopes = median_slopes(steps, |a, b| {
+        (b.tokens == a.tokens
+            && attention_weight * (a.keys - b.keys).abs() >= DISTINCT_KEYS * a.tokens)
+            .then(|| (a.micros - b.micros) / (a.keys - b.keys))
+    });
+    if slopes.len() < MIN_FITTED_STEPS {
+        return None;
     }
+    slopes.sort_by(f64::total_cmp);
+    let n = slopes.len();
+    let (low, high) = (slopes[n / 4], slopes[(3 * n) / 4]);
+    let pace = median(slopes)?;
+    (pace > 0.0 && high - low <= KEY_PACE_AGREEMENT * pace).then_some(pace)
 }
 
 /// The repeated-median line through `points` (x, y): its intercept and slope, where at least
 /// [`MIN_FITTED_STEPS`] points have a point of another x to compare with and the line has a
 /// positive slope and no negative intercept.
 fn line_fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
-    let point_slopes: Vec<f64> = points
-        .iter()
-        .filter_map(|&(xi, yi)| {
-            let slopes: Vec<f64> = points
-                .iter()
-                .filter(|&&(xj, _)| (xi - xj).abs() >= DISTINCT_WORK * xi.max(xj))
-                .map(|&(xj, yj)| (yi - yj) / (xi - xj))
-                .collect();
-            median(slopes)
-        })
-        .collect();
+    let point_slopes = median_slopes(points, |&(xi, yi), &(xj, yj)| {
+        ((xi - xj).abs() >= DISTINCT_WORK * xi.max(xj)).then(|| (yi - yj) / (xi - xj))
+    });
     if point_slopes.len() < MIN_FITTED_STEPS {
         return None;
     }
     let slope = median(point_slopes)?;
     let intercept = median(points.iter().map(|&(x, y)| y - slope * x).collect())?;
     (slope > 0.0 && intercept >= 0.0).then_some((intercept, slope))
+}
+
+/// The first step of a repeated median: for each point, the median of its slopes to the points
+/// `slope` compares it with (None for a pair it does not); points compared with none are left out.
+fn median_slopes<T>(points: &[T], slope: impl Fn(&T, &T) -> Option<f64>) -> Vec<f64> {
+    points
+        .iter()
+        .filter_map(|a| median(points.iter().filter_map(|b| slope(a, b)).collect()))
+        .collect()
 }
 
 /// The median of `v` (the mean of the middle two where their count is even); None if empty.
@@ -397,7 +386,7 @@ mod tests {
             (25, 6725, 126_377),
         ]);
         let weight = 1152.0 / 3_538_944.0;
-        assert_eq!(cpu.key_micros(&cpu.steps(), weight), None);
+        assert_eq!(key_micros(&cpu.steps(), weight), None);
         let fit = cpu.fit(weight).expect("a fit");
         assert!(
             (fit.seconds_per_key - weight * fit.seconds_per_token).abs() < 1e-15,
@@ -405,13 +394,13 @@ mod tests {
         );
         // Steps of one count that agree are trusted, even two apart in time.
         let gpu = recent(&H100_1B_STEPS);
-        assert!(gpu.key_micros(&gpu.steps(), LLAMA_1B_WEIGHT).is_some());
+        assert!(key_micros(&gpu.steps(), LLAMA_1B_WEIGHT).is_some());
         // Chunks whose keys differ by less than a tenth of their tokens' work measure nothing.
         let close = recent(&[
             (2048, 2_098_176, 7880),
             (2048, 4_000_000, 8400),
             (2048, 5_000_000, 8700),
         ]);
-        assert_eq!(close.key_micros(&close.steps(), LLAMA_1B_WEIGHT), None);
+        assert_eq!(key_micros(&close.steps(), LLAMA_1B_WEIGHT), None);
     }
 }
