@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use docqa_engine::kv::manager::{CacheScope, KvCacheConfig, KvCacheManager, KvTransfer, Reload};
-use docqa_engine::kv::tiers::{KvTiers, TierSettings};
+use docqa_engine::kv::tiers::{KvTiers, TierSettings, heap_allocator};
 
 const BS: usize = 4;
 
@@ -18,6 +18,22 @@ fn manager(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
     })
     .unwrap();
     kv.attach_tiers(KvTiers::open(&settings).unwrap());
+    kv
+}
+
+/// [`manager`] whose tiers know a block's record is 8 bytes (host memory for records in slots of that
+/// size), as an engine's tiers do.
+fn manager_with_records(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
+    let mut tiers = KvTiers::open(&settings).unwrap();
+    tiers.use_host_memory(8, heap_allocator(), false);
+    let mut kv = KvCacheManager::new(KvCacheConfig {
+        block_size: BS,
+        num_blocks,
+        enable_prefix_caching: true,
+        cache_salt: 0,
+    })
+    .unwrap();
+    kv.attach_tiers(tiers);
     kv
 }
 
@@ -218,6 +234,41 @@ fn a_one_off_prompt_is_not_written_through_but_is_still_copied_down_when_evicted
 }
 
 #[test]
+fn a_document_longer_than_the_tiers_hold_keeps_its_first_blocks_and_copies_no_later_ones() {
+    for write_through in [true, false] {
+        // Host memory for five records and no disk: a document of eight full blocks cannot be kept
+        // whole, and its blocks past the fifth could never be found again without those before.
+        let mut kv = manager_with_records(
+            10,
+            TierSettings {
+                host_bytes: 5 * 8,
+                transit_bytes: 8 * 8,
+                write_through,
+                ..TierSettings::default()
+            },
+        );
+        let dense = CacheScope::dense(0);
+        let a = doc(0, 8);
+        run(&mut kv, 1, &a, dense);
+        let written = kv.copy_down_fresh(100);
+        settle(&mut kv);
+        assert_eq!(written, if write_through { 5 } else { 0 });
+        // A document of nine full blocks evicts every block of A from the ten-block pool.
+        run(&mut kv, 2, &doc(5000, 9), dense);
+        assert_eq!(
+            kv.tier_stats().unwrap().offloaded_blocks,
+            5,
+            "write-through {write_through}: only the first five blocks are copied down"
+        );
+        assert_eq!(
+            kv.find_cached_prefix(&a, dense, false).num_tokens,
+            5 * BS,
+            "write-through {write_through}: the first five blocks are found in host memory"
+        );
+    }
+}
+
+#[test]
 fn without_write_through_nothing_is_copied_before_it_is_evicted() {
     let mut kv = manager(10, host_only());
     run(&mut kv, 1, &doc(0, 8), CacheScope::dense(0));
@@ -413,11 +464,14 @@ proptest::proptest! {
         docs in proptest::collection::vec((0u32..6, 1usize..7, 0u64..2), 1..60),
         host_blocks in 0usize..12,
         write_through: bool,
+        records_sized: bool,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let disk = (host_blocks % 3 == 0).then(|| (dir.path().to_path_buf(), 1 << 20));
         let settings = TierSettings { host_bytes: host_blocks * 8, disk, high_water: 0.6, write_through, ..TierSettings::default() };
-        let mut kv = manager(10, settings);
+        // With a record's size known, a document longer than the tiers hold copies down only its
+        // first blocks.
+        let mut kv = if records_sized { manager_with_records(10, settings) } else { manager(10, settings) };
         let mut device = std::collections::HashMap::new();
         for (id, (doc, blocks, tenant)) in docs.into_iter().enumerate() {
             let id = id as u64;

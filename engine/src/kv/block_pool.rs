@@ -24,7 +24,7 @@ struct BlockMeta {
     hash: Option<BlockHash>,
     /// The namespace whose prefix `hash` is (meaningful while `hash` is set).
     namespace: CacheNamespace,
-    /// A lower tier holds a copy of this block's cached content.
+    /// A lower tier holds a copy of this block's cached content, or could never give it back.
     backed: bool,
     prev: Option<BlockId>,
     next: Option<BlockId>,
@@ -210,8 +210,8 @@ impl BlockPool {
         }
     }
 
-    /// Record that a lower tier now holds a copy of block `id`'s cached content, so evicting it loses
-    /// nothing.
+    /// Record that a lower tier now holds a copy of block `id`'s cached content, or that none could
+    /// ever give it back, so evicting it loses nothing worth copying down.
     pub fn mark_backed(&mut self, id: BlockId) {
         let meta = &mut self.meta[id as usize];
         if meta.hash.is_none() || meta.backed {

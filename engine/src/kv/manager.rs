@@ -189,6 +189,9 @@ pub struct KvCacheManager {
     /// Blocks cached since they were computed, oldest first, to be copied down under
     /// [`crate::kv::tiers::TierSettings::write_through`] (some may have been evicted or copied since).
     fresh: VecDeque<Evicted>,
+    /// How many of a dense sequence's first blocks the lower tiers can give back
+    /// ([`lower_tiers_can_keep`]).
+    blocks_kept_below: usize,
 }
 
 impl KvCacheManager {
@@ -209,6 +212,7 @@ impl KvCacheManager {
             transfers: Vec::new(),
             lineage: Lineage::default(),
             fresh: VecDeque::new(),
+            blocks_kept_below: usize::MAX,
         })
     }
 
@@ -216,6 +220,7 @@ impl KvCacheManager {
     /// lookups find blocks there.
     pub fn attach_tiers(&mut self, tiers: KvTiers) {
         self.pool.record_evictions(true);
+        self.blocks_kept_below = tiers.blocks_held_at_once().unwrap_or(usize::MAX);
         self.tiers = Some(tiers);
     }
 
@@ -625,6 +630,8 @@ impl KvCacheManager {
         num_computed: usize,
     ) -> Result<()> {
         let (cfg, bs) = (self.cfg, self.cfg.block_size);
+        let writes_through = self.tiers.as_ref().is_some_and(KvTiers::writes_through);
+        let kept_below = self.blocks_kept_below;
         let entry = self
             .requests
             .get_mut(&request)
@@ -647,7 +654,11 @@ impl KvCacheManager {
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash, scope.namespace);
-                if !scope.transient && self.tiers.as_ref().is_some_and(KvTiers::writes_through) {
+                if !lower_tiers_can_keep(scope, b, kept_below) {
+                    // Evicting it loses nothing a lower tier could keep: it is neither written
+                    // through nor copied down at its eviction.
+                    self.pool.mark_backed(id);
+                } else if !scope.transient && writes_through {
                     self.fresh.push_back(Evicted {
                         block: id,
                         hash,
@@ -697,6 +708,15 @@ impl KvCacheManager {
 
 /// The block-hash salt of logical block `b` in `scope`: the engine's salt mixed with the namespace, and with
 /// the window for blocks past the window's dense prefix.
+/// Whether a lower tier holding `held` blocks at once ([`KvTiers::blocks_held_at_once`]) could ever
+/// give block `b` of a sequence of `scope` back. A dense sequence's block is found again only after
+/// every block before it, so one at place `held` or later never is: copying it down would only push
+/// out the blocks it needs. A sink window needs only its sinks and its window, so any of its blocks
+/// may come back.
+fn lower_tiers_can_keep(scope: CacheScope, b: usize, held: usize) -> bool {
+    scope.sink_window.is_some() || b < held
+}
+
 fn block_salt(cfg: &KvCacheConfig, scope: CacheScope, b: usize) -> u64 {
     let base = cfg.cache_salt
         ^ scope

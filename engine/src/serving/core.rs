@@ -177,6 +177,13 @@ impl<B: Backend> EngineCore<B> {
                 backend.host_allocator(),
                 backend.host_memory_is_pinned(),
             );
+            if let Some(blocks) = tiers.blocks_held_at_once() {
+                tracing::info!(
+                    blocks,
+                    tokens = blocks * self.kv.config().block_size,
+                    "the KV tiers hold a document's first blocks up to this length; later ones are not copied down"
+                );
+            }
             self.kv.attach_tiers(tiers);
         }
         Ok(())

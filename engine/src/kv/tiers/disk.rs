@@ -250,6 +250,11 @@ impl DiskTier {
         self.blocks.bytes()
     }
 
+    /// How many files of blocks of `payload_len` bytes the tier's limit holds.
+    pub fn files_that_fit(&self, payload_len: usize) -> usize {
+        self.limit / (HEADER_BYTES + payload_len)
+    }
+
     /// Whether `hash` has a file.
     pub fn contains(&self, hash: BlockHash) -> bool {
         self.blocks.contains(hash) || self.in_queue.contains_key(&hash)

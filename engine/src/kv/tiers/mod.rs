@@ -272,6 +272,23 @@ impl KvTiers {
         memory.min(queue)
     }
 
+    /// The most blocks the tiers hold at once, in records of host memory's slot size (None before
+    /// [`KvTiers::use_host_memory`] gives that size). Under write-through a block is kept in host
+    /// memory and on disk both, so the larger of the two bounds it; otherwise a block pushed out of
+    /// host memory leaves it for the disk, and the two add up.
+    pub fn blocks_held_at_once(&self) -> Option<usize> {
+        let slot = self.arena.as_ref()?.slot_bytes().max(1);
+        let host = self.host.limit() / slot;
+        let disk = self
+            .disk
+            .as_ref()
+            .map_or(0, |d| d.lock().files_that_fit(slot));
+        Some(match self.write_through {
+            true => host.max(disk),
+            false => host + disk,
+        })
+    }
+
     /// Blocks the host tier takes before it pushes any out (none known without host memory for
     /// records, whose slots give a block's size).
     fn host_free_blocks(&self) -> usize {
@@ -610,6 +627,34 @@ mod tests {
         }
         t.flush();
         assert_eq!(t.room_for_copies(), writer::QUEUE / 2);
+    }
+
+    #[test]
+    fn the_tiers_hold_the_larger_of_host_memory_and_disk_under_write_through_and_their_sum_without()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |write_through| {
+            let mut t = KvTiers::open(&TierSettings {
+                host_bytes: 2 * 100,
+                disk: Some((
+                    dir.path().to_path_buf(),
+                    5 * (record::HEADER_BYTES + 100) + 99,
+                )),
+                high_water: 0.85,
+                transit_bytes: 1000,
+                write_through,
+            })
+            .unwrap();
+            assert_eq!(
+                t.blocks_held_at_once(),
+                None,
+                "a block's size is not known yet"
+            );
+            t.use_host_memory(100, arena::heap_allocator(), false);
+            t.blocks_held_at_once()
+        };
+        assert_eq!(open(true), Some(5));
+        assert_eq!(open(false), Some(2 + 5));
     }
 
     #[test]
