@@ -293,6 +293,11 @@ fn spawn_engine<B: Grouped>(
         &engine_config,
     )?;
     core.attach_tiers(&crate::kv_tiers::tier_settings(config, &config.data_dir()))?;
+    if let Some(tokens) = core.tokens_lower_tiers_keep() {
+        eprintln!(
+            "docqa: the KV tiers (host memory and disk) keep the first {tokens} tokens of a document's KV"
+        );
+    }
     if config.device.defaults().warm_up {
         let warm = core.warm_up().context("warming the engine up")?;
         eprintln!(

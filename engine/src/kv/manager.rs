@@ -224,6 +224,14 @@ impl KvCacheManager {
         self.tiers = Some(tiers);
     }
 
+    /// How many of a dense sequence's first blocks the lower tiers can keep at once, when there are
+    /// tiers and a block's size is known: blocks past them are never copied down
+    /// ([`lower_tiers_can_keep`]).
+    pub fn blocks_lower_tiers_keep(&self) -> Option<usize> {
+        (self.tiers.is_some() && self.blocks_kept_below < usize::MAX)
+            .then_some(self.blocks_kept_below)
+    }
+
     /// The lower tiers' counters, when there are tiers.
     pub fn tier_stats(&self) -> Option<TierStats> {
         self.tiers.as_ref().map(KvTiers::stats)

@@ -177,16 +177,17 @@ impl<B: Backend> EngineCore<B> {
                 backend.host_allocator(),
                 backend.host_memory_is_pinned(),
             );
-            if let Some(blocks) = tiers.blocks_held_at_once() {
-                tracing::info!(
-                    blocks,
-                    tokens = blocks * self.kv.config().block_size,
-                    "the KV tiers hold a document's first blocks up to this length; later ones are not copied down"
-                );
-            }
             self.kv.attach_tiers(tiers);
         }
         Ok(())
+    }
+
+    /// How many of a document's first tokens the lower KV tiers can keep at once, when there are tiers:
+    /// a dense read's KV past them is not copied down ([`KvCacheManager::blocks_lower_tiers_keep`]).
+    pub fn tokens_lower_tiers_keep(&self) -> Option<usize> {
+        self.kv
+            .blocks_lower_tiers_keep()
+            .map(|blocks| blocks * self.kv.config().block_size)
     }
 
     /// Copies every cached KV block down to the lower tiers and the host tier's blocks on to disk, so
