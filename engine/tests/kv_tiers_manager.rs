@@ -272,7 +272,11 @@ fn a_document_longer_than_the_tiers_hold_keeps_its_first_blocks_and_copies_no_la
 #[test]
 fn without_write_through_nothing_is_copied_before_it_is_evicted() {
     let mut kv = manager(10, host_only());
-    assert_eq!(kv.blocks_lower_tiers_keep(), None, "a record's size is not known");
+    assert_eq!(
+        kv.blocks_lower_tiers_keep(),
+        None,
+        "a record's size is not known"
+    );
     run(&mut kv, 1, &doc(0, 8), CacheScope::dense(0));
     assert_eq!(kv.copy_down_fresh(100), 0);
     assert!(!kv.has_fresh_blocks());
