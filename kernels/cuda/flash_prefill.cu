@@ -12,6 +12,11 @@
 // arrives as f32 and is rounded to bf16 once, into shared memory; the output is written as f32. Key
 // tiles past the block's last visible key are never visited; only tiles crossing the diagonal are
 // masked.
+//
+// Under sink windows a block reads only its rows' windows (and the sinks), so a step of a few
+// thousand rows has few blocks (one a query tile and head) and each a long run of key tiles: the
+// windowed entry points then split the window's tiles over gridDim.z blocks, which write their rows'
+// outputs with their softmax references and sums, and flash_prefill_merge combines the splits.
 #include "common.cuh"
 
 // Warps per block, 32 query rows each (the host reads the block size back as the kernel's launch
@@ -265,9 +270,41 @@ __device__ __forceinline__ void mask_keys_from(float (*sc)[4], int j0, int end) 
     }
 }
 
+// A split's part of a warp's 16 output rows (as store_rows): each row normalised by the split's own
+// sum, and its reference (log2 units; -inf where the split saw none of its keys) and sum beside it.
+template <int OT>
+__device__ __forceinline__ void store_split_rows(
+    float (*o)[4],    // [OT][4]: output accumulators
+    const float* m,   // [2]: the rows' references (raw score units)
+    const float* l,   // [2]: the rows' partial sums (this lane's share)
+    float* part_o,    // [num_tokens, row_stride]: the split's outputs, at the head's first column
+    float* part_ml,   // [num_tokens, ml_stride]: the split's (reference, sum) pairs, at the head's
+    int first, int row0, int rows, int row_stride, int ml_stride, float scale_log2) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float sum = quad_sum(l[r]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = row0 + g + r * 8;
+        if (row < rows) {
+            float* dst = part_o + (long long)(first + row) * row_stride + 2 * t;
+#pragma unroll
+            for (int ot = 0; ot < OT; ++ot) {
+                store2(dst + ot * 8, o[ot][2 * r] * inv, o[ot][2 * r + 1] * inv);
+            }
+            if (t == 0) {
+                const float ref = sum > 0.0f ? m[r] * scale_log2 : NEG_INF;
+                store2(part_ml + (long long)(first + row) * ml_stride, ref, sum);
+            }
+        }
+    }
+}
+
 // WINDOWED: sequences may stream through sink windows. BIDIR: bidirectional attention within each
 // sequence of a packed batch (BERT), keys and values dense bf16 rows beside the queries, no cache.
-template <int HD, typename T, bool WINDOWED, bool BIDIR>
+// SPLITS: a windowed launch may split its window tiles (gridDim.z > 1); the windowed entry point over
+// bf16 pools at head_dim 128 has no split form (its store would spill at the 255-register limit).
+template <int HD, typename T, bool WINDOWED, bool BIDIR, bool SPLITS = WINDOWED>
 __device__ void prefill(
     const float* q,                   // [num_tokens, num_heads, HD]
     const float* q_sinks,             // [num_tokens, num_heads, HD]: in-cache positions (windowed)
@@ -280,11 +317,14 @@ __device__ void prefill(
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     const unsigned* windows,          // [num_seqs, 3]: sinks, window (0: dense), block offset
     float* out,                       // [num_tokens, num_heads, HD]
+    float* part_o,                    // [splits, num_tokens, num_heads, HD]: gridDim.z > 1 only
+    float* part_ml,                   // [splits, num_tokens, num_heads, 2]: likewise
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     constexpr bool INT8 = IsInt8<T>::value;
     constexpr int BN = tile_keys<HD, T, BIDIR>();
     static_assert(!(WINDOWED && BIDIR), "a bidirectional batch has no cache to stream through");
+    static_assert(WINDOWED || !SPLITS, "only windowed launches split");
     constexpr int STAGES = INT8 ? 1 : 2;  // bf16 tile stages
     // Dynamic shared memory: Q [BM][HD + PAD]; K and V tiles [STAGES][BN][HD + PAD]; for int8 pools
     // then the raw K and V tiles [2][BN][HD] and their scales [2][BN], staged in two slots.
@@ -328,6 +368,9 @@ __device__ void prefill(
     const bool first_streams = window > 0 && prefix + m0 >= sinks + window;
     const bool last_streams = window > 0 && end - 1 >= sinks + window;
     const int window_from = first_streams ? prefix + m0 + 1 - window : 0;
+    // A split launch (gridDim.z > 1): block blockIdx.z reads its share of the window phase's tiles,
+    // the first split the sinks as well.
+    const bool sink_phase_runs = WINDOWED && last_streams && (!SPLITS || blockIdx.z == 0);
 
     float o[MT][HD / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
@@ -353,15 +396,20 @@ __device__ void prefill(
         }
     };
 #pragma unroll 1
-    for (int phase = WINDOWED && last_streams ? 0 : 1; phase < 2; ++phase) {
+    for (int phase = sink_phase_runs ? 0 : 1; phase < 2; ++phase) {
         const bool sink_phase = phase == 0;
-        if (WINDOWED && !sink_phase && last_streams) {
+        if (WINDOWED && !sink_phase && sink_phase_runs) {
             __syncthreads();  // every warp done with the sink phase's Q and tiles
         }
         const float* q_src = WINDOWED && sink_phase ? q_sinks : q;
         store_q<HD>(q_s, q_src + ((long long)(q0 + m0)) * q_stride + h * HD, q_stride, q_len - m0);
-        const int first_tile = sink_phase ? 0 : window_from / BN;
-        const int tiles = sink_phase ? (sinks + BN - 1) / BN : (end + BN - 1) / BN;
+        int first_tile = sink_phase ? 0 : window_from / BN;
+        int tiles = sink_phase ? (sinks + BN - 1) / BN : (end + BN - 1) / BN;
+        if (SPLITS && !sink_phase && gridDim.z > 1) {
+            const int share = (tiles - first_tile + (int)gridDim.z - 1) / (int)gridDim.z;
+            first_tile += (int)blockIdx.z * share;  // at or past `tiles`: none for this split
+            tiles = min(tiles, first_tile + share);
+        }
         if (first_tile < tiles) {
             issue(first_tile, 0);
         }
@@ -412,17 +460,71 @@ __device__ void prefill(
             accumulate<HD, BN>(o, sc, v_s[ready]);
         }
     }
+    if (SPLITS && gridDim.z > 1) {
+        const long long split = blockIdx.z, tokens = query_start_loc[num_seqs];
+        float* split_o = part_o + split * tokens * q_stride + h * HD;
+        float* split_ml = part_ml + (split * tokens * num_heads + h) * 2;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            store_split_rows<HD / 8>(o[mt], m[mt], l[mt], split_o, split_ml, q0, wrow + mt * 16,
+                                     q_len, q_stride, num_heads * 2, scale_log2);
+        }
+        return;
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         store_rows<HD / 8>(o[mt], l[mt], out + h * HD, q0, wrow + mt * 16, q_len, q_stride);
     }
 }
 
+// Merges the splits of a split windowed launch: each (token, head)'s split outputs weighted by their
+// sums against the largest reference. One thread a 4-column piece of one (token, head) row;
+// `rows` = num_tokens · num_heads, head_dim a multiple of 4.
+extern "C" __global__ void flash_prefill_merge(
+    const float* part_o,   // [splits, rows, head_dim]
+    const float* part_ml,  // [splits, rows, 2]
+    float* out,            // [rows, head_dim]
+    int rows, int head_dim, int splits) {
+    const int pieces = head_dim / 4;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)rows * pieces) {
+        return;
+    }
+    const long long row = i / pieces;
+    const int c = (int)(i % pieces);
+    const float2* ml = reinterpret_cast<const float2*>(part_ml);
+    float mx = NEG_INF;
+    for (int sp = 0; sp < splits; ++sp) {
+        const float2 p = ml[sp * (long long)rows + row];
+        if (p.y > 0.0f) {
+            mx = fmaxf(mx, p.x);
+        }
+    }
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float total = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) {
+        const long long at = sp * (long long)rows + row;
+        const float2 p = ml[at];
+        if (p.y > 0.0f) {
+            const float w = p.y * fast_exp2(p.x - mx);
+            const float4 o = reinterpret_cast<const float4*>(part_o + at * head_dim)[c];
+            total += w;
+            acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+        }
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    reinterpret_cast<float4*>(out + row * head_dim)[c] =
+        make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
+
 // Entry points: grid (num_tokens / BM + num_seqs, num_heads), THREADS threads (the launch bound),
 // dynamic shared memory at least (bf16) (BM + 4 · BN) · (HD + 8) · 2 or (int8)
 // (BM + 2 · BN) · (HD + 8) · 2 + 4 · BN · (HD + 4) bytes, BN = tile_keys; surplus blocks return at
 // once. KV block sizes are multiples of PREFILL_BLOCK_MULTIPLE. The `_windowed` entry points take
-// sequences that may stream through sink windows (and dense ones, window 0).
+// sequences that may stream through sink windows (and dense ones, window 0); with gridDim.z > 1 they
+// split each block's window tiles and write the splits to part_o and part_ml, for
+// flash_prefill_merge (grid over num_tokens · num_heads · head_dim / 4 threads) to combine into
+// `out`.
 extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_prefill_bf16_hd64(
     const float* q,                   // [num_tokens, num_heads, 64]
     const bf16_t* k_cache,             // [num_blocks, block_size, num_kv_heads, 64]
@@ -434,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<64, bf16_t, false, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr,
-                                      query_start_loc, seq_lens, block_table, nullptr, out,
+                                      query_start_loc, seq_lens, block_table, nullptr, out, nullptr, nullptr,
                                       num_seqs, num_heads, num_kv_heads, block_size,
                                       max_blocks_per_seq, scale);
 }
@@ -450,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<128, bf16_t, false, false>(q, nullptr, k_cache, v_cache, nullptr, nullptr,
-                                       query_start_loc, seq_lens, block_table, nullptr, out,
+                                       query_start_loc, seq_lens, block_table, nullptr, out, nullptr, nullptr,
                                        num_seqs, num_heads, num_kv_heads, block_size,
                                        max_blocks_per_seq, scale);
 }
@@ -465,10 +567,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
     float* out,                       // [num_tokens, num_heads, 64]
+    float* part_o,                    // [splits, num_tokens, num_heads, 64]: split launches only
+    float* part_ml,                   // [splits, num_tokens, num_heads, 2]: likewise
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<64, bf16_t, true, false>(q, q_sinks, k_cache, v_cache, nullptr, nullptr,
-                                     query_start_loc, seq_lens, block_table, windows, out, num_seqs,
+                                     query_start_loc, seq_lens, block_table, windows, out, part_o, part_ml, num_seqs,
                                      num_heads, num_kv_heads, block_size, max_blocks_per_seq,
                                      scale);
 }
@@ -483,10 +587,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
     float* out,                       // [num_tokens, num_heads, 128]
+    float* part_o,                    // [splits, num_tokens, num_heads, 128]: unused: no split form
+    float* part_ml,                   // [splits, num_tokens, num_heads, 2]: likewise
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
-    prefill<128, bf16_t, true, false>(q, q_sinks, k_cache, v_cache, nullptr, nullptr,
-                                      query_start_loc, seq_lens, block_table, windows, out,
+    prefill<128, bf16_t, true, false, false>(q, q_sinks, k_cache, v_cache, nullptr, nullptr,
+                                      query_start_loc, seq_lens, block_table, windows, out, part_o, part_ml,
                                       num_seqs, num_heads, num_kv_heads, block_size,
                                       max_blocks_per_seq, scale);
 }
@@ -504,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<64, signed char, false, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales,
-                                           query_start_loc, seq_lens, block_table, nullptr, out,
+                                           query_start_loc, seq_lens, block_table, nullptr, out, nullptr, nullptr,
                                            num_seqs, num_heads, num_kv_heads, block_size,
                                            max_blocks_per_seq, scale);
 }
@@ -522,7 +628,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<128, signed char, false, false>(q, nullptr, k_cache, v_cache, k_scales, v_scales,
-                                            query_start_loc, seq_lens, block_table, nullptr, out,
+                                            query_start_loc, seq_lens, block_table, nullptr, out, nullptr, nullptr,
                                             num_seqs, num_heads, num_kv_heads, block_size,
                                             max_blocks_per_seq, scale);
 }
@@ -539,10 +645,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
     float* out,                       // [num_tokens, num_heads, 64]
+    float* part_o,                    // [splits, num_tokens, num_heads, 64]: split launches only
+    float* part_ml,                   // [splits, num_tokens, num_heads, 2]: likewise
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<64, signed char, true, false>(q, q_sinks, k_cache, v_cache, k_scales, v_scales,
-                                          query_start_loc, seq_lens, block_table, windows, out,
+                                          query_start_loc, seq_lens, block_table, windows, out, part_o, part_ml,
                                           num_seqs, num_heads, num_kv_heads, block_size,
                                           max_blocks_per_seq, scale);
 }
@@ -559,10 +667,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     const unsigned* block_table,      // [num_seqs, max_blocks_per_seq]
     const unsigned* windows,          // [num_seqs, 3]: sinks, window, block offset
     float* out,                       // [num_tokens, num_heads, 128]
+    float* part_o,                    // [splits, num_tokens, num_heads, 128]: split launches only
+    float* part_ml,                   // [splits, num_tokens, num_heads, 2]: likewise
     int num_seqs, int num_heads, int num_kv_heads, int block_size, int max_blocks_per_seq,
     float scale) {
     prefill<128, signed char, true, false>(q, q_sinks, k_cache, v_cache, k_scales, v_scales,
-                                           query_start_loc, seq_lens, block_table, windows, out,
+                                           query_start_loc, seq_lens, block_table, windows, out, part_o, part_ml,
                                            num_seqs, num_heads, num_kv_heads, block_size,
                                            max_blocks_per_seq, scale);
 }
@@ -576,7 +686,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 64]
     int num_seqs, int num_heads, int num_kv_heads, float scale) {
     prefill<64, bf16_t, false, true>(q, nullptr, k, v, nullptr, nullptr, query_start_loc, nullptr,
-                                       nullptr, nullptr, out, num_seqs, num_heads, num_kv_heads, 16, 0,
+                                       nullptr, nullptr, out, nullptr, nullptr, num_seqs, num_heads, num_kv_heads, 16, 0,
                                        scale);
 }
 
@@ -588,6 +698,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, PREFILL_MIN_BLOCKS) flash_
     float* out,                       // [num_tokens, num_heads, 128]
     int num_seqs, int num_heads, int num_kv_heads, float scale) {
     prefill<128, bf16_t, false, true>(q, nullptr, k, v, nullptr, nullptr, query_start_loc, nullptr,
-                                       nullptr, nullptr, out, num_seqs, num_heads, num_kv_heads, 16, 0,
+                                       nullptr, nullptr, out, nullptr, nullptr, num_seqs, num_heads, num_kv_heads, 16, 0,
                                        scale);
 }

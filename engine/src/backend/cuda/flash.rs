@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::pdl::PdlArgs;
-use super::{CudaBackend, CudaKv, cuda_err, pools, tma};
+use super::{CudaBackend, CudaKv, cuda_err, pools, tma, windowed_splits};
 use crate::backend::{AttnShape, KvDtype, PagedAttnMeta};
 use crate::error::{EngineError, Result};
 
@@ -197,10 +197,26 @@ pub(super) fn prefill(
         (true, true) => PrefillBlocks::PerItem,
         (false, _) => PrefillBlocks::PerTileAndHead,
     };
+    // Windowed launches of few blocks split their window tiles ([`windowed_splits`]).
+    let splittable = windowed_splits::has_split_form(dtype, shape.head_dim);
+    let splits = match meta.windows.is_some() && splittable {
+        true => be.windowed_prefill_splits_for(query_tiles * shape.num_heads),
+        false => 1,
+    };
+    let (x, y, _) = blocks.grid(query_tiles, shape.num_heads, be.dev.sm_count);
     let cfg = LaunchConfig {
-        grid_dim: blocks.grid(query_tiles, shape.num_heads, be.dev.sm_count),
+        grid_dim: (x, y, splits as u32),
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
+    };
+    let mut parts = be.prefill_parts.lock().unwrap_or_else(|e| e.into_inner());
+    let split_parts = match splits > 1 {
+        true => Some(windowed_splits::split_buffers(
+            be,
+            &mut parts,
+            (splits, meta.num_tokens * shape.num_heads, shape.head_dim),
+        )?),
+        false => None,
     };
     // The Hopper kernel takes the query tiles a head after the other sizes.
     let ints = [
@@ -246,17 +262,42 @@ pub(super) fn prefill(
     if let Some(w) = &meta.windows {
         b.arg(w.windows);
     }
-    match io {
-        PrefillIo::F32(_, out) => b.arg(out),
-        PrefillIo::Bf16 { .. } => b.arg(&out_at),
+    // A split launch writes the split buffers, not the output, which the merge writes after it.
+    let null = 0u64;
+    let merge_into = match io {
+        PrefillIo::F32(_, out) if split_parts.is_some() => {
+            b.arg(&null);
+            Some(out)
+        }
+        PrefillIo::F32(_, out) => {
+            b.arg(out);
+            None
+        }
+        PrefillIo::Bf16 { .. } => {
+            b.arg(&out_at);
+            None
+        }
     };
+    match &split_parts {
+        Some((part_o, part_ml)) => {
+            b.arg(part_o).arg(part_ml);
+        }
+        None if meta.windows.is_some() => {
+            b.arg(&null).arg(&null);
+        }
+        None => {}
+    }
     for i in ints {
         b.arg(i);
     }
     b.arg(&shape.scale);
     // SAFETY: arguments match the kernel's signature; the caller checked the buffer sizes; the
-    // block table and lengths come from the KV bookkeeping, as for the other attention kernels.
+    // block table and lengths come from the KV bookkeeping, as for the other attention kernels; the
+    // split buffers hold `splits` rows for each of the batch's (token, head) rows.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    if let (Some((part_o, part_ml)), Some(out)) = (&split_parts, merge_into) {
+        windowed_splits::merge(be, (part_o, part_ml), (splits, meta.num_tokens), shape, out)?;
+    }
     Ok(())
 }
 

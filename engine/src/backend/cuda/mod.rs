@@ -30,6 +30,7 @@ mod rope_kv;
 mod sample;
 mod sublayer;
 mod tma;
+mod windowed_splits;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -101,6 +102,10 @@ pub struct CudaBackend {
     freqs: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
     /// Partial outputs and (max, sum) pairs of split-KV decode; only grow.
     decode_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
+    /// Split outputs and (reference, sum) pairs of windowed prefill ([`windowed_splits`]); only grow.
+    prefill_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
+    /// Splits of a windowed prefill launch; 0 leaves them to the split policy.
+    windowed_splits: AtomicUsize,
     /// The device staging and pinned bounce buffers KV blocks pass through to and from the host, and
     /// where the host tier's pinned memory lies.
     staging: Mutex<kv_blocks::Staging>,
@@ -181,6 +186,13 @@ impl CudaBackend {
             scratch: Mutex::new(None),
             freqs: Mutex::new(None),
             decode_parts: Mutex::new(None),
+            prefill_parts: Mutex::new(None),
+            windowed_splits: AtomicUsize::new(
+                std::env::var("DOCQA_CUDA_WINDOWED_SPLITS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
             staging: Mutex::new(kv_blocks::Staging::default()),
             mapped: Mutex::new(kv_mapped::MappedTransfers::default()),
             graphs: AtomicBool::new(graphs),

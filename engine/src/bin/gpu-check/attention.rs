@@ -192,6 +192,16 @@ const WINDOWED_CASES: &[(&str, Case, (usize, usize))] = &[
         },
         (4, 250),
     ),
+    (
+        "windowed chunks, a long window in splits",
+        Case {
+            seqs: &[(700, 9000), (200, 1800), (300, 5000)],
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+        },
+        (4, 4000),
+    ),
 ];
 
 /// Runs every attention check. bf16 and int8 prefill run on the warpgroup-MMA kernel where the device
@@ -254,6 +264,17 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
             )?;
         }
     }
+    // The windowed prefill kernel splits its window tiles where a launch has few blocks (all the
+    // cases above); once more in one split each.
+    p.gpu.set_windowed_prefill_splits(Some(1));
+    for (name, case, window) in WINDOWED_CASES.iter().filter(|(n, ..)| n.contains("chunks")) {
+        let label = format!("{name}, one split");
+        for dtype in [KvDtype::Bf16, KvDtype::Int8] {
+            let keys = Keys::Windowed(*window);
+            paged(p, rng, r, (&label, case, BLOCK_SIZE), dtype, keys)?;
+        }
+    }
+    p.gpu.set_windowed_prefill_splits(None);
     let odd = ("prefill, 24-token blocks", &ODD_BLOCK_CASE, ODD_BLOCK_SIZE);
     paged(p, rng, r, odd, KvDtype::Bf16, Keys::Plain)?;
     let twelve = ("prefill, 12-token blocks", &ODD_BLOCK_CASE, 12);
@@ -457,7 +478,7 @@ fn paged(
 
 /// Streams every other sequence through `(sinks, window)`: drops the blocks no query of the step sees
 /// from its block-table row, as `Batch::build` does; returns the `[num_seqs * 3]` window descriptions.
-fn compact_windowed_rows(
+pub fn compact_windowed_rows(
     table: &mut [u32],
     max_blocks: usize,
     seqs: &[(usize, usize)],

@@ -19,10 +19,10 @@ use crate::decode;
 use crate::inputs::Rng;
 use crate::random_models::{LLAMA32_1B, SMOLLM2, write_llama};
 
-const BLOCK: usize = 16;
+pub const BLOCK: usize = 16;
 
 /// Median of `reps` timed runs of `f`, after one warm-up run.
-fn median_ms(gpu: &CudaBackend, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub fn median_ms(gpu: &CudaBackend, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let mut t: Vec<f64> = Vec::with_capacity(reps);
     for _ in 0..reps {
@@ -33,7 +33,7 @@ fn median_ms(gpu: &CudaBackend, reps: usize, mut f: impl FnMut() -> Result<()>) 
 }
 
 /// Paged pools holding `seqs` contexts of `ctx` random tokens in shuffled blocks; the block table.
-fn filled_pools(
+pub fn filled_pools(
     gpu: &CudaBackend,
     rng: &mut Rng,
     (seqs, ctx): (usize, usize),
@@ -136,6 +136,9 @@ pub fn prefill_timings(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
     let choice = std::env::var("DOCQA_BENCH_PREFILL").unwrap_or_default();
     if choice == "int8" {
         return int8_prefill_timings(gpu, rng);
+    }
+    if choice == "windowed" {
+        return crate::bench_windowed::run(gpu, rng);
     }
     let hopper = gpu.hopper_prefill();
     // `DOCQA_BENCH_PREFILL=wgmma` times the warpgroup-MMA kernel alone, both forms (kernel-lab variants).

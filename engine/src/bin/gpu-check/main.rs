@@ -15,7 +15,8 @@
 //! `DOCQA_BENCH_TP=llama-3.1-8b,...` prefill and decode whole against split over the GPUs and NCCL's sum;
 //! `DOCQA_BENCH_KV_TIERS=1` runs the tiered KV cache's benchmark (`engine/benches/kv_tiers.rs`)
 //! instead, `DOCQA_PROBE_RELOAD=1` times a reload of KV blocks from host memory alone,
-//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone, `=int8`: over int8 pools),
+//! `DOCQA_BENCH_PREFILL=1` times prefill attention alone (`=wgmma`: the Hopper kernel alone, `=int8`: over int8 pools,
+//! `=windowed`: through sink windows, split and in one split),
 //! `DOCQA_BENCH_END_TO_END=1` the end-to-end prefill and decode of random models alone (over int8 KV
 //! pools with `DOCQA_BENCH_KV_DTYPE=int8`),
 //! `DOCQA_BENCH_DECODE=1` decode alone (the attention kernel, then end to end at two shapes; `=products`:
@@ -31,6 +32,7 @@
 mod attention;
 mod batched;
 mod bench;
+mod bench_windowed;
 mod decode;
 mod e2e;
 mod families;

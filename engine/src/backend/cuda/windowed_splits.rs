@@ -1,0 +1,120 @@
+//! Split launches of the windowed prefill kernel (`flash_prefill.cu`'s `_windowed` entry points) and
+//! the merge after them. Under sink windows a block reads only its query rows' windows, so a step of a
+//! few thousand rows at a small model's head count has about one block an SM, each with a long run of
+//! key tiles: too few warps to keep the tensor cores busy. Split, each block reads a share of its
+//! window's tiles (the first split the sinks too) and writes its rows normalised by its own softmax
+//! sum with their reference and sum beside them; `flash_prefill_merge` weighs the splits together.
+
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::{CudaBackend, cuda_err};
+use crate::backend::AttnShape;
+use crate::error::Result;
+
+/// Resident blocks an SM a split launch aims for.
+const BLOCKS_PER_SM: usize = 4;
+/// Most splits of one launch.
+const MAX_SPLITS: usize = 8;
+
+/// Whether the windowed prefill kernel over `dtype` pools (`bf16`, `int8`) at `head_dim` has a split
+/// form: all but bf16 at head_dim 128, whose split store would spill at the register limit.
+pub(super) fn has_split_form(dtype: &str, head_dim: usize) -> bool {
+    !(dtype == "bf16" && head_dim == 128)
+}
+
+/// Splits of a windowed prefill launch of `blocks` blocks (a query tile and head each) on `sms` SMs:
+/// as many as bring the launch to about [`BLOCKS_PER_SM`] blocks an SM, at most [`MAX_SPLITS`];
+/// `fixed` (above 0) instead.
+pub(super) fn splits_for(blocks: usize, sms: usize, fixed: usize) -> usize {
+    match fixed {
+        0 => (BLOCKS_PER_SM * sms)
+            .div_ceil(blocks.max(1))
+            .clamp(1, MAX_SPLITS),
+        n => n,
+    }
+}
+
+impl CudaBackend {
+    /// Fixes the splits of windowed prefill launches (1: none), or with `None` leaves them to
+    /// [`splits_for`]'s policy; for checks and benchmarks that compare them
+    /// (`DOCQA_CUDA_WINDOWED_SPLITS` sets it at start).
+    pub fn set_windowed_prefill_splits(&self, splits: Option<usize>) {
+        self.windowed_splits
+            .store(splits.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The splits a windowed prefill launch of `blocks` blocks takes.
+    pub fn windowed_prefill_splits_for(&self, blocks: usize) -> usize {
+        let fixed = self.windowed_splits.load(Ordering::Relaxed);
+        splits_for(blocks, self.dev.sm_count, fixed)
+    }
+}
+
+/// The buffers a split launch of `splits` over `rows` (token, head) rows of `head_dim` writes, the
+/// outputs and the (reference, sum) pairs, grown to fit (they only grow). No recorded graph reads
+/// them: decode steps never run the prefill kernel.
+pub(super) fn split_buffers<'a>(
+    be: &CudaBackend,
+    parts: &'a mut Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    (splits, rows, head_dim): (usize, usize, usize),
+) -> Result<&'a mut (CudaSlice<f32>, CudaSlice<f32>)> {
+    let (o, ml) = (splits * rows * head_dim, splits * rows * 2);
+    if parts
+        .as_ref()
+        .is_none_or(|(po, pml)| po.len() < o || pml.len() < ml)
+    {
+        let stream = &be.dev.stream;
+        // SAFETY: the merge reads only what the split launch before it writes: every row of every
+        // split, its block writing zeros and a zero sum where it saw no key.
+        let grown = unsafe { (stream.alloc::<f32>(o), stream.alloc::<f32>(ml)) };
+        *parts = Some((grown.0.map_err(cuda_err)?, grown.1.map_err(cuda_err)?));
+    }
+    Ok(parts.as_mut().expect("filled above"))
+}
+
+/// Queues `flash_prefill_merge`: the `splits` split outputs of `num_tokens` rows weighed into `out`
+/// (`[num_tokens, num_heads, head_dim]`).
+pub(super) fn merge(
+    be: &CudaBackend,
+    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    (splits, num_tokens): (usize, usize),
+    shape: AttnShape,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let rows = num_tokens * shape.num_heads;
+    let threads = rows * shape.head_dim / 4;
+    let cfg = LaunchConfig {
+        grid_dim: (threads.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let func = be.kernels.get("flash_prefill_merge")?;
+    let ints = [rows, shape.head_dim, splits].map(|v| v as i32);
+    let mut b = be.dev.stream.launch_builder(func);
+    b.arg(part_o).arg(part_ml).arg(out);
+    for i in &ints {
+        b.arg(i);
+    }
+    // SAFETY: the buffers hold `splits` split rows of `rows` (token, head) rows and `out` `rows`
+    // rows of head_dim (a multiple of 4); the split launch before it on the stream wrote them.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splits_for;
+
+    #[test]
+    fn a_windowed_step_with_a_block_an_sm_is_split_four_ways_and_a_full_launch_is_not() {
+        // SmolLM2's 9 heads, a 2,048-row step in 128-row tiles (17 a head with the partial one).
+        assert_eq!(splits_for(17 * 9, 132, 0), 4);
+        // 32 heads: 544 blocks already fill the GPU four deep.
+        assert_eq!(splits_for(17 * 32, 132, 0), 1);
+        // A one-row step: at most eight.
+        assert_eq!(splits_for(9, 132, 0), 8);
+        assert_eq!(splits_for(9, 132, 1), 1);
+    }
+}
