@@ -125,6 +125,7 @@ pub const SOURCES: &[KernelSource] = &[
             "flash_prefill_windowed_int8_hd128",
             "flash_prefill_bidir_bf16_hd64",
             "flash_prefill_bidir_bf16_hd128",
+            "flash_prefill_merge",
         ],
     },
     KernelSource {
