@@ -10,15 +10,7 @@ use docqa_engine::kv::tiers::{KvTiers, TierSettings, heap_allocator};
 const BS: usize = 4;
 
 fn manager(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
-    let mut kv = KvCacheManager::new(KvCacheConfig {
-        block_size: BS,
-        num_blocks,
-        enable_prefix_caching: true,
-        cache_salt: 0,
-    })
-    .unwrap();
-    kv.attach_tiers(KvTiers::open(&settings).unwrap());
-    kv
+    with_tiers(num_blocks, KvTiers::open(&settings).unwrap())
 }
 
 /// [`manager`] whose tiers know a block's record is 8 bytes (host memory for records in slots of that
@@ -26,6 +18,10 @@ fn manager(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
 fn manager_with_records(num_blocks: usize, settings: TierSettings) -> KvCacheManager {
     let mut tiers = KvTiers::open(&settings).unwrap();
     tiers.use_host_memory(8, heap_allocator(), false);
+    with_tiers(num_blocks, tiers)
+}
+
+fn with_tiers(num_blocks: usize, tiers: KvTiers) -> KvCacheManager {
     let mut kv = KvCacheManager::new(KvCacheConfig {
         block_size: BS,
         num_blocks,

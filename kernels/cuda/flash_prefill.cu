@@ -270,8 +270,9 @@ __device__ __forceinline__ void mask_keys_from(float (*sc)[4], int j0, int end) 
     }
 }
 
-// A split's part of a warp's 16 output rows (as store_rows): each row normalised by the split's own
-// sum, and its reference (log2 units; -inf where the split saw none of its keys) and sum beside it.
+// A split's part of a warp's 16 output rows: the rows as store_rows writes them (normalised by the
+// split's own sum), and each row's reference (log2 units; -inf where the split saw none of its keys)
+// and sum beside them.
 template <int OT>
 __device__ __forceinline__ void store_split_rows(
     float (*o)[4],    // [OT][4]: output accumulators
@@ -280,22 +281,15 @@ __device__ __forceinline__ void store_split_rows(
     float* part_o,    // [num_tokens, row_stride]: the split's outputs, at the head's first column
     float* part_ml,   // [num_tokens, ml_stride]: the split's (reference, sum) pairs, at the head's
     int first, int row0, int rows, int row_stride, int ml_stride, float scale_log2) {
+    store_rows<OT>(o, l, part_o, first, row0, rows, row_stride);
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float sum = quad_sum(l[r]);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int row = row0 + g + r * 8;
-        if (row < rows) {
-            float* dst = part_o + (long long)(first + row) * row_stride + 2 * t;
-#pragma unroll
-            for (int ot = 0; ot < OT; ++ot) {
-                store2(dst + ot * 8, o[ot][2 * r] * inv, o[ot][2 * r + 1] * inv);
-            }
-            if (t == 0) {
-                const float ref = sum > 0.0f ? m[r] * scale_log2 : NEG_INF;
-                store2(part_ml + (long long)(first + row) * ml_stride, ref, sum);
-            }
+        if (row < rows && t == 0) {
+            const float ref = sum > 0.0f ? m[r] * scale_log2 : NEG_INF;
+            store2(part_ml + (long long)(first + row) * ml_stride, ref, sum);
         }
     }
 }
