@@ -39,10 +39,18 @@ pub(super) fn splits_for(blocks: usize, sms: usize, fixed: usize) -> usize {
 impl CudaBackend {
     /// Fixes the splits of windowed prefill launches (1: none), or with `None` leaves them to
     /// [`splits_for`]'s policy; for checks and benchmarks that compare them
-    /// (`DOCQA_CUDA_WINDOWED_SPLITS` sets it at start).
+    /// (`DOCQA_CUDA_WINDOWED_SPLITS` sets it at start: 0 the policy, N that many; unset, one split).
     pub fn set_windowed_prefill_splits(&self, splits: Option<usize>) {
         self.windowed_splits
             .store(splits.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The splits windowed prefill launches are fixed to, or None where the policy chooses.
+    pub fn windowed_prefill_splits(&self) -> Option<usize> {
+        match self.windowed_splits.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
     }
 
     /// The splits a windowed prefill launch of `blocks` blocks takes.

@@ -252,6 +252,10 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         }
         p.gpu.set_hopper_tma(tma);
     }
+    // The windowed prefill kernel splits its window tiles where a launch has few blocks (all the
+    // cases below) under the split policy; then once more in one split each.
+    let splits = p.gpu.windowed_prefill_splits();
+    p.gpu.set_windowed_prefill_splits(None);
     for (name, case, window) in WINDOWED_CASES {
         for dtype in [KvDtype::F32, KvDtype::Bf16, KvDtype::Int8] {
             paged(
@@ -264,8 +268,6 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
             )?;
         }
     }
-    // The windowed prefill kernel splits its window tiles where a launch has few blocks (all the
-    // cases above); once more in one split each.
     p.gpu.set_windowed_prefill_splits(Some(1));
     for (name, case, window) in WINDOWED_CASES.iter().filter(|(n, ..)| n.contains("chunks")) {
         let label = format!("{name}, one split");
@@ -274,7 +276,7 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
             paged(p, rng, r, (&label, case, BLOCK_SIZE), dtype, keys)?;
         }
     }
-    p.gpu.set_windowed_prefill_splits(None);
+    p.gpu.set_windowed_prefill_splits(splits);
     let odd = ("prefill, 24-token blocks", &ODD_BLOCK_CASE, ODD_BLOCK_SIZE);
     paged(p, rng, r, odd, KvDtype::Bf16, Keys::Plain)?;
     let twelve = ("prefill, 12-token blocks", &ODD_BLOCK_CASE, 12);

@@ -25,7 +25,7 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
          {ROWS} rows of one sequence, bf16 KV, head_dim 64"
     );
     for (model, heads, kv_heads) in [("SmolLM2-135M", 9, 3), ("Llama-3.2-1B", 32, 8)] {
-        let policy = gpu.windowed_prefill_splits_for((ROWS / 128 + 1) * heads);
+        let policy = windowed_policy(gpu, heads);
         for before in [8192, 32768] {
             let times = step_ms(gpu, rng, (heads, kv_heads), before, &SPLITS)?;
             let flops = 4.0 * (heads * 64) as f64 * visible_pairs(before) as f64;
@@ -41,6 +41,16 @@ pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The splits the split policy gives a step of [`ROWS`] rows at `heads` heads (the mma.sync kernel's
+/// query tiles of 128 rows and one partial tile).
+fn windowed_policy(gpu: &CudaBackend, heads: usize) -> usize {
+    let setting = gpu.windowed_prefill_splits();
+    gpu.set_windowed_prefill_splits(None);
+    let n = gpu.windowed_prefill_splits_for((ROWS / 128 + 1) * heads);
+    gpu.set_windowed_prefill_splits(setting);
+    n
 }
 
 /// (row, key) pairs a step of [`ROWS`] rows after `before` tokens attends to.
@@ -96,13 +106,14 @@ fn step_ms(
         head_dim: hd,
         scale: 1.0 / (hd as f32).sqrt(),
     };
+    let setting = gpu.windowed_prefill_splits();
     let mut times = Vec::with_capacity(splits.len());
     for &n in splits {
         gpu.set_windowed_prefill_splits(Some(n));
         let ms = median_ms(gpu, 9, || {
             gpu.paged_attention(&q, &kc, &vc, &meta, shape, &mut out)
         });
-        gpu.set_windowed_prefill_splits(None);
+        gpu.set_windowed_prefill_splits(setting);
         times.push(ms?);
     }
     Ok(times)
