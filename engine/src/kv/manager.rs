@@ -15,7 +15,8 @@
 //! blocks on the device into the tiers, a new request's blocks found there are brought back instead of
 //! recomputed, and cached blocks evicted from the pool are copied down first. The copies themselves are
 //! queued as [`KvTransfer`]s for the engine core, which owns the device memory, to carry out before the
-//! next forward pass.
+//! next forward pass. A dense sequence's blocks past what the tiers hold at once are never copied down:
+//! no lookup could reach them without the blocks before them, which they would push out.
 
 mod reloads;
 mod write_through;
@@ -714,8 +715,6 @@ impl KvCacheManager {
     }
 }
 
-/// The block-hash salt of logical block `b` in `scope`: the engine's salt mixed with the namespace, and with
-/// the window for blocks past the window's dense prefix.
 /// Whether a lower tier holding `held` blocks at once ([`KvTiers::blocks_held_at_once`]) could ever
 /// give block `b` of a sequence of `scope` back. A dense sequence's block is found again only after
 /// every block before it, so one at place `held` or later never is: copying it down would only push
@@ -725,6 +724,8 @@ fn lower_tiers_can_keep(scope: CacheScope, b: usize, held: usize) -> bool {
     scope.sink_window.is_some() || b < held
 }
 
+/// The block-hash salt of logical block `b` in `scope`: the engine's salt mixed with the namespace, and with
+/// the window for blocks past the window's dense prefix.
 fn block_salt(cfg: &KvCacheConfig, scope: CacheScope, b: usize) -> u64 {
     let base = cfg.cache_salt
         ^ scope
