@@ -209,13 +209,15 @@ pub(super) fn prefill(
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
+    // The split rows of each (token, head): outputs and (reference, sum) pairs.
     let mut parts = be.prefill_parts.lock().unwrap_or_else(|e| e.into_inner());
+    let rows = splits * meta.num_tokens * shape.num_heads;
     let split_parts = match splits > 1 {
-        true => Some(windowed_splits::split_buffers(
-            be,
-            &mut parts,
-            (splits, meta.num_tokens * shape.num_heads, shape.head_dim),
-        )?),
+        true => {
+            let sizes = (rows * shape.head_dim, rows * 2);
+            let (part_o, part_ml) = grown_parts(be, &mut parts, sizes, Graphed::No)?;
+            Some((&*part_o, &*part_ml))
+        }
         false => None,
     };
     // The Hopper kernel takes the query tiles a head after the other sizes.
@@ -278,7 +280,7 @@ pub(super) fn prefill(
             None
         }
     };
-    match &split_parts {
+    match split_parts {
         Some((part_o, part_ml)) => {
             b.arg(part_o).arg(part_ml);
         }
@@ -295,7 +297,7 @@ pub(super) fn prefill(
     // block table and lengths come from the KV bookkeeping, as for the other attention kernels; the
     // split buffers hold `splits` rows for each of the batch's (token, head) rows.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
-    if let (Some((part_o, part_ml)), Some(out)) = (&split_parts, merge_into) {
+    if let (Some((part_o, part_ml)), Some(out)) = (split_parts, merge_into) {
         windowed_splits::merge(be, (part_o, part_ml), (splits, meta.num_tokens), shape, out)?;
     }
     Ok(())
@@ -464,7 +466,8 @@ pub(super) fn decode(
     let total = n + usize::from(meta.windows.is_some());
     let rows = meta.num_seqs * total * shape.num_heads;
     let mut parts = be.decode_parts.lock().unwrap_or_else(|e| e.into_inner());
-    let (part_o, part_ml) = grown_parts(be, &mut parts, (rows * shape.head_dim, rows * 2))?;
+    let sizes = (rows * shape.head_dim, rows * 2);
+    let (part_o, part_ml) = grown_parts(be, &mut parts, sizes, Graphed::Yes)?;
     let launch = DecodeLaunch {
         block_size,
         splits: n,
@@ -532,22 +535,33 @@ pub(super) fn decode(
 /// in parallel by groups of `head_dim / 4` threads.
 const REDUCE_THREADS: u32 = 256;
 
-/// The backend's partial-output and (max, sum) buffers, grown to at least `(o, ml)` elements (a
-/// growth moves the graph epoch: recorded graphs point at the old ones).
+/// Whether recorded CUDA graphs may read a buffer (decode steps are recorded; prefill steps never are).
+#[derive(Clone, Copy, PartialEq)]
+enum Graphed {
+    Yes,
+    No,
+}
+
+/// Split outputs and their (max, sum) pairs, `parts` grown to at least `(o, ml)` elements; they only
+/// grow. Where recorded graphs read them, a growth moves the graph epoch: those graphs point at the
+/// old buffers.
 fn grown_parts<'a>(
     be: &CudaBackend,
     parts: &'a mut Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     (o, ml): (usize, usize),
+    graphed: Graphed,
 ) -> Result<(&'a mut CudaSlice<f32>, &'a mut CudaSlice<f32>)> {
     if parts
         .as_ref()
         .is_none_or(|(po, pml)| po.len() < o || pml.len() < ml)
     {
         let stream = &be.dev.stream;
-        // SAFETY: every element the reduce reads is written by the decode kernel first.
+        // SAFETY: every element a merge or reduce reads is written by the split launch before it.
         let grown = unsafe { (stream.alloc::<f32>(o), stream.alloc::<f32>(ml)) };
         *parts = Some((grown.0.map_err(cuda_err)?, grown.1.map_err(cuda_err)?));
-        be.bump_graph_epoch();
+        if graphed == Graphed::Yes {
+            be.bump_graph_epoch();
+        }
     }
     let Some((po, pml)) = parts.as_mut() else {
         unreachable!("filled above")

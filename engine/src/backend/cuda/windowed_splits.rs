@@ -60,28 +60,6 @@ impl CudaBackend {
     }
 }
 
-/// The buffers a split launch of `splits` over `rows` (token, head) rows of `head_dim` writes, the
-/// outputs and the (reference, sum) pairs, grown to fit (they only grow). No recorded graph reads
-/// them: decode steps never run the prefill kernel.
-pub(super) fn split_buffers<'a>(
-    be: &CudaBackend,
-    parts: &'a mut Option<(CudaSlice<f32>, CudaSlice<f32>)>,
-    (splits, rows, head_dim): (usize, usize, usize),
-) -> Result<&'a mut (CudaSlice<f32>, CudaSlice<f32>)> {
-    let (o, ml) = (splits * rows * head_dim, splits * rows * 2);
-    if parts
-        .as_ref()
-        .is_none_or(|(po, pml)| po.len() < o || pml.len() < ml)
-    {
-        let stream = &be.dev.stream;
-        // SAFETY: the merge reads only what the split launch before it writes: every row of every
-        // split, its block writing zeros and a zero sum where it saw no key.
-        let grown = unsafe { (stream.alloc::<f32>(o), stream.alloc::<f32>(ml)) };
-        *parts = Some((grown.0.map_err(cuda_err)?, grown.1.map_err(cuda_err)?));
-    }
-    Ok(parts.as_mut().expect("filled above"))
-}
-
 /// Queues `flash_prefill_merge`: the `splits` split outputs of `num_tokens` rows weighed into `out`
 /// (`[num_tokens, num_heads, head_dim]`).
 pub(super) fn merge(

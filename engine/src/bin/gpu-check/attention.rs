@@ -252,8 +252,9 @@ pub fn run(p: &Pair, rng: &mut Rng, r: &mut Report) -> Result<()> {
         }
         p.gpu.set_hopper_tma(tma);
     }
-    // The windowed prefill kernel splits its window tiles where a launch has few blocks (all the
-    // cases below) under the split policy; then once more in one split each.
+    // Under the split policy the windowed prefill kernel splits its window tiles where a launch has
+    // few blocks: every chunk case below (decode cases run the decode kernel), but over bf16 pools at
+    // head_dim 128, which has no split form. Then the chunk cases once more in one split each.
     let splits = p.gpu.windowed_prefill_splits();
     p.gpu.set_windowed_prefill_splits(None);
     for (name, case, window) in WINDOWED_CASES {
