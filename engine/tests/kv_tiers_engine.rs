@@ -287,6 +287,36 @@ fn under_write_through_a_document_read_is_on_disk_without_eviction_and_survives_
 }
 
 #[test]
+fn a_warm_up_and_a_calibration_write_nothing_through_to_the_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiers = TierSettings {
+        write_through: true,
+        ..disk_tier(dir.path(), 0)
+    };
+    let mut core = engine(256, &tiers);
+    core.warm_up().unwrap();
+    let calibration = core.calibrate(None, std::time::Duration::ZERO).unwrap();
+    assert!(calibration.dense_tokens >= 2048, "{calibration:?}");
+    while core.copy_down_while_idle().unwrap() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    core.flush_kv_tiers();
+    let stats = core.stats().tiers;
+    assert_eq!(
+        (stats.offloaded_blocks, stats.disk_blocks),
+        (0, 0),
+        "{stats:?}"
+    );
+    // A question read afterwards is written through as before.
+    ask(&mut core, 0, "What is discussed?");
+    while core.copy_down_while_idle().unwrap() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    core.flush_kv_tiers();
+    assert!(core.stats().tiers.disk_blocks >= 14);
+}
+
+#[test]
 fn a_damaged_block_file_is_recomputed_and_the_answer_is_unchanged() {
     let expected = reference();
     let dir = tempfile::tempdir().unwrap();

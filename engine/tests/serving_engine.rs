@@ -13,6 +13,7 @@ use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
 use docqa_engine::kv::manager::SinkWindow;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::sampling::{SamplingParams, repetition};
+use docqa_engine::serving::stats::PromptRead;
 use docqa_engine::serving::{
     EngineConfig, EngineCore, EngineHandle, FinishReason, GenerateRequest, GenerationEvent,
     KvBudget, WARM_UP_NAMESPACE,
@@ -485,6 +486,75 @@ fn a_warm_up_on_a_prompt_reads_it_once_and_leaves_no_counts_and_no_cached_kv() {
         .unwrap();
     let busy = core.warm_up_on(vec![1, 2, 3]).unwrap_err();
     assert!(matches!(busy, EngineError::InvalidBatch(_)), "{busy}");
+}
+
+#[test]
+fn a_calibration_keeps_its_prefill_steps_measure_and_no_kv_nor_any_other_count() {
+    let cfg = EngineConfig {
+        max_num_batched_tokens: 256,
+        ..EngineConfig::default()
+    };
+    let mut core = engine(&cfg);
+    assert_eq!(core.stats().prefill_seconds(dense_read(6000)), None);
+    let window = SinkWindow {
+        num_sink_tokens: 4,
+        window: 252,
+    };
+    let before = core.stats();
+    let calibration = core
+        .calibrate(Some(window), std::time::Duration::from_secs(3600))
+        .unwrap();
+    // Four steps of 256 at growing offsets, prompts of 128, 32 and 8, then 256 + 2 · 256 tokens
+    // through the window.
+    assert_eq!(calibration.dense_tokens, 1024 + 128 + 32 + 8);
+    assert_eq!(calibration.windowed_tokens, 768);
+    let after = core.stats();
+    assert_eq!(after.recent_prefill_steps.len(), 7);
+    assert_eq!(after.recent_windowed_steps.len(), 3);
+    assert_eq!(after.prefill_tokens, 1192 + 768);
+    assert!(after.prefill_keys > 0 && after.prefill_micros > 0);
+    // Its reads asked nothing of the prefix cache's counts, finished no request, and left no KV.
+    assert_eq!(
+        (after.steps, after.computed_tokens, after.finished_requests),
+        (
+            before.steps,
+            before.computed_tokens,
+            before.finished_requests
+        )
+    );
+    assert_eq!(after.prefix_queried_tokens, before.prefix_queried_tokens);
+    assert_eq!((after.used_blocks, after.decode_steps), (0, 0));
+    assert_eq!(core.forget_namespace(WARM_UP_NAMESPACE), 0);
+    // The first question is estimated from them, a read through the window at the windowed pace.
+    let dense = after
+        .prefill_seconds(dense_read(6000))
+        .expect("an estimate");
+    assert!(dense > 0.0, "{dense}");
+    let cost = after.step_cost().expect("a cost");
+    assert_ne!(cost.seconds_per_windowed_key, cost.seconds_per_key);
+
+    // Asked to spend no time on the window, it reads none.
+    let mut other = engine(&cfg);
+    let calibration = other
+        .calibrate(Some(window), std::time::Duration::ZERO)
+        .unwrap();
+    assert_eq!(calibration.windowed_tokens, 0);
+    assert_eq!(other.stats().recent_windowed_steps.len(), 0);
+    other
+        .add_request(GenerateRequest::new(vec![1, 2, 3], greedy(1)))
+        .unwrap();
+    let busy = other
+        .calibrate(None, std::time::Duration::ZERO)
+        .unwrap_err();
+    assert!(matches!(busy, EngineError::InvalidBatch(_)), "{busy}");
+}
+
+fn dense_read(tokens: usize) -> PromptRead {
+    PromptRead {
+        cached: 0,
+        tokens,
+        window: None,
+    }
 }
 
 #[test]

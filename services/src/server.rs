@@ -13,7 +13,7 @@ use anyhow::Context;
 use docqa_engine::adapter::Adapter;
 use docqa_engine::config::RopeScaling;
 use docqa_engine::parallel::Grouped;
-use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle};
+use docqa_engine::serving::{EngineConfig, EngineCore, EngineHandle, WINDOWED_CALIBRATION_WITHIN};
 use docqa_engine::text::TextTokenizer;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -306,6 +306,7 @@ fn spawn_engine<B: Grouped>(
             warm.prompt_tokens,
             warm.decoded_tokens
         );
+        calibrate(&mut core)?;
     }
     let max_context = core.max_context();
     let tokenizer = Arc::new(TextTokenizer::from_model_dir(generator)?);
@@ -315,6 +316,27 @@ fn spawn_engine<B: Grouped>(
         max_context,
         trained_context,
     })
+}
+
+/// Measures the engine's prefill steps before the first question, so that its reading-time
+/// estimates rest on reads of several steps (and through the long path's sink window, where that is
+/// quick) rather than on the first short prompts alone.
+fn calibrate<B: Grouped>(core: &mut EngineCore<B>) -> anyhow::Result<()> {
+    let kv_capacity_tokens = core.stats().total_blocks * EngineConfig::default().block_size;
+    let window = crate::qa::prompt::streaming_window_for(core.max_context(), kv_capacity_tokens);
+    let calibration = core
+        .calibrate(Some(window), WINDOWED_CALIBRATION_WITHIN)
+        .context("calibrating the reading-time estimates")?;
+    let through_window = match calibration.windowed_tokens {
+        0 => String::new(),
+        tokens => format!(" and {tokens} through the long path's sink window"),
+    };
+    eprintln!(
+        "docqa: reading-time estimates calibrated in {:.2} s ({} prompt tokens read{through_window})",
+        calibration.took.as_secs_f64(),
+        calibration.dense_tokens,
+    );
+    Ok(())
 }
 
 /// Jobs a crash left running are requeued (or failed), answers it cut off are settled as interrupted,

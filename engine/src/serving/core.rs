@@ -48,6 +48,14 @@ pub(super) struct Counters {
     graph_replays: u64,
 }
 
+impl Counters {
+    /// These counters with the prefill steps' measure of `now` ([`EngineStats::keep_prefill_measure`]).
+    pub(super) fn with_prefill_measure_of(mut self, now: &Counters) -> Counters {
+        self.engine.keep_prefill_measure(&now.engine);
+        self
+    }
+}
+
 /// A model, its KV cache and its scheduler, stepped by the caller.
 pub struct EngineCore<B: Backend> {
     /// The model, or rank 0 of a tensor-parallel group (the rank whose logits are sampled).
@@ -412,22 +420,21 @@ impl<B: Backend> EngineCore<B> {
     fn count_step(&mut self, seqs: &[ScheduledSeq], tokens: usize, took: std::time::Duration) {
         let micros = took.as_micros() as u64;
         if seqs.iter().any(|s| s.num_tokens > 1) {
-            let keys: u64 = seqs
+            let reads: Vec<PromptRead> = seqs
                 .iter()
-                .map(|s| {
-                    let window = self
+                .map(|s| PromptRead {
+                    cached: s.start,
+                    tokens: s.num_tokens,
+                    window: self
                         .scheduler
                         .get(s.id)
-                        .and_then(|q| q.cache_scope.sink_window);
-                    PromptRead {
-                        cached: s.start,
-                        tokens: s.num_tokens,
-                        window,
-                    }
-                    .attended_keys()
+                        .and_then(|q| q.cache_scope.sink_window),
                 })
-                .sum();
-            self.stats.count_prefill_step(tokens as u64, keys, micros);
+                .collect();
+            let keys = reads.iter().map(PromptRead::attended_keys).sum();
+            let windowed = reads.iter().any(|r| r.window.is_some());
+            self.stats
+                .count_prefill_step(tokens as u64, keys, micros, windowed);
         } else {
             self.stats.decode_steps += 1;
             self.stats.decode_micros += micros;

@@ -18,4 +18,4 @@ pub use core::EngineCore;
 pub use handle::{EngineHandle, TokenStream};
 pub use request::{FinishReason, GenerateRequest, GenerationEvent, Usage};
 pub use stats::EngineStats;
-pub use warm_up::{WARM_UP_NAMESPACE, WarmUp};
+pub use warm_up::{Calibration, WARM_UP_NAMESPACE, WINDOWED_CALIBRATION_WITHIN, WarmUp};

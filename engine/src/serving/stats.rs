@@ -53,9 +53,11 @@ pub struct EngineStats {
     pub prefill_micros: u64,
     /// Keys the rows of those steps attended to, summed over the rows.
     pub prefill_keys: u64,
-    /// The last of those steps' work (tokens and weighed keys, in tokens' products) and time, for
-    /// the fit of a step's cost.
+    /// The last of those steps that read densely: their tokens, attended keys and time, for the
+    /// fit of a step's cost.
     pub recent_prefill_steps: RecentSteps,
+    /// The last of those steps that read through a sink window, for a windowed key's time.
+    pub recent_windowed_steps: RecentSteps,
     /// Prompt tokens one step reads at most (the engine's chunk): a read's steps.
     pub step_tokens: usize,
     /// What one attended key costs against one token's products ([`attention_weight`] of the model).
@@ -87,35 +89,56 @@ impl EngineStats {
     /// keys, weighed as the model's multiply-adds weigh them) at the pace the prefill steps so far
     /// were fitted to ([`EngineStats::step_cost`]); None until a thousand tokens were read.
     pub fn prefill_seconds(&self, read: PromptRead) -> Option<f64> {
-        let cost = self.step_cost()?;
+        let cost = match read.window {
+            Some(_) => self.step_cost()?.through_window(),
+            None => self.step_cost()?,
+        };
         let steps = read.tokens.div_ceil(self.step_tokens.max(1)) as f64;
         Some(cost.seconds(steps, read.tokens as f64, read.attended_keys() as f64))
     }
 
     /// A prefill step's time as a fixed part and paces of tokens and keys, fitted to the recent
-    /// prefill steps where they tell them apart ([`RecentSteps::fit`]); otherwise the pace alone, all the
-    /// prefill steps' work over their time. None until a thousand tokens were read.
+    /// dense prefill steps where they tell them apart ([`RecentSteps::fit`]); otherwise the pace alone,
+    /// all the prefill steps' work over their time. A windowed key's time is measured by the recent
+    /// windowed steps where there are enough of them ([`StepCost::with_windowed_keys`]). None until a
+    /// thousand tokens were read.
     pub fn step_cost(&self) -> Option<StepCost> {
         self.prefill_tokens_per_second()?;
-        Some(
-            self.recent_prefill_steps
-                .fit(self.attention_weight)
-                .unwrap_or(StepCost::weighed(
-                    0.0,
-                    self.prefill_micros as f64
-                        / 1e6
-                        / self.prefill_work(self.prefill_tokens, self.prefill_keys),
-                    self.attention_weight,
-                )),
-        )
+        let dense = self
+            .recent_prefill_steps
+            .fit(self.attention_weight)
+            .unwrap_or(StepCost::weighed(
+                0.0,
+                self.prefill_micros as f64
+                    / 1e6
+                    / self.prefill_work(self.prefill_tokens, self.prefill_keys),
+                self.attention_weight,
+            ));
+        Some(dense.with_windowed_keys(&self.recent_windowed_steps))
     }
 
-    /// Counts a prefill step of `tokens` tokens whose rows attended to `keys` keys, run in `micros`.
-    pub fn count_prefill_step(&mut self, tokens: u64, keys: u64, micros: u64) {
+    /// Counts a prefill step of `tokens` tokens whose rows attended to `keys` keys, run in `micros`;
+    /// `windowed` where any of its rows read through a sink window (all its keys are then counted as
+    /// windowed ones: a step rarely mixes a windowed read with a dense prompt's chunk).
+    pub fn count_prefill_step(&mut self, tokens: u64, keys: u64, micros: u64, windowed: bool) {
         self.prefill_tokens += tokens;
         self.prefill_keys += keys;
         self.prefill_micros += micros;
-        self.recent_prefill_steps.push(tokens, keys, micros);
+        let recent = match windowed {
+            true => &mut self.recent_windowed_steps,
+            false => &mut self.recent_prefill_steps,
+        };
+        recent.push(tokens, keys, micros);
+    }
+
+    /// Takes `measured`'s prefill measure (its prefill counts and recent steps), leaving every other
+    /// counter as it is: what a calibration keeps of its reads.
+    pub fn keep_prefill_measure(&mut self, measured: &EngineStats) {
+        self.prefill_tokens = measured.prefill_tokens;
+        self.prefill_keys = measured.prefill_keys;
+        self.prefill_micros = measured.prefill_micros;
+        self.recent_prefill_steps = measured.recent_prefill_steps;
+        self.recent_windowed_steps = measured.recent_windowed_steps;
     }
 
     /// `tokens` tokens' products and `keys` attended keys, in tokens' products.
@@ -270,7 +293,7 @@ mod tests {
         for &t in tokens {
             let keys = read(0, t, None).attended_keys();
             let work = t as f64 + s.attention_weight * keys as f64;
-            s.count_prefill_step(t as u64, keys, micros(work).round() as u64);
+            s.count_prefill_step(t as u64, keys, micros(work).round() as u64, false);
         }
         s
     }
@@ -352,5 +375,36 @@ mod tests {
         );
         s.prefill_tokens = 512;
         assert_eq!(s.prefill_seconds(measured), None);
+    }
+
+    #[test]
+    fn a_read_through_a_window_is_estimated_at_the_windowed_steps_pace() {
+        // Dense steps on a GPU: 4 ms a step and a microsecond a token's products.
+        let mut s = after_steps(&[1527, 7, 1160, 2048, 300], |work| 4000.0 + work);
+        let long = read(16, 71_868, Some((4, 8188)));
+        let dense_estimate = s.prefill_seconds(long).unwrap();
+        // Then windowed steps of 2,048 rows past the window take 15 ms each.
+        let window_keys = read(20_000, 2048, Some((4, 8188))).attended_keys();
+        for _ in 0..3 {
+            s.count_prefill_step(2048, window_keys, 15_000, true);
+        }
+        assert_eq!(
+            s.recent_prefill_steps.len(),
+            5,
+            "windowed steps are kept apart"
+        );
+        let estimate = s.prefill_seconds(long).unwrap();
+        // 36 steps of 4 ms, a microsecond a token, and each windowed key at what a full windowed
+        // step leaves over those: (15,000 - 4,000 - 2,048) µs over its keys.
+        let per_key = (15_000.0 - 4000.0 - 2048.0) / window_keys as f64 / 1e6;
+        let expected = 36.0 * 4e-3 + 71_868.0 * 1e-6 + long.attended_keys() as f64 * per_key;
+        assert!(
+            (estimate - expected).abs() < 1e-3 * expected && estimate > 1.25 * dense_estimate,
+            "{estimate} s against {expected} s, dense keys {dense_estimate} s"
+        );
+        // A dense read's estimate does not move.
+        let dense = read(0, 6000, None);
+        let before = after_steps(&[1527, 7, 1160, 2048, 300], |work| 4000.0 + work);
+        assert_eq!(s.prefill_seconds(dense), before.prefill_seconds(dense));
     }
 }

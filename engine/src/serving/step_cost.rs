@@ -16,6 +16,13 @@
 //! multiply-adds are right on the CPU; on a GPU the attention kernels run further below the
 //! tensor cores' peak than the products, so weighed keys made a 30,000-token read's estimate 0.8
 //! of its time on an H100 at the Llama-3.2-1B shape.
+//!
+//! Steps that read through a sink window are kept apart: their attention runs another kernel, whose
+//! key may cost several times a dense one's on a GPU (a 2,048-row step of the SmolLM2 shape took
+//! about 15 ms through an 8K window on an H100, against 3.5–5 ms dense at up to 6K keys). All their
+//! rows past the window attend to as many keys, so their chunks cannot measure a key the way dense
+//! chunks do; a windowed key's time is instead what each windowed step leaves over the dense fit's
+//! fixed part and tokens, over its keys ([`RecentSteps::windowed_key_micros`]).
 
 /// Prefill steps the fit looks back over.
 pub const RECENT_STEPS: usize = 64;
@@ -34,12 +41,15 @@ const KEY_PACE_AGREEMENT: f64 = 0.25;
 /// Steps with a slope to a step of another size that the fit needs.
 const MIN_FITTED_STEPS: usize = 3;
 
-/// What a prefill step costs: a fixed time, a time per token and a time per attended key.
+/// What a prefill step costs: a fixed time, a time per token and a time per attended key, dense
+/// or through a sink window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCost {
     pub fixed_seconds: f64,
     pub seconds_per_token: f64,
     pub seconds_per_key: f64,
+    /// A key attended through a sink window; the dense key's time until windowed steps measure it.
+    pub seconds_per_windowed_key: f64,
 }
 
 impl StepCost {
@@ -48,12 +58,33 @@ impl StepCost {
         steps * self.fixed_seconds + tokens * self.seconds_per_token + keys * self.seconds_per_key
     }
 
+    /// The cost of steps that read through a sink window: their keys at the windowed key's time.
+    pub fn through_window(self) -> Self {
+        StepCost {
+            seconds_per_key: self.seconds_per_windowed_key,
+            ..self
+        }
+    }
+
     /// One pace for tokens' products and keys weighed at `attention_weight` tokens a key.
     pub fn weighed(fixed_seconds: f64, seconds_per_work: f64, attention_weight: f64) -> Self {
+        let seconds_per_key = attention_weight * seconds_per_work;
         StepCost {
             fixed_seconds,
             seconds_per_token: seconds_per_work,
-            seconds_per_key: attention_weight * seconds_per_work,
+            seconds_per_key,
+            seconds_per_windowed_key: seconds_per_key,
+        }
+    }
+
+    /// This cost with a windowed key's time measured by `windowed` steps where they measure it.
+    pub fn with_windowed_keys(self, windowed: &RecentSteps) -> Self {
+        match windowed.windowed_key_micros(&self) {
+            Some(micros) => StepCost {
+                seconds_per_windowed_key: micros / 1e6,
+                ..self
+            },
+            None => self,
         }
     }
 }
@@ -135,6 +166,7 @@ impl RecentSteps {
                 fixed_seconds: fixed / 1e6,
                 seconds_per_token: per_token / 1e6,
                 seconds_per_key: per_key / 1e6,
+                seconds_per_windowed_key: per_key / 1e6,
             })
         });
         measured.or_else(|| {
@@ -149,6 +181,28 @@ impl RecentSteps {
                 attention_weight,
             ))
         })
+    }
+}
+
+impl RecentSteps {
+    /// Microseconds a key attended through a sink window costs, these being windowed steps: the
+    /// median over them of what each leaves over `dense`'s fixed part and tokens, per key. None
+    /// where fewer than [`MIN_FITTED_STEPS`] steps attended to keys or the median is not positive.
+    pub fn windowed_key_micros(&self, dense: &StepCost) -> Option<f64> {
+        let per_key: Vec<f64> = self
+            .steps()
+            .iter()
+            .filter(|s| s.keys > 0.0)
+            .map(|s| {
+                let left =
+                    s.micros - 1e6 * (dense.fixed_seconds + s.tokens * dense.seconds_per_token);
+                left / s.keys
+            })
+            .collect();
+        if per_key.len() < MIN_FITTED_STEPS {
+            return None;
+        }
+        median(per_key).filter(|&micros| micros > 0.0)
     }
 }
 
@@ -402,5 +456,45 @@ mod tests {
             (2048, 5_000_000, 8700),
         ]);
         assert_eq!(key_micros(&close.steps(), LLAMA_1B_WEIGHT), None);
+    }
+
+    #[test]
+    fn a_windowed_key_is_what_windowed_steps_leave_over_the_dense_fixed_part_and_tokens() {
+        // Dense: 3 ms a step, 0.5 µs a token, 0.1 ns a key. Through a window of 8,192 keys a row
+        // the kernel is slower: 0.6 ns a key, so a 2,048-row step takes about 14 ms.
+        let dense = StepCost {
+            fixed_seconds: 3e-3,
+            seconds_per_token: 0.5e-6,
+            seconds_per_key: 0.1e-9,
+            seconds_per_windowed_key: 0.1e-9,
+        };
+        let keys = 2048 * 8192;
+        let micros =
+            |rows: u64, keys: u64| (3000.0 + 0.5 * rows as f64 + 6e-4 * keys as f64) as u64;
+        let mut windowed = RecentSteps::default();
+        windowed.push(2048, keys, micros(2048, keys));
+        windowed.push(2048, keys, micros(2048, keys));
+        assert_eq!(windowed.windowed_key_micros(&dense), None, "two steps");
+        assert_eq!(dense.with_windowed_keys(&windowed), dense);
+        // A third step, and a cold one four times as slow that the median leaves out.
+        windowed.push(700, 700 * 8192, micros(700, 700 * 8192));
+        windowed.push(2048, keys, 4 * micros(2048, keys));
+        let cost = dense.with_windowed_keys(&windowed);
+        assert!(
+            (cost.seconds_per_windowed_key - 0.6e-9).abs() < 0.01e-9,
+            "{cost:?}"
+        );
+        assert_eq!(cost.seconds_per_key, dense.seconds_per_key);
+        let step = cost.through_window().seconds(1.0, 2048.0, keys as f64);
+        assert!(
+            (step - micros(2048, keys) as f64 / 1e6).abs() < 1e-5,
+            "{step}"
+        );
+        // Steps that leave nothing over the dense fit measure no windowed key.
+        let mut fast = RecentSteps::default();
+        for _ in 0..4 {
+            fast.push(2048, keys, 3000);
+        }
+        assert_eq!(fast.windowed_key_micros(&dense), None);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
@@ -55,7 +55,9 @@ pub struct GenerateArgs {
     /// read a prompt of the first one's length once (its tokens in reverse order, so the prefix cache
     /// serves none of it), as an engine that has served before: the first pass on a device pays
     /// one-off costs (kernel loading, library heuristics, clocks). Neither read counts in the
-    /// engine's measures, so the timed requests' reading estimates rest on their own steps alone.
+    /// engine's measures. Then it calibrates the reading estimates, as `docqa serve` does on a GPU:
+    /// a prompt of four steps and three short ones, whose steps the first timed request's estimate
+    /// rests on.
     #[arg(long)]
     warm_up: bool,
     /// A system message to put before the prompt.
@@ -150,12 +152,16 @@ fn generate_on<B: Grouped>(
         let reversed: Vec<u32> = prompts[0].iter().rev().copied().collect();
         let tokens = reversed.len();
         let took = core.warm_up_on(reversed)?;
+        let calibration = core.calibrate(None, Duration::ZERO)?;
         eprintln!(
             "[warm-up: {tokens} prompt tokens in {:.3} s, after the engine's own warm-up ({} prompt \
-             tokens, then halves down to 8) in {:.3} s; neither counts in the reading estimates]",
+             tokens, then halves down to 8) in {:.3} s; neither counts in the reading estimates, \
+             which the calibration's {} prompt tokens read in {:.3} s start from]",
             took.as_secs_f64(),
             engine.prompt_tokens,
-            engine.took.as_secs_f64()
+            engine.took.as_secs_f64(),
+            calibration.dense_tokens,
+            calibration.took.as_secs_f64()
         );
     }
     for _ in 0..args.repeat.max(1) {

@@ -387,12 +387,15 @@ pub const STREAMING_SINK_TOKENS: usize = 4;
 /// as many recent tokens as the context holds, less what the KV cache needs beside them (a prefill
 /// chunk and two partial blocks).
 pub fn streaming_window(state: &AppState) -> SinkWindow {
+    streaming_window_for(state.max_context, state.kv_capacity_tokens)
+}
+
+/// [`streaming_window`] of a model's context and a KV cache's capacity, in tokens.
+pub fn streaming_window_for(max_context: usize, kv_capacity_tokens: usize) -> SinkWindow {
     let engine = EngineConfig::default();
-    let cache_room = state
-        .kv_capacity_tokens
-        .saturating_sub(engine.max_num_batched_tokens + 2 * engine.block_size);
-    let window = state
-        .max_context
+    let cache_room =
+        kv_capacity_tokens.saturating_sub(engine.max_num_batched_tokens + 2 * engine.block_size);
+    let window = max_context
         .min(cache_room)
         .saturating_sub(STREAMING_SINK_TOKENS);
     SinkWindow {

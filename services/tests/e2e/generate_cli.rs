@@ -1,7 +1,7 @@
 //! `docqa generate` as benchmarks run it: a warm-up before the timed requests (the engine's own, then a
-//! prompt of the first one's length), which serves none of them from the prefix cache, counts in none
-//! of the reading estimates and prints nothing to stdout; several prompts asked in turn, each report
-//! with the engine's reading estimate.
+//! prompt of the first one's length), which serves none of them from the prefix cache and prints
+//! nothing to stdout, then a calibration whose steps the reading estimates start from; several prompts
+//! asked in turn, each report with the engine's reading estimate.
 
 use std::process::Command;
 
@@ -69,7 +69,8 @@ fn a_warm_up_reads_the_prompt_length_once_and_leaves_the_timed_answers_alone() {
 }
 
 #[test]
-fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_no_warm_up_entered() {
+fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_from_the_calibration()
+{
     let dir = tempfile::tempdir().unwrap();
     // Three prompts of distinct lengths and first words (so no prefix is cached between them), raw.
     let lengths = [1100, 30, 300];
@@ -85,7 +86,7 @@ fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_no
         .collect();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_docqa"));
     // The warm-up reads the engine's own prompts and the first prompt reversed (1,100 tokens), and
-    // counts none of them.
+    // counts none of them; the calibration after it counts its own.
     cmd.args([
         "generate",
         "--device",
@@ -111,14 +112,13 @@ fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_no
         tokens[0] > tokens[2] && tokens[2] > tokens[1],
         "asked in the order given: {tokens:?}"
     );
-    // Nothing counted was read before the first, so the engine has no pace yet; after it (over a
-    // thousand tokens) every report gives one.
+    // The calibration after the warm-up read four steps of 256 and prompts of 128, 32 and 8 tokens,
+    // and kept their measure: every report has an estimate, the first one too.
     assert!(
-        reports[0].ends_with("reading estimated: none yet]"),
-        "{}",
-        reports[0]
+        err.contains("which the calibration's 1192 prompt tokens read in"),
+        "{err}"
     );
-    for r in &reports[1..] {
+    for r in &reports {
         let estimate = r
             .rsplit("reading estimated: ")
             .next()
@@ -127,6 +127,21 @@ fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_no
             .unwrap_or_else(|| panic!("no estimate in {r}"));
         assert!(estimate > 0.0, "{r}");
     }
+}
+
+#[test]
+fn without_a_warm_up_the_first_report_has_no_reading_estimate() {
+    let out = support::succeed(
+        Command::new(env!("CARGO_BIN_EXE_docqa"))
+            .args(["generate", "--device", "cpu", "--raw", "--max-tokens", "1"])
+            .args(["--prompt", "alpha bravo charlie"]),
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    let report = err
+        .lines()
+        .find(|l| l.contains("from the prefix cache"))
+        .unwrap_or_else(|| panic!("no report in {err}"));
+    assert!(report.ends_with("reading estimated: none yet]"), "{report}");
 }
 
 fn generate(extra: &[&str]) -> std::process::Output {
