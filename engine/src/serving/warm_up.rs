@@ -108,10 +108,10 @@ impl<B: Backend> EngineCore<B> {
     /// Measures the prefill steps the reading-time estimates are fitted to, on a warmed-up engine:
     /// reads a prompt of [`CALIBRATION_CHUNKS`] steps (fewer where the context or the KV cache is
     /// smaller), then prompts of a half, an eighth and a thirty-second of a step, then, where `window`
-    /// is given and the steps so far put it within `windowed_within` (see
-    /// [`WINDOWED_CALIBRATION_WITHIN`]), a prompt two steps longer than the window through it. Their KV is forgotten and every counter set back but the
-    /// prefill steps' measure, so the first question's estimate rests on them. Only an idle engine
-    /// calibrates.
+    /// is given, the steps so far put it within `windowed_within` (see [`WINDOWED_CALIBRATION_WITHIN`])
+    /// and the KV cache could hold it whole, a prompt two steps longer than the window through it.
+    /// Their KV is forgotten and every counter set back but the prefill steps' measure, so the first
+    /// question's estimate rests on them. Only an idle engine calibrates.
     pub fn calibrate(
         &mut self,
         window: Option<SinkWindow>,
@@ -165,7 +165,7 @@ impl<B: Backend> EngineCore<B> {
             .stats()
             .prefill_seconds(read)
             .is_some_and(|s| s <= windowed_within.as_secs_f64());
-        if !cheap {
+        if !cheap || tokens > self.kv_capacity_tokens() {
             return Ok((dense, 0));
         }
         let prompt = warm_up_prompt(tokens, self.vocab_size(), CALIBRATION_SALT - 1);
