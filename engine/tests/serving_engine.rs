@@ -465,7 +465,7 @@ fn a_warm_up_on_a_prompt_reads_it_once_and_leaves_no_counts_and_no_cached_kv() {
     let mut core = engine(&cfg);
     let prompt = chat(core.tokenizer(), &qmsum_text(1200));
     let before = counted(&core);
-    let took = core.warm_up_on(prompt.clone()).unwrap();
+    let took = core.warm_up_on(prompt.clone(), None).unwrap();
     assert!(took > std::time::Duration::ZERO);
     assert_eq!(counted(&core), before, "the read left counts behind");
     assert_eq!(core.stats().recent_prefill_steps.len(), 0);
@@ -484,7 +484,7 @@ fn a_warm_up_on_a_prompt_reads_it_once_and_leaves_no_counts_and_no_cached_kv() {
 
     core.add_request(GenerateRequest::new(prompt, greedy(1)))
         .unwrap();
-    let busy = core.warm_up_on(vec![1, 2, 3]).unwrap_err();
+    let busy = core.warm_up_on(vec![1, 2, 3], None).unwrap_err();
     assert!(matches!(busy, EngineError::InvalidBatch(_)), "{busy}");
 }
 

@@ -95,13 +95,18 @@ impl<B: Backend> EngineCore<B> {
         })
     }
 
-    /// Reads `prompt` once and picks one token after it, as a warm-up does: the kernels of its size
-    /// are loaded and its steps run once, and it leaves no trace (no cached KV, no counts, so none of
-    /// its steps enters the reading-time estimates). Returns the time it took. Only an idle engine
-    /// warms up.
-    pub fn warm_up_on(&mut self, prompt: Vec<u32>) -> Result<Duration> {
+    /// Reads `prompt` once (through `window`, if given) and picks one token after it, as a warm-up
+    /// does: the kernels of its size are loaded and its steps run once, and it leaves no trace (no
+    /// cached KV, no counts, so none of its steps enters the reading-time estimates). Returns the
+    /// time it took. Only an idle engine warms up.
+    pub fn warm_up_on(&mut self, prompt: Vec<u32>, window: Option<SinkWindow>) -> Result<Duration> {
         let started = Instant::now();
-        self.leaving_no_trace(|core| core.warm_up_read(GenerateRequest::new(prompt, one_token())))?;
+        let request = GenerateRequest::new(prompt, one_token());
+        let request = match window {
+            Some(w) => request.with_sink_window(w),
+            None => request,
+        };
+        self.leaving_no_trace(|core| core.warm_up_read(request))?;
         Ok(started.elapsed())
     }
 

@@ -183,3 +183,42 @@ fn a_split_the_model_cannot_take_is_refused_with_the_reason() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_prompt_longer_than_the_context_is_read_through_a_sink_window_and_refused_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.txt");
+    // Over SmolLM2's 8,192-token context, raw.
+    std::fs::write(&path, vec!["alpha"; 8400].join(" ")).unwrap();
+    let path = path.display().to_string();
+    let base = [
+        "generate",
+        "--device",
+        "cpu",
+        "--raw",
+        "--max-tokens",
+        "1",
+        "--prompt-file",
+        &path,
+    ];
+    let refused = Command::new(env!("CARGO_BIN_EXE_docqa"))
+        .args(base)
+        .output()
+        .expect("docqa runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("8192"), "{stderr}");
+
+    let out = support::succeed(
+        Command::new(env!("CARGO_BIN_EXE_docqa"))
+            .args(base)
+            .args(["--sink-window", "1024"]),
+    );
+    let err = String::from_utf8(out.stderr).unwrap();
+    let report = err
+        .lines()
+        .find(|l| l.contains("from the prefix cache"))
+        .unwrap_or_else(|| panic!("no report in {err}"));
+    let (tokens, cached) = prompt_and_cached(report);
+    assert!(tokens > 8192 && cached == 0, "{report}");
+}
