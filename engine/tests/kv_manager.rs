@@ -18,6 +18,7 @@ const DENSE: CacheScope = CacheScope {
     namespace: 0,
     sink_window: None,
     transient: false,
+    scratch: false,
 };
 
 fn windowed(num_sink_tokens: usize, window: usize) -> CacheScope {
@@ -28,6 +29,7 @@ fn windowed(num_sink_tokens: usize, window: usize) -> CacheScope {
             window,
         }),
         transient: false,
+        scratch: false,
     }
 }
 

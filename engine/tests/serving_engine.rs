@@ -504,14 +504,14 @@ fn a_calibration_keeps_its_prefill_steps_measure_and_no_kv_nor_any_other_count()
     let calibration = core
         .calibrate(Some(window), std::time::Duration::from_secs(3600))
         .unwrap();
-    // Four steps of 256 at growing offsets, prompts of 128, 32 and 8, then 256 + 2 · 256 tokens
+    // Eight steps of 256 at growing offsets, prompts of 128, 32 and 8, then 256 + 2 · 256 tokens
     // through the window.
-    assert_eq!(calibration.dense_tokens, 1024 + 128 + 32 + 8);
+    assert_eq!(calibration.dense_tokens, 2048 + 128 + 32 + 8);
     assert_eq!(calibration.windowed_tokens, 768);
     let after = core.stats();
-    assert_eq!(after.recent_prefill_steps.len(), 7);
+    assert_eq!(after.recent_prefill_steps.len(), 11);
     assert_eq!(after.recent_windowed_steps.len(), 3);
-    assert_eq!(after.prefill_tokens, 1192 + 768);
+    assert_eq!(after.prefill_tokens, 2216 + 768);
     assert!(after.prefill_keys > 0 && after.prefill_micros > 0);
     // Its reads asked nothing of the prefix cache's counts, finished no request, and left no KV.
     assert_eq!(
@@ -530,8 +530,14 @@ fn a_calibration_keeps_its_prefill_steps_measure_and_no_kv_nor_any_other_count()
         .prefill_seconds(dense_read(6000))
         .expect("an estimate");
     assert!(dense > 0.0, "{dense}");
-    let cost = after.step_cost().expect("a cost");
-    assert_ne!(cost.seconds_per_windowed_key, cost.seconds_per_key);
+    let through_window = after
+        .prefill_seconds(PromptRead {
+            cached: 0,
+            tokens: 6000,
+            window: Some(window),
+        })
+        .expect("an estimate");
+    assert!(through_window > 0.0, "{through_window}");
 
     // Asked to spend no time on the window, it reads none.
     let mut other = engine(&cfg);

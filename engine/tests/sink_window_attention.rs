@@ -253,6 +253,7 @@ fn check_windowed_attention(shape: AttnShape, rng: &mut Rng) {
                 namespace: 0,
                 sink_window,
                 transient: false,
+                scratch: false,
             },
             computed: 0,
         })

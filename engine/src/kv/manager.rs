@@ -83,6 +83,9 @@ pub struct CacheScope {
     /// never written through ([`crate::kv::tiers::TierSettings::write_through`]), so they do not take
     /// the lower tiers' room and bandwidth from documents that are read again.
     pub transient: bool,
+    /// A scratch read (a warm-up's or a calibration's, forgotten when it ends): its blocks are never
+    /// copied to the lower tiers, neither written through nor at their eviction.
+    pub scratch: bool,
 }
 
 impl CacheScope {
@@ -92,6 +95,7 @@ impl CacheScope {
             namespace,
             sink_window: None,
             transient: false,
+            scratch: false,
         }
     }
 }
@@ -663,9 +667,9 @@ impl KvCacheManager {
             entry.parent = Some(hash);
             if let Some(id) = entry.table[b] {
                 self.pool.cache(id, hash, scope.namespace);
-                if !lower_tiers_can_keep(scope, b, kept_below) {
-                    // Evicting it loses nothing a lower tier could keep: it is neither written
-                    // through nor copied down at its eviction.
+                if scope.scratch || !lower_tiers_can_keep(scope, b, kept_below) {
+                    // Evicting it loses nothing a lower tier could (or should) keep: it is neither
+                    // written through nor copied down at its eviction.
                     self.pool.mark_backed(id);
                 } else if !scope.transient && writes_through {
                     self.fresh.push_back(Evicted {

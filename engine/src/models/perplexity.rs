@@ -160,6 +160,7 @@ fn read_stream<B: Backend>(
         namespace: 0,
         sink_window: opts.sink_window,
         transient: false,
+        scratch: false,
     };
     let admission = manager.find_cached_prefix(tokens, scope, false);
     let vocab = cfg.vocab_size;

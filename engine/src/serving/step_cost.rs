@@ -497,4 +497,54 @@ mod tests {
         }
         assert_eq!(fast.windowed_key_micros(&dense), None);
     }
+
+    /// Llama-3.1-8B's key weight: 2 · 4,096 against 4,096 · (4,096 + 2 · 1,024) + 4,096 · 4,096
+    /// + 3 · 4,096 · 14,336 multiply-adds a layer.
+    const LLAMA_8B_WEIGHT: f64 = 8192.0 / 218_103_808.0;
+
+    /// Chunks of 2,048 rows at offsets 0, 2,048, 4,096, … of a 120,000-token read at the
+    /// Llama-3.1-8B shape on an H100, microseconds (bench/gpu-reports/2026-12-07-windowed-splits-h100/
+    /// gen-8b.txt: the warm-up's reversed read of the meeting).
+    const H100_8B_CHUNKS: [u64; 8] = [
+        44_189, 52_860, 58_966, 62_311, 65_324, 69_650, 73_957, 79_723,
+    ];
+
+    /// The calibration's own four chunks in the same process, and its three short reads.
+    const H100_8B_CALIBRATION: [u64; 4] = [46_662, 57_004, 61_096, 62_984];
+    const H100_8B_SHORT: [(u64, u64); 3] = [(1024, 24_621), (256, 9354), (64, 7756)];
+
+    /// The timed read after it: 58 chunks of 2,048 and one of 1,216, 10.129 s of steps.
+    fn estimate_of_the_120k_read(chunks: &[u64]) -> (Option<f64>, f64) {
+        let keys = |start: u64, rows: u64| (start + 1..=start + rows).sum::<u64>();
+        let mut r = RecentSteps::default();
+        for (i, &us) in chunks.iter().enumerate() {
+            r.push(2048, keys(2048 * i as u64, 2048), us);
+        }
+        for (rows, us) in H100_8B_SHORT {
+            r.push(rows, keys(0, rows), us);
+        }
+        let fit = r.fit(LLAMA_8B_WEIGHT).expect("a fit");
+        let measured = key_micros(&r.steps(), LLAMA_8B_WEIGHT);
+        let estimate = (0..58)
+            .map(|i| (i * 2048, 2048))
+            .chain([(58 * 2048, 1216)])
+            .map(|(start, rows)| fit.seconds(1.0, rows as f64, keys(start, rows) as f64))
+            .sum();
+        (measured, estimate)
+    }
+
+    #[test]
+    fn eight_chunks_measure_an_8b_models_key_where_four_uneven_ones_do_not() {
+        let took = 10.129;
+        // The first four chunks' slopes run from 1.9 to 10.3 ms a chunk: not trusted, keys weighed.
+        let (measured, weighed) = estimate_of_the_120k_read(&H100_8B_CALIBRATION);
+        assert_eq!(measured, None);
+        assert!((0.85..0.92).contains(&(weighed / took)), "{weighed} s");
+        // Eight chunks agree on about 1 ns a key (4.3 ms a chunk further in), and the estimate
+        // comes within a few per cent.
+        let (measured, estimate) = estimate_of_the_120k_read(&H100_8B_CHUNKS);
+        let per_key = measured.expect("a key's time") * 1e3;
+        assert!((0.95..1.1).contains(&per_key), "{per_key} ns");
+        assert!((0.95..1.05).contains(&(estimate / took)), "{estimate} s");
+    }
 }

@@ -32,8 +32,9 @@ pub const WARM_UP_NAMESPACE: CacheNamespace = u64::MAX;
 const DECODED_TOKENS: usize = 4;
 
 /// Steps of one size the calibration's long prompt is read in, each further into it: three or
-/// more measure a key's time ([`super::step_cost`]).
-const CALIBRATION_CHUNKS: usize = 4;
+/// more measure a key's time ([`super::step_cost`]); at the Llama-3.1-8B shape on an H100 four were
+/// too uneven to, eight agreed within a ninth (its test there).
+const CALIBRATION_CHUNKS: usize = 8;
 
 /// The calibration's short prompts, as shares of a step: with the long prompt's steps they tell a
 /// step's fixed time from its tokens'.
@@ -222,11 +223,11 @@ impl<B: Backend> EngineCore<B> {
         Ok(decoded)
     }
 
-    /// `request` run to its end in the warm-up namespace, its blocks never written through to the
-    /// lower KV tiers (they are forgotten when it ends); returns the tokens it decoded.
+    /// `request` run to its end in the warm-up namespace, its blocks never copied to the lower KV
+    /// tiers (they are forgotten when it ends); returns the tokens it decoded.
     fn warm_up_read(&mut self, request: GenerateRequest) -> Result<usize> {
         let mut request = request.in_cache_namespace(WARM_UP_NAMESPACE);
-        request.cache_scope.transient = true;
+        request.cache_scope.scratch = true;
         let id = self.add_request(request)?;
         self.run_warm_up().or_else(|e| {
             self.abort(id)?;

@@ -82,6 +82,7 @@ pub async fn forget_cached_kv(state: &AppState, tenant_id: &str, doc: &Document)
             namespace,
             sink_window,
             transient: false,
+            scratch: false,
         };
         forgotten += state
             .engine

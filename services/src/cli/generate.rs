@@ -60,7 +60,7 @@ pub struct GenerateArgs {
     /// serves none of it), as an engine that has served before: the first pass on a device pays
     /// one-off costs (kernel loading, library heuristics, clocks). Neither read counts in the
     /// engine's measures. Then it calibrates the reading estimates, as `docqa serve` does on a GPU:
-    /// a prompt of four steps and three short ones, whose steps the first timed request's estimate
+    /// a prompt of eight steps and three short ones, whose steps the first timed request's estimate
     /// rests on.
     #[arg(long)]
     warm_up: bool,

@@ -137,6 +137,7 @@ pub fn cache_scope(namespace: u64, prepared: &Prepared) -> CacheScope {
         namespace,
         sink_window: prepared.sink_window,
         transient: prepared.route == types::Route::Rag,
+        scratch: false,
     }
 }
 

@@ -112,10 +112,10 @@ fn several_prompt_files_are_asked_in_turn_each_report_with_a_reading_estimate_fr
         tokens[0] > tokens[2] && tokens[2] > tokens[1],
         "asked in the order given: {tokens:?}"
     );
-    // The calibration after the warm-up read four steps of 256 and prompts of 128, 32 and 8 tokens,
+    // The calibration after the warm-up read eight steps of 256 and prompts of 128, 32 and 8 tokens,
     // and kept their measure: every report has an estimate, the first one too.
     assert!(
-        err.contains("which the calibration's 1192 prompt tokens read in"),
+        err.contains("which the calibration's 2216 prompt tokens (0 through the window) read in"),
         "{err}"
     );
     for r in &reports {

@@ -104,9 +104,8 @@ pub struct CudaBackend {
     decode_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
     /// Split outputs and (reference, sum) pairs of windowed prefill ([`windowed_splits`]); only grow.
     prefill_parts: Mutex<Option<(CudaSlice<f32>, CudaSlice<f32>)>>,
-    /// Splits of a windowed prefill launch; 0 leaves them to the split policy. One by default: the
-    /// split form has not yet passed gpu-check on a GPU (BENCHMARKS.md, "Sink-window prefill in
-    /// splits").
+    /// Splits of a windowed prefill launch; 0 (the default) leaves them to the split policy
+    /// ([`windowed_splits::splits_for`]; BENCHMARKS.md, "Sink-window prefill in splits").
     windowed_splits: AtomicUsize,
     /// The device staging and pinned bounce buffers KV blocks pass through to and from the host, and
     /// where the host tier's pinned memory lies.
@@ -193,7 +192,7 @@ impl CudaBackend {
                 std::env::var("DOCQA_CUDA_WINDOWED_SPLITS")
                     .ok()
                     .and_then(|v| v.parse().ok())
-                    .unwrap_or(1),
+                    .unwrap_or(0),
             ),
             staging: Mutex::new(kv_blocks::Staging::default()),
             mapped: Mutex::new(kv_mapped::MappedTransfers::default()),

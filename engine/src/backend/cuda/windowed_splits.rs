@@ -13,9 +13,9 @@ use super::{CudaBackend, cuda_err};
 use crate::backend::AttnShape;
 use crate::error::Result;
 
-/// Resident blocks an SM a split launch aims for.
-const BLOCKS_PER_SM: usize = 4;
-/// Most splits of one launch.
+/// Blocks of the windowed kernels an SM holds at once (252–255 registers a thread, 128 threads).
+const RESIDENT_BLOCKS_PER_SM: usize = 2;
+/// Splits of a launch that does not fill the GPU once, and the most of any launch.
 const MAX_SPLITS: usize = 8;
 
 /// Whether the windowed prefill kernel over `dtype` pools (`bf16`, `int8`) at `head_dim` has a split
@@ -25,13 +25,15 @@ pub(super) fn has_split_form(dtype: &str, head_dim: usize) -> bool {
 }
 
 /// Splits of a windowed prefill launch of `blocks` blocks (a query tile and head each) on `sms` SMs:
-/// as many as bring the launch to about [`BLOCKS_PER_SM`] blocks an SM, at most [`MAX_SPLITS`];
-/// `fixed` (above 0) instead.
+/// [`MAX_SPLITS`] where the launch is less than one wave of resident blocks, none otherwise; `fixed`
+/// (above 0) instead. On an H100 (BENCHMARKS.md, "Sink-window prefill in splits"), a 2,048-row step
+/// at SmolLM2's 9 heads (153 blocks, 0.6 of a wave) took 0.349 ms a layer in one split, 0.351 in two,
+/// 0.275 in four and 0.249 in eight; at Llama-3.2-1B's 32 heads (544 blocks, 2.1 waves) 0.689 ms in
+/// one and 0.716–0.809 in two to eight.
 pub(super) fn splits_for(blocks: usize, sms: usize, fixed: usize) -> usize {
     match fixed {
-        0 => (BLOCKS_PER_SM * sms)
-            .div_ceil(blocks.max(1))
-            .clamp(1, MAX_SPLITS),
+        0 if blocks < RESIDENT_BLOCKS_PER_SM * sms => MAX_SPLITS,
+        0 => 1,
         n => n,
     }
 }
@@ -39,7 +41,7 @@ pub(super) fn splits_for(blocks: usize, sms: usize, fixed: usize) -> usize {
 impl CudaBackend {
     /// Fixes the splits of windowed prefill launches (1: none), or with `None` leaves them to
     /// [`splits_for`]'s policy; for checks and benchmarks that compare them
-    /// (`DOCQA_CUDA_WINDOWED_SPLITS` sets it at start: 0 the policy, N that many; unset, one split).
+    /// (`DOCQA_CUDA_WINDOWED_SPLITS` sets it at start: N that many; unset or 0, the policy).
     pub fn set_windowed_prefill_splits(&self, splits: Option<usize>) {
         self.windowed_splits
             .store(splits.unwrap_or(0), Ordering::Relaxed);
@@ -94,13 +96,16 @@ mod tests {
     use super::splits_for;
 
     #[test]
-    fn a_windowed_step_with_a_block_an_sm_is_split_four_ways_and_a_full_launch_is_not() {
-        // SmolLM2's 9 heads, a 2,048-row step in 128-row tiles (17 a head with the partial one).
-        assert_eq!(splits_for(17 * 9, 132, 0), 4);
-        // 32 heads: 544 blocks already fill the GPU four deep.
+    fn a_windowed_step_under_one_wave_is_split_eight_ways_and_a_fuller_launch_is_not() {
+        // SmolLM2's 9 heads, a 2,048-row step in 128-row tiles (17 a head with the partial one):
+        // 153 blocks against 264 resident at once on 132 SMs.
+        assert_eq!(splits_for(17 * 9, 132, 0), 8);
+        // 32 heads: 544 blocks, two waves and more.
         assert_eq!(splits_for(17 * 32, 132, 0), 1);
-        // A one-row step: at most eight.
+        assert_eq!(splits_for(264, 132, 0), 1);
         assert_eq!(splits_for(9, 132, 0), 8);
+        // Fixed counts are taken as they are.
         assert_eq!(splits_for(9, 132, 1), 1);
+        assert_eq!(splits_for(17 * 32, 132, 4), 4);
     }
 }
