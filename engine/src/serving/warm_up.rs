@@ -33,7 +33,7 @@ const DECODED_TOKENS: usize = 4;
 
 /// Steps of one size the calibration's long prompt is read in, each further into it: three or
 /// more measure a key's time ([`super::step_cost`]); at the Llama-3.1-8B shape on an H100 four were
-/// too uneven to, eight agreed within a ninth (its test there).
+/// too uneven to, eight agreed within a ninth (the step cost's tests replay them).
 const CALIBRATION_CHUNKS: usize = 8;
 
 /// The calibration's short prompts, as shares of a step: with the long prompt's steps they tell a
@@ -158,10 +158,22 @@ impl<B: Backend> EngineCore<B> {
             self.warm_up_read(GenerateRequest::new(prompt, one_token()))?;
             dense += tokens;
         }
-        let Some(window) = window else {
-            return Ok((dense, 0));
+        let windowed = match window {
+            Some(window) => self.calibration_read_through(window, windowed_within)?,
+            None => 0,
         };
-        let tokens = window.num_sink_tokens + window.window + 2 * step;
+        Ok((dense, windowed))
+    }
+
+    /// The calibration's read through `window`, two steps longer than it, where the steps so far
+    /// put it within `windowed_within` and the KV cache could hold it whole; returns its tokens (0
+    /// where it was not read).
+    fn calibration_read_through(
+        &mut self,
+        window: SinkWindow,
+        windowed_within: Duration,
+    ) -> Result<usize> {
+        let tokens = window.num_sink_tokens + window.window + 2 * self.step_tokens().max(1);
         let read = PromptRead {
             cached: 0,
             tokens,
@@ -172,11 +184,11 @@ impl<B: Backend> EngineCore<B> {
             .prefill_seconds(read)
             .is_some_and(|s| s <= windowed_within.as_secs_f64());
         if !cheap || tokens > self.kv_capacity_tokens() {
-            return Ok((dense, 0));
+            return Ok(0);
         }
         let prompt = warm_up_prompt(tokens, self.vocab_size(), CALIBRATION_SALT - 1);
         self.warm_up_read(GenerateRequest::new(prompt, one_token()).with_sink_window(window))?;
-        Ok((dense, tokens))
+        Ok(tokens)
     }
 
     /// Runs `work` on an idle engine, then forgets the warm-up namespace's KV and sets the counters
