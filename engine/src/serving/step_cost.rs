@@ -513,14 +513,25 @@ mod tests {
     const H100_8B_CALIBRATION: [u64; 4] = [46_662, 57_004, 61_096, 62_984];
     const H100_8B_SHORT: [(u64, u64); 3] = [(1024, 24_621), (256, 9354), (64, 7756)];
 
+    /// A later process with the calibration of eight chunks (`3-gen-8b-eight-chunks.txt`), and its
+    /// short reads; its timed read's steps took 10.029 s.
+    const H100_8B_EIGHT_CHUNKS: [u64; 8] = [
+        46_679, 56_600, 61_473, 64_287, 68_095, 71_200, 74_933, 78_726,
+    ];
+    const H100_8B_EIGHT_SHORT: [(u64, u64); 3] = [(1024, 24_467), (256, 9216), (64, 7630)];
+
     /// The timed read after it: 58 chunks of 2,048 and one of 1,216, 10.129 s of steps.
     fn estimate_of_the_120k_read(chunks: &[u64]) -> (Option<f64>, f64) {
+        estimate_of_the_120k_read_with(chunks, &H100_8B_SHORT)
+    }
+
+    fn estimate_of_the_120k_read_with(chunks: &[u64], short: &[(u64, u64)]) -> (Option<f64>, f64) {
         let keys = |start: u64, rows: u64| (start + 1..=start + rows).sum::<u64>();
         let mut r = RecentSteps::default();
         for (i, &us) in chunks.iter().enumerate() {
             r.push(2048, keys(2048 * i as u64, 2048), us);
         }
-        for (rows, us) in H100_8B_SHORT {
+        for &(rows, us) in short {
             r.push(rows, keys(0, rows), us);
         }
         let fit = r.fit(LLAMA_8B_WEIGHT).expect("a fit");
@@ -546,5 +557,12 @@ mod tests {
         let per_key = measured.expect("a key's time") * 1e3;
         assert!((0.95..1.1).contains(&per_key), "{per_key} ns");
         assert!((0.95..1.05).contains(&(estimate / took)), "{estimate} s");
+        // The calibration of eight chunks as it ran later: its chunks agree on 0.87 ns a key, where
+        // the read's later chunks cost about 1 ns each, so it comes to 0.92 of the read.
+        let (measured, estimate) =
+            estimate_of_the_120k_read_with(&H100_8B_EIGHT_CHUNKS, &H100_8B_EIGHT_SHORT);
+        let per_key = measured.expect("a key's time") * 1e3;
+        assert!((0.8..0.95).contains(&per_key), "{per_key} ns");
+        assert!((0.9..0.95).contains(&(estimate / 10.029)), "{estimate} s");
     }
 }
