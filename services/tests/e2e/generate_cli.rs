@@ -17,6 +17,14 @@ fn prompt_and_cached(line: &str) -> (usize, usize) {
     (numbers[0], numbers[1])
 }
 
+/// The first answer's report line in `docqa generate`'s stderr.
+fn first_report(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.contains("from the prefix cache"))
+        .unwrap_or_else(|| panic!("no report in {stderr}"))
+}
+
 #[test]
 fn a_warm_up_reads_the_prompt_length_once_and_leaves_the_timed_answers_alone() {
     let run = |extra: &[&str]| {
@@ -137,10 +145,7 @@ fn without_a_warm_up_the_first_report_has_no_reading_estimate() {
             .args(["--prompt", "alpha bravo charlie"]),
     );
     let err = String::from_utf8(out.stderr).unwrap();
-    let report = err
-        .lines()
-        .find(|l| l.contains("from the prefix cache"))
-        .unwrap_or_else(|| panic!("no report in {err}"));
+    let report = first_report(&err);
     assert!(report.ends_with("reading estimated: none yet]"), "{report}");
 }
 
@@ -215,10 +220,7 @@ fn a_prompt_longer_than_the_context_is_read_through_a_sink_window_and_refused_wi
             .args(["--sink-window", "1024"]),
     );
     let err = String::from_utf8(out.stderr).unwrap();
-    let report = err
-        .lines()
-        .find(|l| l.contains("from the prefix cache"))
-        .unwrap_or_else(|| panic!("no report in {err}"));
+    let report = first_report(&err);
     let (tokens, cached) = prompt_and_cached(report);
     assert!(tokens > 8192 && cached == 0, "{report}");
 }
