@@ -71,7 +71,8 @@ pub async fn run_with(
         trained_context,
     } = start_engine(&config, &models.generator, adapter.as_ref(), backend)?;
     drop(adapter);
-    let kv_capacity_tokens = engine.stats().total_blocks * EngineConfig::default().block_size;
+    let engine_stats = engine.stats();
+    let kv_capacity_tokens = engine_stats.total_blocks * EngineConfig::default().block_size;
     eprintln!("docqa: the KV cache holds {kv_capacity_tokens} tokens");
     let bert = config.device.load_embedder(&models.embedder)?;
     eprintln!(
@@ -104,6 +105,7 @@ pub async fn run_with(
         max_context,
         trained_context,
         kv_capacity_tokens,
+        step_tokens: engine_stats.step_tokens,
         metrics: Metrics::new(),
         jobs_queued: Notify::new(),
         shutdown: CancellationToken::new(),
@@ -322,8 +324,13 @@ fn spawn_engine<B: Grouped>(
 /// estimates rest on reads of several steps (and through the long path's sink window, where that is
 /// quick) rather than on the first short prompts alone.
 fn calibrate<B: Grouped>(core: &mut EngineCore<B>) -> anyhow::Result<()> {
-    let kv_capacity_tokens = core.stats().total_blocks * EngineConfig::default().block_size;
-    let window = crate::qa::prompt::streaming_window_for(core.max_context(), kv_capacity_tokens);
+    let stats = core.stats();
+    let kv_capacity_tokens = stats.total_blocks * EngineConfig::default().block_size;
+    let window = crate::qa::prompt::streaming_window_for(
+        core.max_context(),
+        kv_capacity_tokens,
+        stats.step_tokens,
+    );
     let calibration = core
         .calibrate(Some(window), WINDOWED_CALIBRATION_WITHIN)
         .context("calibrating the reading-time estimates")?;

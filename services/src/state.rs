@@ -39,6 +39,9 @@ pub struct AppState {
     pub trained_context: usize,
     /// Tokens the whole KV cache holds (one request can never be longer).
     pub kv_capacity_tokens: usize,
+    /// Prompt tokens the engine computes in one step: a read through the sink window holds them in
+    /// the KV cache beside the window.
+    pub step_tokens: usize,
     /// Name of the generator model, as `/v1/models` reports it.
     pub model_name: String,
     /// The LoRA adapter merged into the generator (`none` for the base model).

@@ -384,17 +384,25 @@ pub async fn long(
 pub const STREAMING_SINK_TOKENS: usize = 4;
 
 /// The window the long path streams through when a scope does not fit the model's window: the sinks and
-/// as many recent tokens as the context holds, less what the KV cache needs beside them (a prefill
-/// chunk and two partial blocks).
+/// as many recent tokens as the context holds, less what the KV cache needs beside them (one engine
+/// step's prompt tokens and two partial blocks).
 pub fn streaming_window(state: &AppState) -> SinkWindow {
-    streaming_window_for(state.max_context, state.kv_capacity_tokens)
+    streaming_window_for(
+        state.max_context,
+        state.kv_capacity_tokens,
+        state.step_tokens,
+    )
 }
 
-/// [`streaming_window`] of a model's context and a KV cache's capacity, in tokens.
-pub fn streaming_window_for(max_context: usize, kv_capacity_tokens: usize) -> SinkWindow {
-    let engine = EngineConfig::default();
-    let cache_room =
-        kv_capacity_tokens.saturating_sub(engine.max_num_batched_tokens + 2 * engine.block_size);
+/// [`streaming_window`] of a model's context, a KV cache's capacity and the prompt tokens an engine
+/// step computes, in tokens.
+pub fn streaming_window_for(
+    max_context: usize,
+    kv_capacity_tokens: usize,
+    step_tokens: usize,
+) -> SinkWindow {
+    let block_size = EngineConfig::default().block_size;
+    let cache_room = kv_capacity_tokens.saturating_sub(step_tokens + 2 * block_size);
     let window = max_context
         .min(cache_room)
         .saturating_sub(STREAMING_SINK_TOKENS);
@@ -414,4 +422,58 @@ pub async fn long_prefix(state: &AppState, doc: &Document) -> Result<Vec<u32>, A
     // so only tokens shared with every question on this document remain.
     prompt.truncate(prompt.len().saturating_sub(32));
     Ok(prompt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use docqa_engine::kv::manager::{KvCacheConfig, KvCacheManager};
+
+    /// The engine's own check of whether a read of `tokens` through `window`, `step` tokens a step,
+    /// ever fits a pool of `capacity` tokens.
+    fn engine_fits(capacity: usize, tokens: usize, step: usize, window: SinkWindow) -> bool {
+        let block_size = EngineConfig::default().block_size;
+        let kv = KvCacheManager::new(KvCacheConfig {
+            block_size,
+            num_blocks: capacity / block_size,
+            enable_prefix_caching: true,
+            cache_salt: 0,
+        })
+        .unwrap();
+        kv.can_ever_fit(tokens, step, Some(window))
+    }
+
+    #[test]
+    fn a_streaming_window_leaves_room_for_the_devices_step_in_a_kv_cache_smaller_than_the_context()
+    {
+        let (context, capacity) = (131_072, 40_960);
+        for step in [256, 512, 2048, 8192] {
+            let window = streaming_window_for(context, capacity, step);
+            assert!(
+                engine_fits(capacity, 1_000_000, step, window),
+                "a window of {} tokens read {step} tokens a step does not fit {capacity} tokens",
+                window.window
+            );
+            assert!(
+                !engine_fits(
+                    capacity,
+                    1_000_000,
+                    step,
+                    SinkWindow {
+                        window: window.window + 16,
+                        ..window
+                    }
+                ),
+                "a window of {} tokens leaves a block unused at {step} tokens a step",
+                window.window
+            );
+        }
+    }
+
+    #[test]
+    fn a_streaming_window_is_the_models_context_where_the_kv_cache_holds_more() {
+        let window = streaming_window_for(8_192, 1_000_000, 2048);
+        assert_eq!(window.num_sink_tokens, STREAMING_SINK_TOKENS);
+        assert_eq!(window.window, 8_192 - STREAMING_SINK_TOKENS);
+    }
 }
