@@ -9,6 +9,7 @@ mod real_model;
 mod bert_minilm;
 mod cpu_attention;
 mod cpu_ops;
+mod family_gguf;
 mod family_parity;
 mod kv_manager;
 mod kv_tiers_engine;

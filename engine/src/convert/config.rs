@@ -1,7 +1,9 @@
 //! HF `config.json`, `generation_config.json` and `tokenizer_config.json` built from GGUF metadata.
 //!
-//! The GGUF `llama.*` keys map one to one onto `LlamaForCausalLM` hyper-parameters; special token ids
-//! come from `tokenizer.ggml.*`. Only the fields HF Llama loaders read are written.
+//! The GGUF `llama.*` and `qwen2.*` keys map one to one onto `LlamaForCausalLM` and `Qwen2ForCausalLM`
+//! hyper-parameters; RoPE scaling comes from `{arch}.rope.scaling.*` (linear, YaRN) or, for Llama 3.x,
+//! from the `rope_freqs` tensor ([`super::llama3_rope`]); special token ids come from `tokenizer.ggml.*`.
+//! Only the fields HF loaders read are written.
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -51,9 +53,46 @@ impl SpecialTokens {
     }
 }
 
-/// The HF `LlamaForCausalLM` configuration.
+/// The GGUF architectures the converter reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// `llama`: Llama 2 and 3.x, SmolLM2, and Mistral 7B as llama.cpp writes it.
+    Llama,
+    /// `qwen2`: Qwen2 and Qwen2.5, with q/k/v biases.
+    Qwen2,
+}
+
+impl Architecture {
+    /// The architecture `general.architecture` names.
+    pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
+        match gguf.get_str("general.architecture")? {
+            "llama" => Ok(Self::Llama),
+            "qwen2" => Ok(Self::Qwen2),
+            other => Err(EngineError::Convert(format!(
+                "architecture {other} is not supported (llama and qwen2 are)"
+            ))),
+        }
+    }
+
+    /// The metadata key `{arch}.{name}`.
+    pub fn key(self, name: &str) -> String {
+        let arch = match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+        };
+        format!("{arch}.{name}")
+    }
+
+    /// Whether llama.cpp stored the q and k rows of each head in adjacent RoPE pairs (it does for
+    /// `llama`, whose RoPE rotates pairs; `qwen2` rotates halves, as HF does, and keeps HF's rows).
+    pub fn pairs_rope_rows(self) -> bool {
+        self == Self::Llama
+    }
+}
+
+/// The HF `LlamaForCausalLM` or `Qwen2ForCausalLM` configuration.
 #[derive(Debug, Clone, Serialize)]
-pub struct LlamaHfConfig {
+pub struct HfConfig {
     architectures: [&'static str; 1],
     model_type: &'static str,
     hidden_size: u64,
@@ -73,6 +112,8 @@ pub struct LlamaHfConfig {
     pad_token_id: Option<u32>,
     hidden_act: &'static str,
     attention_bias: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    use_sliding_window: Option<bool>,
     mlp_bias: bool,
     attention_dropout: f64,
     initializer_range: f64,
@@ -81,56 +122,58 @@ pub struct LlamaHfConfig {
     torch_dtype: &'static str,
 }
 
-impl LlamaHfConfig {
-    /// Builds the config from a `general.architecture = llama` GGUF.
+impl HfConfig {
+    /// Builds the config from a `general.architecture = llama` or `qwen2` GGUF.
     pub fn from_gguf(gguf: &GgufFile, special: &SpecialTokens, tied: bool) -> Result<Self> {
-        let arch = gguf.get_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(EngineError::Convert(format!(
-                "architecture {arch} is not supported (only llama)"
-            )));
-        }
-        let hidden = gguf.get_u64("llama.embedding_length")?;
-        let heads = gguf.get_u64("llama.attention.head_count")?;
+        let arch = Architecture::from_gguf(gguf)?;
+        let key = |name: &str| arch.key(name);
+        let hidden = gguf.get_u64(&key("embedding_length"))?;
+        let heads = gguf.get_u64(&key("attention.head_count"))?;
         let head_dim = match gguf
-            .get("llama.rope.dimension_count")
+            .get(&key("rope.dimension_count"))
             .and_then(|v| v.as_u64())
         {
             Some(d) => d,
             None if heads > 0 => hidden / heads,
             None => {
                 return Err(EngineError::metadata(
-                    "llama.attention.head_count",
+                    &key("attention.head_count"),
                     "is zero",
                 ));
             }
         };
-        let vocab_size = match gguf.get("llama.vocab_size").and_then(|v| v.as_u64()) {
+        let vocab_size = match gguf.get(&key("vocab_size")).and_then(|v| v.as_u64()) {
             Some(v) => v,
             None => gguf.get_array("tokenizer.ggml.tokens")?.len() as u64,
         };
+        let rope_theta = shortest_f32(gguf.get_f64(&key("rope.freq_base")).unwrap_or(10_000.0));
+        let (class, model_type) = match arch {
+            Architecture::Llama => ("LlamaForCausalLM", "llama"),
+            Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        };
         Ok(Self {
-            architectures: ["LlamaForCausalLM"],
-            model_type: "llama",
+            architectures: [class],
+            model_type,
             hidden_size: hidden,
-            intermediate_size: gguf.get_u64("llama.feed_forward_length")?,
-            num_hidden_layers: gguf.get_u64("llama.block_count")?,
+            intermediate_size: gguf.get_u64(&key("feed_forward_length"))?,
+            num_hidden_layers: gguf.get_u64(&key("block_count"))?,
             num_attention_heads: heads,
             num_key_value_heads: gguf
-                .get_u64("llama.attention.head_count_kv")
+                .get_u64(&key("attention.head_count_kv"))
                 .unwrap_or(heads),
             head_dim,
-            max_position_embeddings: gguf.get_u64("llama.context_length")?,
-            rms_norm_eps: shortest_f32(gguf.get_f64("llama.attention.layer_norm_rms_epsilon")?),
-            rope_theta: shortest_f32(gguf.get_f64("llama.rope.freq_base").unwrap_or(10_000.0)),
-            rope_scaling: rope_scaling(gguf)?,
+            max_position_embeddings: gguf.get_u64(&key("context_length"))?,
+            rms_norm_eps: shortest_f32(gguf.get_f64(&key("attention.layer_norm_rms_epsilon"))?),
+            rope_theta,
+            rope_scaling: rope_scaling(gguf, arch, rope_theta, head_dim as usize)?,
             vocab_size,
             tie_word_embeddings: tied,
             bos_token_id: special.bos,
             eos_token_id: special.eos,
             pad_token_id: special.pad,
             hidden_act: "silu",
-            attention_bias: false,
+            attention_bias: arch == Architecture::Qwen2,
+            use_sliding_window: (arch == Architecture::Qwen2).then_some(false),
             mlp_bias: false,
             attention_dropout: 0.0,
             initializer_range: 0.02,
@@ -158,17 +201,36 @@ fn shortest_f32(value: f64) -> f64 {
     text.parse().unwrap_or(value)
 }
 
-/// `rope_scaling` from `llama.rope.scaling.*`: null when absent or `none`, `linear` when stated.
-fn rope_scaling(gguf: &GgufFile) -> Result<Option<Value>> {
-    let Some(kind) = gguf.get("llama.rope.scaling.type").and_then(|v| v.as_str()) else {
-        return Ok(None);
+/// `rope_scaling` from `{arch}.rope.scaling.*` (null when absent or `none`; `linear` and `yarn` as
+/// stated), else Llama 3's scaling where a `rope_freqs` tensor holds its per-pair divisors.
+fn rope_scaling(
+    gguf: &GgufFile,
+    arch: Architecture,
+    rope_theta: f64,
+    head_dim: usize,
+) -> Result<Option<Value>> {
+    let Some(kind) = gguf
+        .get(&arch.key("rope.scaling.type"))
+        .and_then(|v| v.as_str())
+    else {
+        return match gguf.tensor_info(super::llama3_rope::ROPE_FREQS) {
+            Some(_) => {
+                let divisors = gguf.tensor_f32(super::llama3_rope::ROPE_FREQS)?;
+                super::llama3_rope::scaling_of(&divisors, rope_theta, head_dim).map(Some)
+            }
+            None => Ok(None),
+        };
     };
+    let factor = || gguf.get_f64(&arch.key("rope.scaling.factor"));
     match kind {
         "none" => Ok(None),
-        "linear" => {
-            let factor = gguf.get_f64("llama.rope.scaling.factor")?;
-            Ok(Some(json!({ "rope_type": "linear", "factor": factor })))
-        }
+        "linear" => Ok(Some(json!({ "rope_type": "linear", "factor": factor()? }))),
+        "yarn" => Ok(Some(json!({
+            "rope_type": "yarn",
+            "factor": factor()?,
+            "original_max_position_embeddings":
+                gguf.get_u64(&arch.key("rope.scaling.original_context_length"))?,
+        }))),
         other => Err(EngineError::Convert(format!(
             "rope scaling {other} is not supported by the converter"
         ))),
@@ -212,6 +274,6 @@ pub fn tokenizer_config(
         "unk_token": text(special.unk),
         "chat_template": chat_template,
         "clean_up_tokenization_spaces": false,
-        "model_max_length": gguf.get_u64("llama.context_length")?,
+        "model_max_length": gguf.get_u64(&Architecture::from_gguf(gguf)?.key("context_length"))?,
     }))
 }

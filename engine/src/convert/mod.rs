@@ -1,4 +1,4 @@
-//! Conversion of a llama.cpp GGUF model into an HF-style model directory, and preparation of the
+//! Conversion of a llama.cpp GGUF model (`llama` or `qwen2` architecture) into an HF-style model directory, and preparation of the
 //! embedder directory.
 //!
 //! [`convert_gguf_to_hf`] writes `model.safetensors` (bf16, HF tensor names and layouts, [`tensors`]),
@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod embedder;
+pub mod llama3_rope;
 pub mod tensors;
 pub mod tokenizer;
 
@@ -16,7 +17,7 @@ use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
-use config::{LlamaHfConfig, SpecialTokens};
+use config::{Architecture, HfConfig, SpecialTokens};
 use tensors::HeadCounts;
 use tokenizer::GgufVocab;
 
@@ -37,13 +38,14 @@ pub fn convert_gguf_to_hf(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     let vocab = GgufVocab::from_gguf(&gguf)?;
 
     // Head counts come from the config so that tensors and config cannot disagree.
-    let probe = LlamaHfConfig::from_gguf(&gguf, &special, true)?;
+    let probe = HfConfig::from_gguf(&gguf, &special, true)?;
     let heads = HeadCounts {
+        paired_rows: Architecture::from_gguf(&gguf)?.pairs_rope_rows(),
         q_heads: probe.num_attention_heads(),
         kv_heads: probe.num_key_value_heads(),
     };
     let has_lm_head = tensors::write_safetensors(&gguf, heads, &out_dir.join("model.safetensors"))?;
-    let config = LlamaHfConfig::from_gguf(&gguf, &special, !has_lm_head)?;
+    let config = HfConfig::from_gguf(&gguf, &special, !has_lm_head)?;
     write_json(
         &out_dir.join("config.json"),
         &serde_json::to_value(&config).map_err(|e| EngineError::json(out_dir, e))?,

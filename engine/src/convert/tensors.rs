@@ -1,10 +1,10 @@
-//! GGUF Llama tensors → HF Llama tensors: names, the Q/K row un-permutation, and bf16 `model.safetensors`.
+//! GGUF tensors → HF tensors: names, the Q/K row un-permutation, and bf16 `model.safetensors`.
 //!
-//! llama.cpp's HF→GGUF converter reorders the rows of `q_proj` and `k_proj` inside every head so that
+//! For `llama` GGUFs, llama.cpp's HF→GGUF converter reorders the rows of `q_proj` and `k_proj` inside every head so that
 //! RoPE can rotate adjacent pairs `(2j, 2j+1)`; HF Llama rotates the two halves `(j, j + head_dim/2)`.
 //! Within a head of `head_dim` rows the converter maps HF row `half · head_dim/2 + j` to GGUF row
 //! `2j + half`; [`unpermute_rows`] applies the inverse, [`permute_rows`] the forward map (used by tests
-//! to prove the round trip).
+//! to prove the round trip). `qwen2` GGUFs keep HF's rows (and add the q/k/v biases).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -40,16 +40,18 @@ impl View for &Bf16Tensor {
     }
 }
 
-/// Head counts needed to undo the RoPE permutation.
+/// Head counts needed to undo the RoPE permutation, and whether there is one to undo.
 #[derive(Debug, Clone, Copy)]
 pub struct HeadCounts {
+    /// Whether q and k rows are in adjacent RoPE pairs ([`super::config::Architecture::pairs_rope_rows`]).
+    pub paired_rows: bool,
     /// Query heads (`llama.attention.head_count`).
     pub q_heads: usize,
     /// Key/value heads (`llama.attention.head_count_kv`).
     pub kv_heads: usize,
 }
 
-/// The HF name of a GGUF Llama tensor, or `None` for tensors HF does not store (e.g. `rope_freqs`).
+/// The HF name of a GGUF Llama or Qwen2 tensor, or `None` for tensors HF does not store (e.g. `rope_freqs`).
 pub fn hf_name(gguf_name: &str) -> Result<Option<String>> {
     let fixed = match gguf_name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
@@ -61,7 +63,7 @@ pub fn hf_name(gguf_name: &str) -> Result<Option<String>> {
     if let Some(name) = fixed {
         return Ok(Some(name.to_owned()));
     }
-    let unknown = || EngineError::Convert(format!("unexpected tensor {gguf_name} in a llama GGUF"));
+    let unknown = || EngineError::Convert(format!("unexpected tensor {gguf_name} in the GGUF"));
     let rest = gguf_name.strip_prefix("blk.").ok_or_else(unknown)?;
     let (layer, part) = rest.split_once('.').ok_or_else(unknown)?;
     let layer: usize = layer.parse().map_err(|_| unknown())?;
@@ -71,6 +73,9 @@ pub fn hf_name(gguf_name: &str) -> Result<Option<String>> {
         "attn_q.weight" => "self_attn.q_proj.weight",
         "attn_k.weight" => "self_attn.k_proj.weight",
         "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_q.bias" => "self_attn.q_proj.bias",
+        "attn_k.bias" => "self_attn.k_proj.bias",
+        "attn_v.bias" => "self_attn.v_proj.bias",
         "attn_output.weight" => "self_attn.o_proj.weight",
         "ffn_gate.weight" => "mlp.gate_proj.weight",
         "ffn_up.weight" => "mlp.up_proj.weight",
@@ -136,15 +141,20 @@ pub fn to_bf16_bytes(values: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Dequantises and converts one tensor to its HF form (un-permuting Q and K).
+/// Dequantises and converts one tensor to its HF form (un-permuting Q and K where they are paired).
 pub fn convert_tensor(gguf: &GgufFile, info: &TensorInfo, heads: HeadCounts) -> Result<Bf16Tensor> {
     let shape = info.shape();
     let mut values = gguf.tensor_f32(&info.name)?;
     let cols = *shape.last().unwrap_or(&1);
-    if info.name.ends_with("attn_q.weight") {
-        values = unpermute_rows(&values, cols, heads.q_heads)?;
+    let paired_heads = if info.name.ends_with("attn_q.weight") {
+        Some(heads.q_heads)
     } else if info.name.ends_with("attn_k.weight") {
-        values = unpermute_rows(&values, cols, heads.kv_heads)?;
+        Some(heads.kv_heads)
+    } else {
+        None
+    };
+    if let Some(n_heads) = paired_heads.filter(|_| heads.paired_rows) {
+        values = unpermute_rows(&values, cols, n_heads)?;
     }
     Ok(Bf16Tensor {
         shape,

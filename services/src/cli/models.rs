@@ -30,7 +30,8 @@ enum ModelsCommand {
         #[arg(long, env = "DOCQA_MODELS_DIR")]
         models_dir: Option<PathBuf>,
     },
-    /// Convert a llama-architecture GGUF file (byte-level BPE vocabulary) into an HF-style directory.
+    /// Convert a GGUF file of the llama (SmolLM2, Llama 3.x) or qwen2 (Qwen2, Qwen2.5) architecture, with a
+    /// byte-level BPE vocabulary and F32, F16, BF16, Q8_0 or Q4_1 tensors, into an HF-style directory.
     Convert {
         /// The GGUF file to read.
         gguf: PathBuf,
