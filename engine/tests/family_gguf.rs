@@ -17,8 +17,7 @@ use docqa_engine::convert::convert_gguf_to_hf;
 use docqa_engine::models::llama::Llama;
 use docqa_engine::text::TextTokenizer;
 
-use common::families::{all_at_once, feed, reference, tokens};
-use common::max_abs_diff;
+use common::families::{all_at_once, assert_matches_transformers, feed, tokens};
 
 /// Largest |Δlogit| allowed against transformers (`family_parity.rs`'s bound).
 const TOLERANCE: f32 = 0.3;
@@ -43,13 +42,7 @@ fn config(dir: &Path) -> serde_json::Value {
 fn matches_transformers(family: &str, dir: &Path) {
     let model = Llama::load(CpuBackend::new(), dir).expect("load the converted directory");
     let got = feed(&model, &tokens(), &all_at_once());
-    let diff = max_abs_diff(&got, &reference(family));
-    assert!(diff <= TOLERANCE, "{family}: logits differ by {diff}");
-    let ablated = max_abs_diff(&got, &reference(&format!("{family}.ablated")));
-    assert!(
-        ablated > 10.0 * TOLERANCE,
-        "{family}: the logits without the family's feature are only {ablated} away"
-    );
+    assert_matches_transformers(family, &got, TOLERANCE);
 }
 
 #[test]

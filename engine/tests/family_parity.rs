@@ -20,8 +20,9 @@ use crate::common;
 use docqa_engine::backend::cpu::CpuBackend;
 use docqa_engine::models::llama::Llama;
 
-use common::families::{all_at_once, feed, golden, prefill_then_decode, reference, tokens};
-use common::max_abs_diff;
+use common::families::{
+    all_at_once, assert_matches_transformers, feed, golden, prefill_then_decode, tokens,
+};
 
 /// Largest |Δlogit| allowed against transformers (see the header).
 const TOLERANCE: f32 = 0.3;
@@ -36,15 +37,7 @@ fn logits(family: &str, pieces: &[usize]) -> Vec<f32> {
 }
 
 fn matches_transformers(family: &str, pieces: &[usize]) {
-    let got = logits(family, pieces);
-    let want = reference(family);
-    let diff = max_abs_diff(&got, &want);
-    assert!(diff <= TOLERANCE, "{family}: logits differ by {diff}");
-    let ablated = max_abs_diff(&got, &reference(&format!("{family}.ablated")));
-    assert!(
-        ablated > 10.0 * TOLERANCE,
-        "{family}: the logits without the family's feature are only {ablated} away"
-    );
+    assert_matches_transformers(family, &logits(family, pieces), TOLERANCE);
 }
 
 #[test]

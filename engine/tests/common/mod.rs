@@ -224,6 +224,19 @@ pub mod families {
         w.get(name).expect("logits tensor").to_f32()
     }
 
+    /// Checks `got` against transformers' logits of `family` within `tolerance`, and that the logits
+    /// with the family's feature switched off are more than ten times that away (the feature is what is
+    /// being checked).
+    pub fn assert_matches_transformers(family: &str, got: &[f32], tolerance: f32) {
+        let diff = super::max_abs_diff(got, &reference(family));
+        assert!(diff <= tolerance, "{family}: logits differ by {diff}");
+        let ablated = super::max_abs_diff(got, &reference(&format!("{family}.ablated")));
+        assert!(
+            ablated > 10.0 * tolerance,
+            "{family}: the logits without the family's feature are only {ablated} away"
+        );
+    }
+
     /// All the tokens in one prefill.
     pub fn all_at_once() -> Vec<usize> {
         vec![tokens().len()]
