@@ -93,6 +93,8 @@ impl Architecture {
 /// The HF `LlamaForCausalLM` or `Qwen2ForCausalLM` configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct HfConfig {
+    #[serde(skip)]
+    architecture: Architecture,
     architectures: [&'static str; 1],
     model_type: &'static str,
     hidden_size: u64,
@@ -152,6 +154,7 @@ impl HfConfig {
             Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         };
         Ok(Self {
+            architecture: arch,
             architectures: [class],
             model_type,
             hidden_size: hidden,
@@ -181,6 +184,16 @@ impl HfConfig {
             use_cache: true,
             torch_dtype: "bfloat16",
         })
+    }
+
+    /// The GGUF architecture it was built from.
+    pub fn architecture(&self) -> Architecture {
+        self.architecture
+    }
+
+    /// The context the model serves, in tokens.
+    pub fn max_position_embeddings(&self) -> u64 {
+        self.max_position_embeddings
     }
 
     /// Number of query heads.
@@ -258,6 +271,7 @@ pub fn generation_config(special: &SpecialTokens, end_of_text: Option<u32>) -> V
 /// `tokenizer_config.json`: token strings, the chat template and the context length.
 pub fn tokenizer_config(
     gguf: &GgufFile,
+    config: &HfConfig,
     special: &SpecialTokens,
     tokens: &[String],
 ) -> Result<Value> {
@@ -274,6 +288,6 @@ pub fn tokenizer_config(
         "unk_token": text(special.unk),
         "chat_template": chat_template,
         "clean_up_tokenization_spaces": false,
-        "model_max_length": gguf.get_u64(&Architecture::from_gguf(gguf)?.key("context_length"))?,
+        "model_max_length": config.max_position_embeddings(),
     }))
 }

@@ -124,13 +124,8 @@ fn least_squares(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     (sxx > 0.0).then(|| (sxy / sxx, my - sxy / sxx * mx))
 }
 
-/// The largest relative difference between `divisors` and those `scaling` gives.
-fn worst_difference(
-    scaling: &RopeScaling,
-    divisors: &[f64],
-    rope_theta: f64,
-    head_dim: usize,
-) -> f64 {
+/// Each pair's frequency divisor under `scaling`: the unscaled frequency over the scaled one.
+fn divisors_of(scaling: &RopeScaling, rope_theta: f64, head_dim: usize) -> Vec<f64> {
     let plain = RopeScaling::None
         .inv_freq(head_dim, rope_theta, 0, 0)
         .inv_freq;
@@ -138,21 +133,27 @@ fn worst_difference(
     plain
         .iter()
         .zip(&scaled)
+        .map(|(&p, &s)| f64::from(p) / f64::from(s))
+        .collect()
+}
+
+/// The largest relative difference between `divisors` and those `scaling` gives.
+fn worst_difference(
+    scaling: &RopeScaling,
+    divisors: &[f64],
+    rope_theta: f64,
+    head_dim: usize,
+) -> f64 {
+    divisors_of(scaling, rope_theta, head_dim)
+        .iter()
         .zip(divisors)
-        .map(|((&p, &s), &d)| ((f64::from(p) / f64::from(s)) / d - 1.0).abs())
+        .map(|(&want, &got)| (want / got - 1.0).abs())
         .fold(0.0, f64::max)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The divisors llama.cpp's converter stores for a Llama 3 scaling, through the engine's own.
-    fn divisors(scaling: &RopeScaling, theta: f64, head_dim: usize) -> Vec<f32> {
-        let plain = RopeScaling::None.inv_freq(head_dim, theta, 0, 0).inv_freq;
-        let scaled = scaling.inv_freq(head_dim, theta, 0, 0).inv_freq;
-        plain.iter().zip(&scaled).map(|(p, s)| p / s).collect()
-    }
 
     fn llama3(factor: f64, high: f64, original: usize) -> RopeScaling {
         RopeScaling::Llama3 {
@@ -163,37 +164,42 @@ mod tests {
         }
     }
 
+    /// The divisors llama.cpp's converter stores for `scaling` (f32, as in the GGUF).
+    fn stored(scaling: &RopeScaling, theta: f64, head_dim: usize) -> Vec<f32> {
+        divisors_of(scaling, theta, head_dim)
+            .iter()
+            .map(|&d| d as f32)
+            .collect()
+    }
+
+    /// The `rope_scaling` recovered from the divisors of Llama 3's scaling with these numbers.
+    fn recovered(factor: f64, original: usize, theta: f64, head_dim: usize) -> Value {
+        let divisors = stored(&llama3(factor, 4.0, original), theta, head_dim);
+        scaling_of(&divisors, theta, head_dim).expect("a Llama 3 scaling")
+    }
+
     #[test]
     fn llama_3_1_8bs_divisors_give_back_its_rope_scaling() {
-        let got = scaling_of(
-            &divisors(&llama3(8.0, 4.0, 8192), 500_000.0, 128),
-            500_000.0,
-            128,
-        );
-        let got = got.unwrap();
+        let got = recovered(8.0, 8192, 500_000.0, 128);
         assert_eq!(got["rope_type"], "llama3");
         assert_eq!(got["factor"], 8.0);
+        assert_eq!(got["low_freq_factor"], 1.0);
         assert_eq!(got["high_freq_factor"], 4.0);
         assert_eq!(got["original_max_position_embeddings"], 8192);
     }
 
     #[test]
     fn llama_3_2s_factor_of_32_is_read_from_the_divisors() {
-        let got = scaling_of(
-            &divisors(&llama3(32.0, 4.0, 8192), 500_000.0, 64),
-            500_000.0,
-            64,
-        );
-        assert_eq!(got.unwrap()["factor"], 32.0);
+        assert_eq!(recovered(32.0, 8192, 500_000.0, 64)["factor"], 32.0);
     }
 
     #[test]
     fn a_head_with_one_blending_pair_or_none_still_gives_a_scaling_that_reproduces_it() {
         for (theta, head_dim, original) in [(500_000.0, 32, 64), (1_000_000.0, 8, 64)] {
-            let want = divisors(&llama3(8.0, 4.0, original), theta, head_dim);
-            let got = scaling_of(&want, theta, head_dim).unwrap();
+            let want = stored(&llama3(8.0, 4.0, original), theta, head_dim);
+            let got = recovered(8.0, original, theta, head_dim);
             let original = got["original_max_position_embeddings"].as_u64().unwrap() as usize;
-            let again = divisors(&llama3(8.0, 4.0, original), theta, head_dim);
+            let again = stored(&llama3(8.0, 4.0, original), theta, head_dim);
             for (a, b) in again.iter().zip(&want) {
                 assert!((a / b - 1.0).abs() < 1e-5, "{again:?} against {want:?}");
             }
@@ -203,7 +209,7 @@ mod tests {
     #[test]
     fn divisors_that_are_not_llama_3s_are_refused() {
         let theta = 500_000.0;
-        let mut odd = divisors(&llama3(8.0, 4.0, 8192), theta, 128);
+        let mut odd = stored(&llama3(8.0, 4.0, 8192), theta, 128);
         odd[3] = 5.0;
         let err = scaling_of(&odd, theta, 128).unwrap_err().to_string();
         assert!(err.contains("not Llama 3's RoPE scaling"), "{err}");

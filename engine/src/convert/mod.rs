@@ -1,5 +1,5 @@
-//! Conversion of a llama.cpp GGUF model (`llama` or `qwen2` architecture) into an HF-style model directory, and preparation of the
-//! embedder directory.
+//! Conversion of a llama.cpp GGUF model (`llama` or `qwen2` architecture) into an HF-style model
+//! directory, and preparation of the embedder directory.
 //!
 //! [`convert_gguf_to_hf`] writes `model.safetensors` (bf16, HF tensor names and layouts, [`tensors`]),
 //! `config.json`, `generation_config.json`, `tokenizer_config.json` ([`config`]) and `tokenizer.json`
@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
-use config::{Architecture, HfConfig, SpecialTokens};
+use config::{HfConfig, SpecialTokens};
 use tensors::HeadCounts;
 use tokenizer::GgufVocab;
 
@@ -40,7 +40,7 @@ pub fn convert_gguf_to_hf(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     // Head counts come from the config so that tensors and config cannot disagree.
     let probe = HfConfig::from_gguf(&gguf, &special, true)?;
     let heads = HeadCounts {
-        paired_rows: Architecture::from_gguf(&gguf)?.pairs_rope_rows(),
+        paired_rows: probe.architecture().pairs_rope_rows(),
         q_heads: probe.num_attention_heads(),
         kv_heads: probe.num_key_value_heads(),
     };
@@ -58,7 +58,7 @@ pub fn convert_gguf_to_hf(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     )?;
     write_json(
         &out_dir.join("tokenizer_config.json"),
-        &config::tokenizer_config(&gguf, &special, &vocab.tokens)?,
+        &config::tokenizer_config(&gguf, &config, &special, &vocab.tokens)?,
     )?;
     tokenizer::write_tokenizer(&vocab, &out_dir.join("tokenizer.json"))
 }

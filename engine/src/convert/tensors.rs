@@ -1,7 +1,8 @@
 //! GGUF tensors → HF tensors: names, the Q/K row un-permutation, and bf16 `model.safetensors`.
 //!
-//! For `llama` GGUFs, llama.cpp's HF→GGUF converter reorders the rows of `q_proj` and `k_proj` inside every head so that
-//! RoPE can rotate adjacent pairs `(2j, 2j+1)`; HF Llama rotates the two halves `(j, j + head_dim/2)`.
+//! For `llama` GGUFs, llama.cpp's HF→GGUF converter reorders the rows of `q_proj` and `k_proj` inside
+//! every head so that RoPE can rotate adjacent pairs `(2j, 2j+1)`; HF Llama rotates the two halves
+//! `(j, j + head_dim/2)`.
 //! Within a head of `head_dim` rows the converter maps HF row `half · head_dim/2 + j` to GGUF row
 //! `2j + half`; [`unpermute_rows`] applies the inverse, [`permute_rows`] the forward map (used by tests
 //! to prove the round trip). `qwen2` GGUFs keep HF's rows (and add the q/k/v biases).
@@ -43,7 +44,8 @@ impl View for &Bf16Tensor {
 /// Head counts needed to undo the RoPE permutation, and whether there is one to undo.
 #[derive(Debug, Clone, Copy)]
 pub struct HeadCounts {
-    /// Whether q and k rows are in adjacent RoPE pairs ([`super::config::Architecture::pairs_rope_rows`]).
+    /// Whether q and k rows are in adjacent RoPE pairs
+    /// ([`super::config::Architecture::pairs_rope_rows`]).
     pub paired_rows: bool,
     /// Query heads (`llama.attention.head_count`).
     pub q_heads: usize,
@@ -51,7 +53,8 @@ pub struct HeadCounts {
     pub kv_heads: usize,
 }
 
-/// The HF name of a GGUF Llama or Qwen2 tensor, or `None` for tensors HF does not store (e.g. `rope_freqs`).
+/// The HF name of a GGUF Llama or Qwen2 tensor, or `None` for tensors HF does not store (e.g.
+/// `rope_freqs`).
 pub fn hf_name(gguf_name: &str) -> Result<Option<String>> {
     let fixed = match gguf_name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),

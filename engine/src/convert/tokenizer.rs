@@ -5,8 +5,9 @@
 //! SmolLM2 splits digits one by one, Llama 3 and Qwen2 split with a regular expression (contractions,
 //! letters with one leading non-letter, numbers of up to three digits or of one, punctuation runs,
 //! newlines, spaces), then all three map bytes to characters without a prefix space. Where the GGUF says
-//! `add_bos_token`, encoding with special tokens starts with BOS, as Llama 3's tokenizer does. Every CONTROL token (`token_type` 3) becomes a special added token, every
-//! USER_DEFINED token (4) a plain added token, so that both are matched whole before BPE runs.
+//! `add_bos_token`, encoding with special tokens starts with BOS, as Llama 3's tokenizer does. Every
+//! CONTROL token (`token_type` 3) becomes a special added token, every USER_DEFINED token (4) a plain
+//! added token, so that both are matched whole before BPE runs.
 
 use std::path::Path;
 
