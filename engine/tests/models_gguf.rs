@@ -212,11 +212,11 @@ fn an_unknown_tensor_type_is_a_typed_error() {
 
 #[test]
 fn a_known_but_unsupported_type_opens_and_refuses_to_dequantise() {
-    let bytes = build_gguf(3, &[], &[tensor("w", &[256], 12, vec![0; 144])], 32);
+    let bytes = build_gguf(3, &[], &[tensor("w", &[256], 15, vec![0; 292])], 32);
     let file = GgufFile::from_bytes(bytes).unwrap();
     let err = file.tensor_f32("w").err().unwrap();
     assert!(
-        matches!(err, EngineError::GgufUnknownTensorType { type_id: 12, .. }),
+        matches!(err, EngineError::GgufUnknownTensorType { type_id: 15, .. }),
         "{err}"
     );
 }

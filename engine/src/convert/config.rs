@@ -8,6 +8,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::tokenizer::{GgufVocab, VocabModel};
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 
@@ -273,15 +274,21 @@ pub fn tokenizer_config(
     gguf: &GgufFile,
     config: &HfConfig,
     special: &SpecialTokens,
-    tokens: &[String],
+    vocab: &GgufVocab,
 ) -> Result<Value> {
-    let text = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
+    let text = |id: Option<u32>| id.and_then(|i| vocab.tokens.get(i as usize)).cloned();
+    let (class, prefix_space) = match vocab.model {
+        VocabModel::ByteLevel { .. } => ("GPT2Tokenizer", false),
+        VocabModel::SentencePiece {
+            add_space_prefix, ..
+        } => ("LlamaTokenizer", add_space_prefix),
+    };
     let chat_template = gguf.get("tokenizer.chat_template").and_then(|v| v.as_str());
     Ok(json!({
-        "tokenizer_class": "GPT2Tokenizer",
+        "tokenizer_class": class,
         "add_bos_token": special.add_bos,
         "add_eos_token": false,
-        "add_prefix_space": false,
+        "add_prefix_space": prefix_space,
         "bos_token": text(special.bos),
         "eos_token": text(Some(special.eos)),
         "pad_token": text(special.pad),

@@ -5,9 +5,11 @@
 //! `config.json`, `generation_config.json`, `tokenizer_config.json` ([`config`]) and `tokenizer.json`
 //! ([`tokenizer`]). [`embedder::prepare_embedder_tokenizer`] fixes the shipped embedder tokenizer.
 
+pub mod byte_level;
 pub mod config;
 pub mod embedder;
 pub mod llama3_rope;
+pub mod sentencepiece;
 pub mod tensors;
 pub mod tokenizer;
 
@@ -58,7 +60,7 @@ pub fn convert_gguf_to_hf(gguf_path: &Path, out_dir: &Path) -> Result<()> {
     )?;
     write_json(
         &out_dir.join("tokenizer_config.json"),
-        &config::tokenizer_config(&gguf, &config, &special, &vocab.tokens)?,
+        &config::tokenizer_config(&gguf, &config, &special, &vocab)?,
     )?;
     tokenizer::write_tokenizer(&vocab, &out_dir.join("tokenizer.json"))
 }

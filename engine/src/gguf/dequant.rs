@@ -1,26 +1,46 @@
-//! Dequantisation of GGUF tensor data to `f32`: F32, F16, BF16, Q8_0 and Q4_1.
-//!
-//! Block layouts (ggml, little-endian), `d`/`m` are f16:
-//! - Q8_0: 34 bytes = `d`, then 32 × `i8` `q`; `w[i] = q[i] · d`.
-//! - Q4_1: 20 bytes = `d`, `m`, then 16 bytes `qs`; weight `i < 16` is the low nibble of `qs[i]`, weight
-//!   `i + 16` its high nibble; `w = q · d + m`.
+//! Dequantisation of GGUF tensor data to `f32`: the float types (F32, F16, BF16), ggml's blocks of 32
+//! ([`super::legacy_quants`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) and its K-quant super-blocks of 256
+//! ([`super::k_quants`]: Q2_K to Q6_K), which together cover the files llama.cpp's `llama-quantize`
+//! writes for those types and their `_S/_M/_L` mixes (a K-quant tensor whose rows are not whole
+//! super-blocks falls back to IQ4_NL, Q5_0, Q5_1 or Q8_0 there).
 //!
 //! Blocks are independent, so the work is split over rayon in runs of blocks.
 
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use super::{GgmlType, TensorInfo};
+use super::{GgmlType, TensorInfo, k_quants, legacy_quants};
 use crate::error::{EngineError, Result};
 
-/// Elements per Q8_0 / Q4_1 block.
-pub const QK: usize = 32;
-/// Bytes per Q8_0 block.
-pub const Q8_0_BLOCK_BYTES: usize = 34;
-/// Bytes per Q4_1 block.
-pub const Q4_1_BLOCK_BYTES: usize = 20;
 /// Blocks handed to one rayon task: large enough that scheduling costs nothing.
 const BLOCKS_PER_TASK: usize = 4096;
+
+/// Dequantises one block of a type into its `block_len` floats.
+type BlockFn = fn(&[u8], &mut [f32]);
+
+/// The block dequantiser of a block-quantised type, or `None` where docqa reads none.
+fn block_fn(dtype: GgmlType) -> Option<BlockFn> {
+    use GgmlType::*;
+    Some(match dtype {
+        Q4_0 => legacy_quants::q4_0,
+        Q4_1 => legacy_quants::q4_1,
+        Q5_0 => legacy_quants::q5_0,
+        Q5_1 => legacy_quants::q5_1,
+        Q8_0 => legacy_quants::q8_0,
+        IQ4NL => legacy_quants::iq4_nl,
+        Q2K => k_quants::q2_k,
+        Q3K => k_quants::q3_k,
+        Q4K => k_quants::q4_k,
+        Q5K => k_quants::q5_k,
+        Q6K => k_quants::q6_k,
+        _ => return None,
+    })
+}
+
+/// Whether [`dequantize`] reads tensors of this type.
+pub fn supports(dtype: GgmlType) -> bool {
+    matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || block_fn(dtype).is_some()
+}
 
 /// Dequantises a whole tensor. `bytes` must be exactly the tensor's data ([`TensorInfo::byte_len`]).
 pub fn dequantize(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<f32>> {
@@ -43,43 +63,25 @@ pub fn dequantize(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<f32>> {
         GgmlType::BF16 => per_element::<2>(bytes, &mut out, |b| {
             bf16::from_le_bytes([b[0], b[1]]).to_f32()
         }),
-        GgmlType::Q8_0 => per_block(bytes, &mut out, Q8_0_BLOCK_BYTES, dequantize_q8_0_block),
-        GgmlType::Q4_1 => per_block(bytes, &mut out, Q4_1_BLOCK_BYTES, dequantize_q4_1_block),
         other => {
-            return Err(EngineError::GgufUnknownTensorType {
+            let f = block_fn(other).ok_or_else(|| EngineError::GgufUnknownTensorType {
                 tensor: info.name.clone(),
                 type_id: other.id(),
-            });
+            })?;
+            let shape = (other.block_len() as usize, other.block_bytes() as usize);
+            per_block(bytes, &mut out, shape, f);
         }
     }
     Ok(out)
 }
 
-/// Dequantises one Q8_0 block (34 bytes) into 32 floats.
-pub fn dequantize_q8_0_block(block: &[u8], out: &mut [f32]) {
-    let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
-    for (o, &q) in out.iter_mut().zip(&block[2..2 + QK]) {
-        *o = f32::from(q as i8) * d;
-    }
-}
-
-/// Dequantises one Q4_1 block (20 bytes) into 32 floats.
-pub fn dequantize_q4_1_block(block: &[u8], out: &mut [f32]) {
-    let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
-    let m = f16::from_le_bytes([block[2], block[3]]).to_f32();
-    let (lo, hi) = out.split_at_mut(QK / 2);
-    for (i, &q) in block[4..4 + QK / 2].iter().enumerate() {
-        lo[i] = f32::from(q & 0x0f) * d + m;
-        hi[i] = f32::from(q >> 4) * d + m;
-    }
-}
-
-fn per_block(bytes: &[u8], out: &mut [f32], block_bytes: usize, f: fn(&[u8], &mut [f32])) {
-    out.par_chunks_mut(QK * BLOCKS_PER_TASK)
+/// `f` over every block of `(weights, bytes)`.
+fn per_block(bytes: &[u8], out: &mut [f32], (weights, block_bytes): (usize, usize), f: BlockFn) {
+    out.par_chunks_mut(weights * BLOCKS_PER_TASK)
         .zip(bytes.par_chunks(block_bytes * BLOCKS_PER_TASK))
         .for_each(|(out, bytes)| {
             for (o, b) in out
-                .chunks_exact_mut(QK)
+                .chunks_exact_mut(weights)
                 .zip(bytes.chunks_exact(block_bytes))
             {
                 f(b, o);

@@ -34,6 +34,8 @@ pub enum GgmlType {
     Q6K,
     /// K-quant, 8-bit super-blocks of 256.
     Q8K,
+    /// Blocks of 32: f16 scale and 16 bytes of 4-bit codes into a non-linear table of 16 levels.
+    IQ4NL,
     /// Signed 8-bit integers.
     I8,
     /// Signed 16-bit integers.
@@ -67,6 +69,7 @@ impl GgmlType {
             13 => Q5K,
             14 => Q6K,
             15 => Q8K,
+            20 => IQ4NL,
             24 => I8,
             25 => I16,
             26 => I32,
@@ -95,6 +98,7 @@ impl GgmlType {
             Q5K => 13,
             Q6K => 14,
             Q8K => 15,
+            IQ4NL => 20,
             I8 => 24,
             I16 => 25,
             I32 => 26,
@@ -108,7 +112,7 @@ impl GgmlType {
     pub fn block_len(self) -> u64 {
         use GgmlType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => 32,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => 32,
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => 256,
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
         }
@@ -122,7 +126,7 @@ impl GgmlType {
             F16 | BF16 | I16 => 2,
             I8 => 1,
             I64 | F64 => 8,
-            Q4_0 => 18,
+            Q4_0 | IQ4NL => 18,
             Q4_1 => 20,
             Q5_0 => 22,
             Q5_1 => 24,
@@ -139,9 +143,6 @@ impl GgmlType {
 
     /// Whether [`super::dequant::dequantize`] supports this type.
     pub fn is_dequantizable(self) -> bool {
-        matches!(
-            self,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::Q4_1
-        )
+        super::dequant::supports(self)
     }
 }

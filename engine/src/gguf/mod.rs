@@ -7,6 +7,8 @@
 
 pub mod dequant;
 pub mod dtype;
+pub mod k_quants;
+pub mod legacy_quants;
 mod parse;
 pub mod value;
 
