@@ -8,7 +8,8 @@ What it does:
      `<|doc|>` as a user-defined one) on CORPUS below, text written for this fixture;
   2. writes tests/golden/sentencepiece_gguf/spm.gguf: a one-layer random Llama model (hidden 32) with
      that vocabulary as llama.cpp's HF converter writes it (pieces, scores, token types from the model's
-     piece kinds, unk/bos/eos ids, add_bos_token, add_space_prefix);
+     piece kinds, unk/bos/eos ids, add_bos_token, add_space_prefix) and a chat template of Llama 2's
+     and Mistral's manner with a system turn;
   3. tokenises TEXTS with llama.cpp (`llama-tokenize` on the GGUF: specials parsed, no BOS) and with
      sentencepiece itself (`encode`, which knows no specials in text), into expected.json.
 
@@ -44,6 +45,15 @@ Meeting notes: the team agreed to ship the release on Tuesday and to review it o
 会议纪要：团队同意在星期二发布新版本。
 文档问答系统会引用原文的页码和段落。
 """ * 20
+
+# A chat template in the manner of Llama 2's and Mistral's, with a system turn (no fixture text is a
+# model's own template).
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] }}\n\n"
+    "{% elif message['role'] == 'user' %}[INST] {{ message['content'] }} [/INST]"
+    "{% else %} {{ message['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+)
 
 TEXTS = [
     "Hello world",
@@ -121,6 +131,7 @@ def write_gguf(sp: spm.SentencePieceProcessor, path: Path) -> None:
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(True)
+    writer.add_chat_template(CHAT_TEMPLATE)
     shapes = {
         "token_embd.weight": (vocab, hidden),
         "output_norm.weight": (hidden,),

@@ -27,7 +27,8 @@ use docqa_engine::text::TextTokenizer;
 pub const TOP_LOGPROBS: usize = 20;
 
 /// The token ids a refusal can start with: the first token of [`NOT_FOUND`] as written, lower-cased,
-/// and after a space.
+/// and after a space; not a token of spaces alone (a SentencePiece tokenizer's `▁`, which it puts
+/// before the text after a space: most answers could start with it).
 pub fn refusal_starts(tokenizer: &TextTokenizer) -> Vec<u32> {
     let lower = NOT_FOUND.to_lowercase();
     let mut ids: Vec<u32> = [
@@ -37,6 +38,7 @@ pub fn refusal_starts(tokenizer: &TextTokenizer) -> Vec<u32> {
     ]
     .iter()
     .filter_map(|text| tokenizer.encode(text, false).ok()?.first().copied())
+    .filter(|&id| tokenizer.decode(&[id]).is_ok_and(|t| !t.trim().is_empty()))
     .collect();
     ids.sort_unstable();
     ids.dedup();
@@ -189,9 +191,7 @@ mod tests {
 
     #[test]
     fn the_refusal_starts_with_the_generators_not_in_its_casings() {
-        use docqa_engine::fetch::{NoProgress, default_models_dir, ensure_models};
-        let models = ensure_models(&default_models_dir(), &NoProgress).expect("models");
-        let tokenizer = TextTokenizer::from_model_dir(&models.generator).expect("tokenizer");
+        let tokenizer = crate::qa::test_tokenizers::generator();
         let starts = refusal_starts(&tokenizer);
         let id = |t: &str| tokenizer.token_to_id(t).expect(t);
         assert_eq!(starts, {
@@ -199,6 +199,16 @@ mod tests {
             v.sort_unstable();
             v
         });
+    }
+
+    #[test]
+    fn with_a_sentencepiece_tokenizer_a_lone_space_piece_is_no_refusal_start() {
+        let tokenizer = crate::qa::test_tokenizers::sentencepiece();
+        let space = tokenizer.token_to_id("\u{2581}").expect("the ▁ piece");
+        // " Not found" is "▁▁N…" there: its first piece is the lone ▁.
+        assert_eq!(tokenizer.encode(" Not", false).unwrap()[0], space);
+        let starts = refusal_starts(&tokenizer);
+        assert!(!starts.is_empty() && !starts.contains(&space), "{starts:?}");
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub mod prompt;
 pub mod router;
 pub mod scope;
 pub mod templates;
+#[cfg(test)]
+mod test_tokenizers;
 pub mod types;
 pub mod unanswerable;
 
