@@ -22,11 +22,32 @@ mkdir -p "$out" "$models"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$out/gpu.txt"
 
 # Each step's log, its exit status and how long it took; a failed step leaves its rows missing, not the rest.
+# While each step runs, nvidia-smi logs the SM and memory clocks, power, temperature and the clock event
+# reasons every 50 ms into OUT/clocks-STEP.csv, and the step's line gives the SM clock's range and median,
+# so a timing taken under the power cap says so (CLOCKS=0 turns the log off).
+# Logs the clocks into OUT/clocks-NAME.csv until killed; prints the logger's pid.
+clock_log() {
+    local reasons=clocks_event_reasons.active
+    nvidia-smi --query-gpu=$reasons --format=csv > /dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
+        --format=csv,noheader,nounits -lms 50 > "$out/clocks-$1.csv" 2> /dev/null &
+    echo $!
+}
+
+# The SM clock's lowest, median and highest reading in OUT/clocks-NAME.csv.
+clock_range() {
+    cut -d, -f2 "$out/clocks-$1.csv" 2> /dev/null | tr -d ' ' | grep -E '^[0-9]+$' | sort -n |
+        awk '{v[NR] = $1} END {if (NR) printf "SM clock %d-%d MHz, median %d", v[1], v[NR], v[int((NR + 1) / 2)]}'
+}
+
 step() {
-    local name=$1 start=$SECONDS
+    local name=$1 start=$SECONDS logger="" status
     shift
+    [ "${CLOCKS:-1}" = 0 ] || logger=$(clock_log "$name")
     "$@" > "$out/$name.txt" 2>&1
-    echo "$name: exit $?, $((SECONDS - start)) s"
+    status=$?
+    [ -z "$logger" ] || { kill "$logger" 2> /dev/null; wait "$logger" 2> /dev/null; }
+    echo "$name: exit $status, $((SECONDS - start)) s${logger:+, $(clock_range "$name")}"
 }
 
 for part in $parts; do
