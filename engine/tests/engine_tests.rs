@@ -12,6 +12,7 @@ mod cpu_ops;
 mod family_gguf;
 mod family_parity;
 mod gguf_quants;
+mod gguf_real_vocabs;
 mod kv_manager;
 mod kv_tiers_engine;
 mod kv_tiers_manager;

@@ -3,6 +3,7 @@
 //! defines it. SmolLM2 splits digits one by one, Llama 3 and Qwen2 split with a regular expression
 //! (contractions, letters with one leading non-letter, numbers of up to three digits or of one,
 //! punctuation runs, newlines, spaces), then all three map bytes to characters without a prefix space.
+//! Llama 3 takes a word that is a token whole before trying merges.
 
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -45,6 +46,12 @@ impl PreTokenizer {
         }
     }
 
+    /// Whether a word that is itself a token is taken whole, before any merge (Llama 3's BPE does so:
+    /// some of its words cannot be reached by its merges).
+    fn ignores_merges(self) -> bool {
+        self == Self::Llama3
+    }
+
     /// The split before the byte-level mapping.
     fn split(self) -> Result<PreTokenizerWrapper> {
         let pattern = match self {
@@ -72,6 +79,7 @@ pub fn tokenizer(
 ) -> Result<Tokenizer> {
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
+        .ignore_merges(pre.ignores_merges())
         .build()
         .map_err(|e| EngineError::Tokenizer(format!("cannot build BPE model: {e}")))?;
     let mut tokenizer = Tokenizer::new(bpe);
