@@ -24,12 +24,16 @@ Deterministic: the same inputs give the same bytes.
 
 import importlib.metadata
 import json
+import sys
 import math
 import struct
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gguf_write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests/golden/families"
@@ -152,10 +156,7 @@ def write(family: str) -> None:
         gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert gguf_name is not None, f"no GGUF name for {name}"
         writer.add_tensor(gguf_name, np.ascontiguousarray(tensor, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    gguf_write.finish(writer)
 
 
 def main() -> None:

@@ -16,10 +16,14 @@ Deterministic: the same seed and versions give the same bytes.
 
 import importlib.metadata
 import json
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gguf_write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/golden/gguf_quants"
@@ -69,10 +73,7 @@ def main() -> None:
         assert expected.shape == (ROWS, COLS) and np.isfinite(expected).all(), qtype.name
         writer.add_tensor(f"q.{qtype.name}", raw, raw_dtype=qtype)
         writer.add_tensor(f"f.{qtype.name}", expected)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    gguf_write.finish(writer)
     (OUT / "meta.json").write_text(
         json.dumps({"gguf": importlib.metadata.version("gguf"), "numpy": np.__version__,
                     "types": [t.name for t in TYPES], "rows": ROWS, "cols": COLS}, indent=2) + "\n")

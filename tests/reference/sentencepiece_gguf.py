@@ -29,6 +29,7 @@ import numpy as np
 import sentencepiece as spm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gguf_write  # noqa: E402
 import llama_tokenize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,10 +150,7 @@ def write_gguf(sp: spm.SentencePieceProcessor, path: Path) -> None:
     for name, shape in shapes.items():
         values = np.ones(shape) if len(shape) == 1 else rng.normal(0, 0.1, shape)
         writer.add_tensor(name, values.astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    gguf_write.finish(writer)
 
 
 def main() -> None:
