@@ -37,7 +37,11 @@ pub enum EngineError {
     #[error("malformed GGUF file: {0}")]
     GgufMalformed(String),
     /// A tensor uses a ggml type this engine cannot dequantise.
-    #[error("tensor {tensor}: unknown or unsupported ggml type {type_id}")]
+    #[error(
+        "tensor {tensor}: ggml type {type_id}{} is not one docqa reads (it reads {})",
+        crate::gguf::dtype::name_suffix(.type_id),
+        crate::gguf::dequant::READ_TYPES
+    )]
     GgufUnknownTensorType {
         /// The tensor name.
         tensor: String,

@@ -211,6 +211,23 @@ fn an_unknown_tensor_type_is_a_typed_error() {
 }
 
 #[test]
+fn an_i_quant_tensor_is_refused_by_its_name_with_the_types_docqa_reads() {
+    // IQ4_XS, ggml type 23: 136 bytes a block of 256.
+    let bytes = build_gguf(
+        3,
+        &[],
+        &[tensor("blk.0.ffn_down.weight", &[256], 23, vec![0; 136])],
+        32,
+    );
+    let message = GgufFile::from_bytes(bytes).err().unwrap().to_string();
+    assert_eq!(
+        message,
+        "tensor blk.0.ffn_down.weight: ggml type 23 (IQ4_XS) is not one docqa reads (it reads F32, \
+         F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q2_K to Q6_K)"
+    );
+}
+
+#[test]
 fn a_known_but_unsupported_type_opens_and_refuses_to_dequantise() {
     let bytes = build_gguf(3, &[], &[tensor("w", &[256], 15, vec![0; 292])], 32);
     let file = GgufFile::from_bytes(bytes).unwrap();

@@ -146,3 +146,20 @@ impl GgmlType {
         super::dequant::supports(self)
     }
 }
+
+/// ggml's name of a tensor type id (as gguf-py 0.19 numbers them), for messages about types docqa does
+/// not read (the I-quants, the ternary and FP4 types), or `None` for an id ggml does not have.
+pub fn ggml_type_name(id: u32) -> Option<&'static str> {
+    const NAMES: [&str; 42] = [
+        "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
+        "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
+        "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "", "", "", "TQ1_0",
+        "TQ2_0", "", "", "", "MXFP4", "NVFP4", "Q1_0",
+    ];
+    NAMES.get(id as usize).copied().filter(|n| !n.is_empty())
+}
+
+/// ` (NAME)` for an id ggml names, else nothing: the tail of an error message's type id.
+pub fn name_suffix(id: impl std::borrow::Borrow<u32>) -> String {
+    ggml_type_name(*id.borrow()).map_or_else(String::new, |n| format!(" ({n})"))
+}
