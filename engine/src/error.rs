@@ -40,7 +40,7 @@ pub enum EngineError {
     #[error(
         "tensor {tensor}: ggml type {type_id}{} is not one docqa reads (it reads {})",
         crate::gguf::dtype::name_suffix(.type_id),
-        crate::gguf::dequant::READ_TYPES
+        crate::gguf::dequant::read_types()
     )]
     GgufUnknownTensorType {
         /// The tensor name.

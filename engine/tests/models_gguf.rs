@@ -223,7 +223,7 @@ fn an_i_quant_tensor_is_refused_by_its_name_with_the_types_docqa_reads() {
     assert_eq!(
         message,
         "tensor blk.0.ffn_down.weight: ggml type 23 (IQ4_XS) is not one docqa reads (it reads F32, \
-         F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q2_K to Q6_K)"
+         F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, BF16)"
     );
 }
 

@@ -17,13 +17,11 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{DecoderWrapper, NormalizerWrapper, Tokenizer};
 
+use super::tokenizer::TOKEN_TYPE_NORMAL;
 use crate::error::{EngineError, Result};
 
 /// The character SentencePiece writes for a space.
 pub const SPACE: &str = "\u{2581}";
-
-/// GGUF token type of an ordinary piece (the others are specials, bytes and unused slots).
-const TOKEN_TYPE_NORMAL: i64 = 1;
 
 /// The merges that rebuild SentencePiece's joins: for every normal piece, each split into a left and a
 /// right piece that are both in the vocabulary, ranked by the piece's score (highest first; ties by

@@ -19,6 +19,8 @@ use super::sentencepiece;
 use crate::error::{EngineError, Result};
 use crate::gguf::GgufFile;
 
+/// GGUF token type of an ordinary piece.
+pub const TOKEN_TYPE_NORMAL: i64 = 1;
 /// GGUF token type of the unknown token.
 pub const TOKEN_TYPE_UNKNOWN: i64 = 2;
 /// GGUF token type of a control (special) token.

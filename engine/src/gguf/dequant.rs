@@ -12,9 +12,14 @@ use rayon::prelude::*;
 use super::{GgmlType, TensorInfo, k_quants, legacy_quants};
 use crate::error::{EngineError, Result};
 
-/// The tensor types [`dequantize`] reads, for messages.
-pub const READ_TYPES: &str =
-    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and Q2_K to Q6_K";
+/// The names of the tensor types [`dequantize`] reads, in ggml's order of ids, for messages.
+pub fn read_types() -> String {
+    (0..64)
+        .filter(|&id| GgmlType::from_id(id).is_some_and(supports))
+        .filter_map(super::dtype::ggml_type_name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Blocks handed to one rayon task: large enough that scheduling costs nothing.
 const BLOCKS_PER_TASK: usize = 4096;
