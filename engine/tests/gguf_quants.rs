@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use docqa_engine::gguf::{GgmlType, GgufFile};
 
 /// The types the golden file holds, by their GGUF names.
-const TYPES: [&str; 11] = [
+const TYPES: [&str; 12] = [
     "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    "IQ4_XS",
 ];
 
 fn blocks() -> GgufFile {

@@ -212,18 +212,18 @@ fn an_unknown_tensor_type_is_a_typed_error() {
 
 #[test]
 fn an_i_quant_tensor_is_refused_by_its_name_with_the_types_docqa_reads() {
-    // IQ4_XS, ggml type 23: 136 bytes a block of 256.
+    // IQ3_S, ggml type 21: 110 bytes a block of 256.
     let bytes = build_gguf(
         3,
         &[],
-        &[tensor("blk.0.ffn_down.weight", &[256], 23, vec![0; 136])],
+        &[tensor("blk.0.ffn_down.weight", &[256], 21, vec![0; 110])],
         32,
     );
     let message = GgufFile::from_bytes(bytes).err().unwrap().to_string();
     assert_eq!(
         message,
-        "tensor blk.0.ffn_down.weight: ggml type 23 (IQ4_XS) is not one docqa reads (it reads F32, \
-         F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, BF16)"
+        "tensor blk.0.ffn_down.weight: ggml type 21 (IQ3_S) is not one docqa reads (it reads F32, \
+         F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16)"
     );
 }
 

@@ -1,8 +1,8 @@
 //! Dequantisation of GGUF tensor data to `f32`: the float types (F32, F16, BF16), ggml's blocks of 32
 //! ([`super::legacy_quants`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) and its K-quant super-blocks of 256
-//! ([`super::k_quants`]: Q2_K to Q6_K), which together cover the files llama.cpp's `llama-quantize`
-//! writes for those types and their `_S/_M/_L` mixes (a K-quant tensor whose rows are not whole
-//! super-blocks falls back to IQ4_NL, Q5_0, Q5_1 or Q8_0 there).
+//! ([`super::k_quants`]: Q2_K to Q6_K, and IQ4_XS), which together cover the files llama.cpp's
+//! `llama-quantize` writes for those types, their `_S/_M/_L` mixes and IQ4_XS (a tensor whose rows are
+//! not whole super-blocks falls back to IQ4_NL, Q5_0, Q5_1 or Q8_0 there).
 //!
 //! Blocks are independent, so the work is split over rayon in runs of blocks.
 
@@ -42,6 +42,7 @@ fn block_fn(dtype: GgmlType) -> Option<BlockFn> {
         Q4K => k_quants::q4_k,
         Q5K => k_quants::q5_k,
         Q6K => k_quants::q6_k,
+        IQ4XS => k_quants::iq4_xs,
         _ => return None,
     })
 }

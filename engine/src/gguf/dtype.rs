@@ -36,6 +36,8 @@ pub enum GgmlType {
     Q8K,
     /// Blocks of 32: f16 scale and 16 bytes of 4-bit codes into a non-linear table of 16 levels.
     IQ4NL,
+    /// IQ4_NL's codes in super-blocks of 256 with a 6-bit scale for each sub-block of 32.
+    IQ4XS,
     /// Signed 8-bit integers.
     I8,
     /// Signed 16-bit integers.
@@ -70,6 +72,7 @@ impl GgmlType {
             14 => Q6K,
             15 => Q8K,
             20 => IQ4NL,
+            23 => IQ4XS,
             24 => I8,
             25 => I16,
             26 => I32,
@@ -99,6 +102,7 @@ impl GgmlType {
             Q6K => 14,
             Q8K => 15,
             IQ4NL => 20,
+            IQ4XS => 23,
             I8 => 24,
             I16 => 25,
             I32 => 26,
@@ -113,7 +117,7 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => 256,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => 256,
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
         }
     }
@@ -138,6 +142,7 @@ impl GgmlType {
             Q5K => 176,
             Q6K => 210,
             Q8K => 292,
+            IQ4XS => 136,
         }
     }
 

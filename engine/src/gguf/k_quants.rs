@@ -1,6 +1,7 @@
 //! ggml's K-quants: super-blocks of 256 weights in sub-blocks of 16 or 32, each sub-block with its own
 //! scale (and minimum) quantised against the super-block's f16 `d` (and `dmin`). Q2_K to Q6_K, the
-//! types of llama.cpp's `Q2_K` … `Q6_K` and `Q*_K_S/M/L` files, each dequantised into 256 floats.
+//! types of llama.cpp's `Q2_K` … `Q6_K` and `Q*_K_S/M/L` files, and IQ4_XS, IQ4_NL's codes in the
+//! same super-blocks with 6-bit sub-block scales, each dequantised into 256 floats.
 //!
 //! Layouts (little-endian; `d`, `dmin` f16):
 //! - Q2_K, 84 bytes `scales[16], qs[64], d, dmin`: sub-block `s` of 16 has scale `d·(scales[s] & 15)`
@@ -11,12 +12,16 @@
 //!   32 ([`scale_and_min`]); 4-bit codes;
 //! - Q5_K, 176 bytes `d, dmin, scales[12], qh[32], qs[128]`: Q4_K's with a fifth bit from `qh`;
 //! - Q6_K, 210 bytes `ql[128], qh[64], scales[16], d`: i8 scales for sub-blocks of 16; 6-bit codes
-//!   less 32.
+//!   less 32;
+//! - IQ4_XS, 136 bytes `d, scales_h (u16), scales_l[4], qs[128]`: eight 6-bit scales less 32 for
+//!   sub-blocks of 32, the low nibble of scale `j` in nibble `j % 2` of `scales_l[j / 2]`, its top
+//!   two bits at bit `2j` of `scales_h`; each sub-block's 16 code bytes as IQ4_NL's block has them
+//!   (low nibbles, then high) into the same table of levels.
 //!
 //! Each weight is `(d·scale)·code − dmin·min`, the products in the order gguf-py's reference
 //! dequantisation takes them, so the floats agree bit for bit (`tests/reference/quants_golden.py`).
 
-use super::legacy_quants::f16_at;
+use super::legacy_quants::{IQ4_NL_VALUES, f16_at};
 
 /// Weights a super-block holds.
 pub const SUPER_BLOCK: usize = 256;
@@ -123,5 +128,22 @@ pub fn q6_k(block: &[u8], out: &mut [f32]) {
         let high = (qh[32 * h + t % 32] >> (2 * (t / 32))) & 3;
         let code = (low | (high << 4)) as i8 - 32;
         *o = (d * f32::from(scales[i / 16] as i8)) * f32::from(code);
+    }
+}
+
+/// One IQ4_XS super-block (136 bytes).
+pub fn iq4_xs(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let scales_h = u16::from_le_bytes([block[2], block[3]]);
+    let (scales_l, qs) = (&block[4..8], &block[8..136]);
+    for (j, sub) in out[..SUPER_BLOCK].chunks_exact_mut(32).enumerate() {
+        let low = (scales_l[j / 2] >> (4 * (j % 2))) & 0x0f;
+        let high = ((scales_h >> (2 * j)) & 3) as u8;
+        let dl = d * f32::from((low | (high << 4)) as i8 - 32);
+        let codes = &qs[16 * j..16 * j + 16];
+        for (i, o) in sub.iter_mut().enumerate() {
+            let code = (codes[i % 16] >> (4 * (i / 16))) & 0x0f;
+            *o = dl * f32::from(IQ4_NL_VALUES[code as usize]);
+        }
     }
 }

@@ -31,8 +31,8 @@ enum ModelsCommand {
         models_dir: Option<PathBuf>,
     },
     /// Convert a GGUF file of the llama (SmolLM2, Llama 2, Llama 3.x, Mistral) or qwen2 (Qwen2, Qwen2.5)
-    /// architecture, with a byte-level BPE or SentencePiece vocabulary and float, Q4_0 … Q8_0, IQ4_NL or
-    /// K-quant (Q2_K … Q6_K) tensors, into an HF-style directory of bf16 weights.
+    /// architecture, with a byte-level BPE or SentencePiece vocabulary and float, Q4_0 … Q8_0, IQ4_NL,
+    /// IQ4_XS or K-quant (Q2_K … Q6_K) tensors, into an HF-style directory of bf16 weights.
     Convert {
         /// The GGUF file to read.
         gguf: PathBuf,
