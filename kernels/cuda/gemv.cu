@@ -9,7 +9,7 @@
 // shared memory (normalised and rounded once for all its warps), then each warp streams its weight
 // rows in 16-byte pieces, U pieces a lane in flight while it multiplies the previous U with the
 // staged rows. Where the input fits in the stage (STAGE_ELEMS values, all rows together), the launch
-// has about two blocks an SM and each warp streams feature after feature without a pause; longer
+// fills each SM once (sixteen warps) and each warp streams feature after feature without a pause; longer
 // inputs are staged a tile at a time, once for every feature a block's warps take. The first pieces
 // (two groups of them where the input fits the stage) are requested before the staging, and before
 // the kernel waits for the previous one (launched with programmatic dependent launch, it starts while
@@ -17,8 +17,14 @@
 // reads the activations once, for the norm's sum and the staging together.
 #include "common.cuh"
 
-#define GEMV_WARPS 8  // output features per block
+// Output features a block takes at once, and blocks an SM holds (sixteen warps an SM either way, at
+// most 128 registers a thread). The launches read both from the loaded kernel (its launch bounds and
+// occupancy), so a kernel lab can build other block sizes with -DGEMV_WARPS=4 (or 16).
+#ifndef GEMV_WARPS
+#define GEMV_WARPS 8
+#endif
 #define GEMV_THREADS (GEMV_WARPS * 32)
+#define GEMV_BLOCKS_PER_SM (16 / GEMV_WARPS)
 #define STAGE_ELEMS 16384  // bf16 activations a block stages at once, all rows together (32 KiB)
 
 // 16 bytes of weights, read once: not kept in L1.
@@ -520,56 +526,56 @@ __device__ void gemv_silu_mul(const bf16_t* __restrict__ Wg, const bf16_t* __res
 
 // Entry points for up to 1, 2 and 4 rows (`rows` at most the suffix). With more rows the activation
 // loads outgrow the weight loads and cuBLAS is faster.
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv_bf16_r1(const bf16_t* W, const float* x, const float* bias, float* y, int rows, int in,
                   int out, int accumulate) {
     gemv<1>(W, x, bias, y, rows, in, out, accumulate);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_bf16_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                    const float* b1, const float* b2, float* y0, float* y1, float* y2, const float* x,
                    const float* norm_w, float eps, int rows, int in, int out0, int out12) {
     gemv3<1>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv_silu_mul_bf16_r1(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
                            float eps, float* y, int rows, int in, int out) {
     gemv_silu_mul<1>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv_bf16_r2(const bf16_t* W, const float* x, const float* bias, float* y, int rows, int in,
                   int out, int accumulate) {
     gemv<2>(W, x, bias, y, rows, in, out, accumulate);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_bf16_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                    const float* b1, const float* b2, float* y0, float* y1, float* y2, const float* x,
                    const float* norm_w, float eps, int rows, int in, int out0, int out12) {
     gemv3<2>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv_silu_mul_bf16_r2(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
                            float eps, float* y, int rows, int in, int out) {
     gemv_silu_mul<2>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv_bf16_r4(const bf16_t* W, const float* x, const float* bias, float* y, int rows, int in,
                   int out, int accumulate) {
     gemv<4>(W, x, bias, y, rows, in, out, accumulate);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_bf16_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                    const float* b1, const float* b2, float* y0, float* y1, float* y2, const float* x,
                    const float* norm_w, float eps, int rows, int in, int out0, int out12) {
     gemv3<4>(W0, W1, W2, b0, b1, b2, y0, y1, y2, x, norm_w, eps, rows, in, out0, out12);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv_silu_mul_bf16_r4(const bf16_t* Wg, const bf16_t* Wu, const float* x, const float* norm_w,
                            float eps, float* y, int rows, int in, int out) {
     gemv_silu_mul<4>(Wg, Wu, x, norm_w, eps, y, rows, in, out);
 }
 // The same with RoPE and the KV write fused (gemv3_rope_kv), over bf16 and f32 pools.
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_rope_kv_bf16_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
@@ -578,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv<1, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
                          head_dim, table, slots, kc, vc);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_rope_kv_bf16_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
@@ -587,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv<2, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
                          head_dim, table, slots, kc, vc);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_rope_kv_bf16_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
@@ -596,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv<4, bf16_t>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
                          head_dim, table, slots, kc, vc);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_rope_kv_f32_r1(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
@@ -605,7 +611,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv<1, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
                          head_dim, table, slots, kc, vc);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_rope_kv_f32_r2(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,
@@ -614,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
     gemv3_rope_kv<2, float>(W0, W1, W2, b0, b1, b2, q, k, v, x, norm_w, eps, rows, in, heads, kv_heads,
                          head_dim, table, slots, kc, vc);
 }
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_BLOCKS_PER_SM)
     gemv3_rope_kv_f32_r4(const bf16_t* W0, const bf16_t* W1, const bf16_t* W2, const float* b0,
                           const float* b1, const float* b2, float* q, float* k, float* v,
                           const float* x, const float* norm_w, float eps, int rows, int in, int heads,

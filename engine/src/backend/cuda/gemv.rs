@@ -10,18 +10,14 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 
 use super::ops::vector;
 use super::pdl::PdlArgs;
-use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, pools};
+use super::{CudaBackend, CudaKv, CudaWeight, CudaWeightData, check_len, cuda_err, pools};
 use crate::backend::{RmsNormInto, RopeKvWrite};
 use crate::error::Result;
 
 /// Most activation rows the kernels take.
 pub const MAX_ROWS: usize = 4;
-/// Output features a block takes at once (the kernels' `GEMV_WARPS`).
-const OUTPUTS_PER_BLOCK: usize = 8;
 /// bf16 activations a block stages at once, all rows together (the kernels' `STAGE_ELEMS`).
 const STAGE_ELEMS: usize = 16384;
-/// Blocks an SM holds at once (the kernels' launch bounds).
-const BLOCKS_PER_SM: usize = 2;
 
 /// The bf16 elements of `w` when a product of `rows` rows with it goes to the skinny kernels.
 pub(super) fn bf16_weight(w: &CudaWeight, rows: usize) -> Option<&CudaSlice<u16>> {
@@ -38,23 +34,51 @@ fn entry(name: &str, rows: usize) -> String {
     format!("{name}_r{}", rows.next_power_of_two())
 }
 
+/// The skinny kernels' blocks as the loaded module has them: output features a block takes at once
+/// (a warp each; the kernels' `GEMV_WARPS`, their launch bound's threads / 32) and blocks an SM
+/// holds at once with a full stage (their occupancy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct GemvBlocks {
+    warps: usize,
+    per_sm: usize,
+}
+
+impl CudaBackend {
+    /// The skinny decode products' blocks: (warps a block, blocks an SM), as read from the loaded
+    /// kernels.
+    pub fn gemv_blocks(&self) -> (usize, usize) {
+        (self.gemv_blocks.warps, self.gemv_blocks.per_sm)
+    }
+}
+
+/// Reads [`GemvBlocks`] from the one-row product, which every entry point's bounds match.
+pub(super) fn read_blocks(kernels: &super::modules::Kernels) -> Result<GemvBlocks> {
+    let f = kernels.get("gemv_bf16_r1")?;
+    let threads = f.max_threads_per_block().map_err(cuda_err)?;
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(threads as u32, STAGE_ELEMS * 2, None)
+        .map_err(cuda_err)?;
+    Ok(GemvBlocks {
+        warps: (threads as usize / 32).max(1),
+        per_sm: (per_sm as usize).max(1),
+    })
+}
+
 /// The grid for `outputs` features over inputs of `inp` values in `rows` rows. Where the inputs fit
 /// in one stage, a block stages them whole and its warps stream feature after feature, so the grid
 /// only needs to fill the device once; otherwise a block stages a tile at a time and every warp takes
 /// one feature.
 fn launch_config(be: &CudaBackend, outputs: usize, rows: usize, inp: usize) -> LaunchConfig {
-    let one_feature_a_warp = outputs.div_ceil(OUTPUTS_PER_BLOCK);
+    let GemvBlocks { warps, per_sm } = be.gemv_blocks;
+    let one_feature_a_warp = outputs.div_ceil(warps);
     let resident = inp * rows.next_power_of_two() <= STAGE_ELEMS;
     let (blocks, staged) = match resident {
-        true => (
-            one_feature_a_warp.min(BLOCKS_PER_SM * be.dev.sm_count),
-            rows * inp,
-        ),
+        true => (one_feature_a_warp.min(per_sm * be.dev.sm_count), rows * inp),
         false => (one_feature_a_warp, STAGE_ELEMS),
     };
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
-        block_dim: ((OUTPUTS_PER_BLOCK * 32) as u32, 1, 1),
+        block_dim: ((warps * 32) as u32, 1, 1),
         shared_mem_bytes: (staged * 2) as u32,
     }
 }

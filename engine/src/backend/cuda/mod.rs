@@ -96,6 +96,8 @@ pub enum CudaKvStore {
 pub struct CudaBackend {
     dev: Device,
     kernels: Kernels,
+    /// The skinny decode products' block shape, read from the loaded kernels.
+    gemv_blocks: gemv::GemvBlocks,
     /// bf16 copy of matmul activations; only grows.
     scratch: Mutex<Option<CudaSlice<u16>>>,
     /// The last RoPE inverse frequencies uploaded, and their device copy.
@@ -181,9 +183,11 @@ impl CudaBackend {
         let hopper_prefill = dev.cc == (9, 0) && hopper_env.as_deref() != Some("0");
         let hopper_tma = hopper_prefill && hopper_env.as_deref() == Some("tma");
         let lt = lt_gemm::LtGemm::open(&dev.stream);
+        let gemv_blocks = gemv::read_blocks(&kernels)?;
         Ok(CudaBackend {
             dev,
             kernels,
+            gemv_blocks,
             scratch: Mutex::new(None),
             freqs: Mutex::new(None),
             decode_parts: Mutex::new(None),

@@ -56,7 +56,11 @@ const SHAPES: [Widths; 3] = [
 
 /// Prints each product's time a call and the bandwidth of its weight reads.
 pub fn run(gpu: &CudaBackend, rng: &mut Rng) -> Result<()> {
-    println!("bench: decode products, 1 row, bf16 weights read from memory (copies cycled)");
+    let (warps, per_sm) = gpu.gemv_blocks();
+    println!(
+        "bench: decode products, 1 row, bf16 weights read from memory (copies cycled); \
+         blocks of {warps} warps, {per_sm} an SM"
+    );
     for w in &SHAPES {
         let norm_bytes = tensor_bytes(&rng.vec(w.hidden, 0.5), WeightDtype::F32);
         let norm = gpu.upload_vector(&TensorRef {
