@@ -38,8 +38,10 @@ pub struct ServeConfig {
     pub models_dir: Option<PathBuf>,
     /// A Llama-family HF model directory to serve instead of the default generator (Llama 3.x, Qwen2.5,
     /// Mistral: config.json, bf16 safetensors whole or sharded with their index, tokenizer.json, and a
-    /// chat template in tokenizer_config.json or chat_template.jinja). The shipped reader is trained for
-    /// the default generator, so none is merged unless --adapter names one; only the embedder is fetched.
+    /// chat template in tokenizer_config.json or chat_template.jinja), or a GGUF file of those families,
+    /// converted on the first start into the models directory's `converted/` and read from there after.
+    /// The shipped reader is trained for the default generator, so none is merged unless --adapter names
+    /// one; only the embedder is fetched.
     #[arg(long, env = "DOCQA_GENERATOR_DIR")]
     pub model: Option<PathBuf>,
     /// The admin API key. When unset and no admin key exists yet, one is generated on first start

@@ -13,7 +13,8 @@ use crate::device::{CpuDecodeWeights, Device, GeneratorBackend};
 /// Which generator, and on which device.
 #[derive(Debug, Args)]
 pub struct GeneratorArgs {
-    /// A Llama-family HF model directory to use instead of the default generator.
+    /// A Llama-family HF model directory to use instead of the default generator, or a GGUF file
+    /// (converted once into the models directory's `converted/`, as `docqa models convert` does).
     #[arg(long, env = "DOCQA_GENERATOR_DIR")]
     pub model: Option<PathBuf>,
     /// Directory holding the model directories [default: $XDG_CACHE_HOME/docqa/models or ~/.cache/docqa/models].
@@ -40,10 +41,11 @@ impl GeneratorArgs {
         tensor_parallel: Option<usize>,
     ) -> anyhow::Result<(GeneratorBackend, PathBuf, Option<Adapter>)> {
         let backend = self.device.open(self.cpu_decode_weights, tensor_parallel)?;
+        let models_dir = models_dir_or_default(self.models_dir.clone());
         let (dir, reader) = match &self.model {
-            Some(dir) => (dir.clone(), None),
+            Some(model) => (super::model_arg::model_dir(&models_dir, model)?, None),
             None => {
-                let models = fetch_with_progress(&models_dir_or_default(self.models_dir.clone()))?;
+                let models = fetch_with_progress(&models_dir)?;
                 (models.generator, Some(models.reader))
             }
         };

@@ -11,6 +11,7 @@ mod generate;
 mod generator;
 mod ingest_worker;
 mod keys;
+mod model_arg;
 pub mod models;
 mod perplexity;
 mod perplexity_plot;

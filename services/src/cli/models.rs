@@ -141,19 +141,13 @@ pub fn fetch_for_serve(models_dir: &Path, model: Option<&Path>) -> anyhow::Resul
             reader: Some(paths.reader),
         });
     };
-    let config = model.join("config.json");
-    anyhow::ensure!(
-        config.is_file(),
-        "--model {}: no config.json there (a Hugging Face model directory holds config.json, the \
-         safetensors weights and tokenizer.json)",
-        model.display()
-    );
+    let generator = super::model_arg::model_dir(models_dir, model)?;
     let progress = BarProgress::new();
     let embedder = ensure_model(models_dir, &EMBEDDER, &progress)
         .with_context(|| format!("fetching the embedder into {}", models_dir.display()))?;
     progress.bar.finish_and_clear();
     Ok(ServedModels {
-        generator: model.to_path_buf(),
+        generator,
         embedder,
         reader: None,
     })

@@ -1,7 +1,8 @@
 //! `docqa generate` as benchmarks run it: a warm-up before the timed requests (the engine's own, then a
 //! prompt of the first one's length), which serves none of them from the prefix cache and prints
 //! nothing to stdout, then a calibration whose steps the reading estimates start from; several prompts
-//! asked in turn, each report with the engine's reading estimate.
+//! asked in turn, each report with the engine's reading estimate; a GGUF file as the model, converted
+//! on the first run.
 
 use std::process::Command;
 
@@ -223,4 +224,51 @@ fn a_prompt_longer_than_the_context_is_read_through_a_sink_window_and_refused_wi
     let report = first_report(&err);
     let (tokens, cached) = prompt_and_cached(report);
     assert!(tokens > 8192 && cached == 0, "{report}");
+}
+
+#[test]
+fn a_gguf_file_named_as_the_model_is_converted_on_the_first_run_and_read_from_there_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("tiny-llama.gguf");
+    // A one-layer random Llama with a SentencePiece vocabulary (tests/reference/sentencepiece_gguf.py).
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/golden/sentencepiece_gguf/spm.gguf"
+        ),
+        &gguf,
+    )
+    .unwrap();
+    let models = dir.path().join("models");
+    let run = || {
+        let out = support::succeed(
+            Command::new(env!("CARGO_BIN_EXE_docqa"))
+                .args(["generate", "--device", "cpu", "--adapter", "none", "--raw"])
+                .args(["--max-tokens", "4", "--temperature", "0"])
+                .args(["--prompt", "The lease ends in June."])
+                .arg("--models-dir")
+                .arg(&models)
+                .arg("--model")
+                .arg(&gguf),
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (first_out, first_err) = run();
+    assert!(first_err.contains("(GGUF) into"), "{first_err}");
+    let converted: Vec<_> = std::fs::read_dir(models.join("converted"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(converted.len(), 1, "{converted:?}");
+    assert!(converted[0].starts_with("tiny-llama-"), "{converted:?}");
+    let (second_out, second_err) = run();
+    assert!(!second_err.contains("converting"), "{second_err}");
+    assert_eq!(second_out, first_out, "the same model answers the same");
+    assert!(
+        first_report(&second_err).contains("4 generated"),
+        "{second_err}"
+    );
 }

@@ -1,0 +1,226 @@
+//! What `--model` names: a Hugging Face model directory, used as it is, or a GGUF file (llama.cpp's
+//! format), converted once into the models directory and used from there on every later start.
+//!
+//! A GGUF file's directory is `converted/<file stem>-<key>` under the models directory, the key a hash
+//! of the file's canonical path, length and modification time, so a file replaced in place is
+//! converted again. The conversion writes into a `.partial` directory of its own and renames it when
+//! done: a directory under its final name is whole, and a conversion stopped half-way leaves nothing a
+//! later start would load.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, UNIX_EPOCH};
+
+use anyhow::Context;
+use docqa_engine::convert::{CONVERTED_FILES, convert_gguf_to_hf};
+use sha2::{Digest, Sha256};
+
+/// The first bytes of every GGUF file.
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+/// The model directory `--model model` stands for: `model` itself where it is a model directory, its
+/// converted directory where it is a GGUF file (converting it first when no whole one exists).
+pub fn model_dir(models_dir: &Path, model: &Path) -> anyhow::Result<PathBuf> {
+    let meta = std::fs::metadata(model)
+        .with_context(|| format!("--model {}: cannot read it", model.display()))?;
+    if meta.is_dir() {
+        anyhow::ensure!(
+            model.join("config.json").is_file(),
+            "--model {}: no config.json there (a Hugging Face model directory holds config.json, \
+             the safetensors weights and tokenizer.json; a GGUF file can be named instead)",
+            model.display()
+        );
+        return Ok(model.to_path_buf());
+    }
+    anyhow::ensure!(
+        is_gguf(model)?,
+        "--model {}: neither a model directory nor a GGUF file (it does not begin with the GGUF \
+         magic); name a Hugging Face model directory or a GGUF file",
+        model.display()
+    );
+    let dir = converted_dir(models_dir, model, &meta)?;
+    if is_whole(&dir) {
+        return Ok(dir);
+    }
+    convert_once(model, &dir)?;
+    Ok(dir)
+}
+
+/// Whether the file begins with the GGUF magic.
+fn is_gguf(path: &Path) -> anyhow::Result<bool> {
+    let mut head = [0u8; 4];
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("--model {}", path.display()))?;
+    Ok(file.read_exact(&mut head).is_ok() && &head == GGUF_MAGIC)
+}
+
+/// `models_dir/converted/<stem>-<key>` for the GGUF file at `path`.
+fn converted_dir(
+    models_dir: &Path,
+    path: &Path,
+    meta: &std::fs::Metadata,
+) -> anyhow::Result<PathBuf> {
+    let canonical = path
+        .canonicalize()
+        .with_context(|| format!("--model {}", path.display()))?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let mut hasher = Sha256::new();
+    hasher.update(canonical.as_os_str().as_encoded_bytes());
+    hasher.update(meta.len().to_le_bytes());
+    hasher.update(modified.to_le_bytes());
+    let key = hex::encode(&hasher.finalize()[..6]);
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy());
+    Ok(models_dir.join("converted").join(format!("{stem}-{key}")))
+}
+
+/// Whether `dir` holds every file a conversion writes.
+fn is_whole(dir: &Path) -> bool {
+    CONVERTED_FILES.iter().all(|f| dir.join(f).is_file())
+}
+
+/// Converts the GGUF file into a partial directory beside `dir`, then renames it to `dir`. Where
+/// another process finished the same conversion first, its directory is kept and ours removed.
+fn convert_once(gguf: &Path, dir: &Path) -> anyhow::Result<()> {
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let partial = parent.join(format!(
+        ".{}.partial-{}",
+        dir.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&partial);
+    eprintln!(
+        "docqa: converting {} (GGUF) into {}, once: later starts use that directory; it holds \
+         bf16 weights, about 2 bytes a parameter",
+        gguf.display(),
+        dir.display()
+    );
+    let started = Instant::now();
+    let converted = convert_gguf_to_hf(gguf, &partial)
+        .with_context(|| format!("--model {}: converting the GGUF file", gguf.display()));
+    if let Err(e) = converted {
+        let _ = std::fs::remove_dir_all(&partial);
+        return Err(e);
+    }
+    if is_whole(dir) {
+        let _ = std::fs::remove_dir_all(&partial);
+    } else {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::rename(&partial, dir)
+            .with_context(|| format!("moving {} to {}", partial.display(), dir.display()))?;
+    }
+    eprintln!(
+        "docqa: converted in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-layer random Llama with a SentencePiece vocabulary (tests/reference/sentencepiece_gguf.py).
+    fn fixture() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/golden/sentencepiece_gguf/spm.gguf")
+    }
+
+    #[test]
+    fn a_gguf_file_is_converted_once_and_its_directory_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gguf = tmp.path().join("tiny.gguf");
+        std::fs::copy(fixture(), &gguf).unwrap();
+        let models = tmp.path().join("models");
+        let dir = model_dir(&models, &gguf).unwrap();
+        assert!(
+            dir.starts_with(models.join("converted")),
+            "{}",
+            dir.display()
+        );
+        assert!(
+            dir.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("tiny-")
+        );
+        assert!(is_whole(&dir));
+        let written = std::fs::metadata(dir.join("model.safetensors"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(model_dir(&models, &gguf).unwrap(), dir);
+        let again = std::fs::metadata(dir.join("model.safetensors"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(written, again, "the second start converted again");
+        let leftovers: Vec<_> = std::fs::read_dir(models.join("converted"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    }
+
+    #[test]
+    fn an_incomplete_converted_directory_is_converted_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gguf = tmp.path().join("tiny.gguf");
+        std::fs::copy(fixture(), &gguf).unwrap();
+        let models = tmp.path().join("models");
+        let dir = model_dir(&models, &gguf).unwrap();
+        std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+        assert_eq!(model_dir(&models, &gguf).unwrap(), dir);
+        assert!(is_whole(&dir));
+    }
+
+    #[test]
+    fn a_file_that_is_not_gguf_is_refused_with_what_model_takes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("weights.bin");
+        std::fs::write(&file, b"not a model").unwrap();
+        let err = model_dir(tmp.path(), &file).unwrap_err().to_string();
+        assert!(
+            err.contains("neither a model directory nor a GGUF file"),
+            "{err}"
+        );
+        assert!(!tmp.path().join("converted").exists());
+    }
+
+    #[test]
+    fn a_broken_gguf_file_fails_and_leaves_no_directory_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gguf = tmp.path().join("cut.gguf");
+        let whole = std::fs::read(fixture()).unwrap();
+        std::fs::write(&gguf, &whole[..whole.len() / 2]).unwrap();
+        let models = tmp.path().join("models");
+        let err = format!("{:#}", model_dir(&models, &gguf).unwrap_err());
+        assert!(err.contains("converting the GGUF file"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(models.join("converted"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_directory_without_config_json_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = model_dir(tmp.path(), tmp.path()).unwrap_err().to_string();
+        assert!(err.contains("no config.json there"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_path_is_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("nowhere.gguf");
+        let err = model_dir(tmp.path(), &missing).unwrap_err().to_string();
+        assert!(err.contains("nowhere.gguf: cannot read it"), "{err}");
+    }
+}
