@@ -126,6 +126,14 @@ fn convert_once(gguf: &Path, dir: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// The names of the entries of `dir`.
+    fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    }
+
     /// A one-layer random Llama with a SentencePiece vocabulary (tests/reference/sentencepiece_gguf.py).
     fn fixture() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -161,10 +169,7 @@ mod tests {
             .modified()
             .unwrap();
         assert_eq!(written, again, "the second start converted again");
-        let leftovers: Vec<_> = std::fs::read_dir(models.join("converted"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let leftovers = names_in(&models.join("converted"));
         assert_eq!(leftovers.len(), 1, "{leftovers:?}");
     }
 
@@ -202,10 +207,7 @@ mod tests {
         let models = tmp.path().join("models");
         let err = format!("{:#}", model_dir(&models, &gguf).unwrap_err());
         assert!(err.contains("converting the GGUF file"), "{err}");
-        let left: Vec<_> = std::fs::read_dir(models.join("converted"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let left = names_in(&models.join("converted"));
         assert!(left.is_empty(), "{left:?}");
     }
 
