@@ -140,12 +140,19 @@ mod tests {
             .join("../tests/golden/sentencepiece_gguf/spm.gguf")
     }
 
-    #[test]
-    fn a_gguf_file_is_converted_once_and_its_directory_reused() {
+    /// A temporary directory holding a copy of the fixture as `tiny.gguf`, and the models directory
+    /// to use beside it (not created).
+    fn fixture_copy() -> (tempfile::TempDir, PathBuf, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let gguf = tmp.path().join("tiny.gguf");
         std::fs::copy(fixture(), &gguf).unwrap();
         let models = tmp.path().join("models");
+        (tmp, gguf, models)
+    }
+
+    #[test]
+    fn a_gguf_file_is_converted_once_and_its_directory_reused() {
+        let (_tmp, gguf, models) = fixture_copy();
         let dir = model_dir(&models, &gguf).unwrap();
         assert!(
             dir.starts_with(models.join("converted")),
@@ -175,10 +182,7 @@ mod tests {
 
     #[test]
     fn an_incomplete_converted_directory_is_converted_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let gguf = tmp.path().join("tiny.gguf");
-        std::fs::copy(fixture(), &gguf).unwrap();
-        let models = tmp.path().join("models");
+        let (_tmp, gguf, models) = fixture_copy();
         let dir = model_dir(&models, &gguf).unwrap();
         std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
         assert_eq!(model_dir(&models, &gguf).unwrap(), dir);
