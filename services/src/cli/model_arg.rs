@@ -1,9 +1,10 @@
 //! What `--model` names: a Hugging Face model directory, used as it is, or a GGUF file (llama.cpp's
 //! format), converted once into the models directory and used from there on every later start.
 //!
-//! A GGUF file's directory is `converted/<file stem>-<key>` under the models directory, the key a hash
+//! A GGUF file's directory is `converted/<key>/<file stem>` under the models directory, the key a hash
 //! of the file's canonical path, length and modification time, so a file replaced in place is
-//! converted again. The conversion writes into a `.partial` directory of its own and renames it when
+//! converted again; the directory's own name, which `/v1/info` and the OpenAI API report as the
+//! model's, is the file's. The conversion writes into a `.partial` directory of its own and renames it when
 //! done: a directory under its final name is whole, and a conversion stopped half-way leaves nothing a
 //! later start would load.
 
@@ -54,7 +55,7 @@ fn is_gguf(path: &Path) -> anyhow::Result<bool> {
     Ok(file.read_exact(&mut head).is_ok() && &head == GGUF_MAGIC)
 }
 
-/// `models_dir/converted/<stem>-<key>` for the GGUF file at `path`.
+/// `models_dir/converted/<key>/<stem>` for the GGUF file at `path`.
 fn converted_dir(
     models_dir: &Path,
     path: &Path,
@@ -76,7 +77,7 @@ fn converted_dir(
     let stem = path
         .file_stem()
         .map_or_else(|| "model".into(), |s| s.to_string_lossy());
-    Ok(models_dir.join("converted").join(format!("{stem}-{key}")))
+    Ok(models_dir.join("converted").join(key).join(&*stem))
 }
 
 /// Whether `dir` holds every file a conversion writes.
@@ -159,12 +160,7 @@ mod tests {
             "{}",
             dir.display()
         );
-        assert!(
-            dir.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("tiny-")
-        );
+        assert_eq!(dir.file_name().unwrap(), "tiny");
         assert!(is_whole(&dir));
         let written = std::fs::metadata(dir.join("model.safetensors"))
             .unwrap()
@@ -176,8 +172,9 @@ mod tests {
             .modified()
             .unwrap();
         assert_eq!(written, again, "the second start converted again");
-        let leftovers = names_in(&models.join("converted"));
-        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+        let leftovers = names_in(dir.parent().unwrap());
+        assert_eq!(leftovers, ["tiny"], "{leftovers:?}");
+        assert_eq!(names_in(&models.join("converted")).len(), 1);
     }
 
     #[test]
@@ -211,7 +208,9 @@ mod tests {
         let models = tmp.path().join("models");
         let err = format!("{:#}", model_dir(&models, &gguf).unwrap_err());
         assert!(err.contains("converting the GGUF file"), "{err}");
-        let left = names_in(&models.join("converted"));
+        let keys = names_in(&models.join("converted"));
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        let left = names_in(&models.join("converted").join(&keys[0]));
         assert!(left.is_empty(), "{left:?}");
     }
 

@@ -258,12 +258,12 @@ fn a_gguf_file_named_as_the_model_is_converted_on_the_first_run_and_read_from_th
     };
     let (first_out, first_err) = run();
     assert!(first_err.contains("(GGUF) into"), "{first_err}");
-    let converted: Vec<_> = std::fs::read_dir(models.join("converted"))
+    let keys: Vec<_> = std::fs::read_dir(models.join("converted"))
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(converted.len(), 1, "{converted:?}");
-    assert!(converted[0].starts_with("tiny-llama-"), "{converted:?}");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(keys[0].join("tiny-llama/config.json").is_file(), "{keys:?}");
     let (second_out, second_err) = run();
     assert!(!second_err.contains("converting"), "{second_err}");
     assert_eq!(second_out, first_out, "the same model answers the same");
