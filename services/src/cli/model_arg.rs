@@ -109,13 +109,15 @@ fn convert_once(gguf: &Path, dir: &Path) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&partial);
         return Err(e);
     }
-    if is_whole(dir) {
-        let _ = std::fs::remove_dir_all(&partial);
-    } else {
+    if !is_whole(dir) {
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::rename(&partial, dir)
-            .with_context(|| format!("moving {} to {}", partial.display(), dir.display()))?;
+        let moved = std::fs::rename(&partial, dir);
+        // A rename onto a directory another process has just filled fails; theirs is as good.
+        if moved.is_err() && !is_whole(dir) {
+            moved.with_context(|| format!("moving {} to {}", partial.display(), dir.display()))?;
+        }
     }
+    let _ = std::fs::remove_dir_all(&partial);
     eprintln!(
         "docqa: converted in {:.1} s",
         started.elapsed().as_secs_f64()
