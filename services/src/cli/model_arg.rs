@@ -4,9 +4,9 @@
 //! A GGUF file's directory is `converted/<key>/<file stem>` under the models directory, the key a hash
 //! of the file's canonical path, length and modification time, so a file replaced in place is
 //! converted again; the directory's own name, which `/v1/info` and the OpenAI API report as the
-//! model's, is the file's. The conversion writes into a `.partial` directory of its own and renames it when
-//! done: a directory under its final name is whole, and a conversion stopped half-way leaves nothing a
-//! later start would load.
+//! model's, is the file's. The conversion is built out of sight and renamed into place, as the shipped
+//! models are (`docqa_engine::fetch::atomic`): a directory under its final name is whole, and what a
+//! killed conversion leaves is removed by the next.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ use std::time::{Instant, UNIX_EPOCH};
 
 use anyhow::Context;
 use docqa_engine::convert::{CONVERTED_FILES, convert_gguf_to_hf};
+use docqa_engine::fetch::atomic;
 use sha2::{Digest, Sha256};
 
 /// The first bytes of every GGUF file.
@@ -85,17 +86,19 @@ fn is_whole(dir: &Path) -> bool {
     CONVERTED_FILES.iter().all(|f| dir.join(f).is_file())
 }
 
-/// Converts the GGUF file into a partial directory beside `dir`, then renames it to `dir`. Where
-/// another process finished the same conversion first, its directory is kept and ours removed.
+/// Converts the GGUF file into `dir` the way the shipped models are built (`fetch::atomic`): under the
+/// directory's lock, in a hidden staging sibling, fsynced, then renamed into place. A process that
+/// waited on the lock while another converted finds the directory whole and converts nothing; the
+/// staging directories of killed conversions are removed first.
 fn convert_once(gguf: &Path, dir: &Path) -> anyhow::Result<()> {
     let parent = dir.parent().unwrap_or(Path::new("."));
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    let partial = parent.join(format!(
-        ".{}.partial-{}",
-        dir.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&partial);
+    let _lock = atomic::DirLock::acquire(parent, &name)?;
+    if is_whole(dir) {
+        return Ok(());
+    }
+    atomic::remove_leftovers(parent, &name)?;
     eprintln!(
         "docqa: converting {} (GGUF) into {}, once: later starts use that directory; it holds \
          bf16 weights, about 2 bytes a parameter",
@@ -103,21 +106,11 @@ fn convert_once(gguf: &Path, dir: &Path) -> anyhow::Result<()> {
         dir.display()
     );
     let started = Instant::now();
-    let converted = convert_gguf_to_hf(gguf, &partial)
-        .with_context(|| format!("--model {}: converting the GGUF file", gguf.display()));
-    if let Err(e) = converted {
-        let _ = std::fs::remove_dir_all(&partial);
-        return Err(e);
-    }
-    if !is_whole(dir) {
-        let _ = std::fs::remove_dir_all(dir);
-        let moved = std::fs::rename(&partial, dir);
-        // A rename onto a directory another process has just filled fails; theirs is as good.
-        if moved.is_err() && !is_whole(dir) {
-            moved.with_context(|| format!("moving {} to {}", partial.display(), dir.display()))?;
-        }
-    }
-    let _ = std::fs::remove_dir_all(&partial);
+    let staging = atomic::staging_dir(parent, &name)?;
+    convert_gguf_to_hf(gguf, staging.path())
+        .with_context(|| format!("--model {}: converting the GGUF file", gguf.display()))?;
+    atomic::sync_tree(staging.path())?;
+    atomic::install(staging, dir)?;
     eprintln!(
         "docqa: converted in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -129,11 +122,12 @@ fn convert_once(gguf: &Path, dir: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// The names of the entries of `dir`.
-    fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+    /// The names of the entries of `dir` but the builders' lock files (`.NAME.lock`).
+    fn names_in(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir)
             .unwrap()
-            .map(|e| e.unwrap().file_name())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(".lock"))
             .collect()
     }
 
@@ -177,6 +171,19 @@ mod tests {
         let leftovers = names_in(dir.parent().unwrap());
         assert_eq!(leftovers, ["tiny"], "{leftovers:?}");
         assert_eq!(names_in(&models.join("converted")).len(), 1);
+    }
+
+    #[test]
+    fn what_a_killed_conversion_left_is_removed_by_the_next() {
+        let (_tmp, gguf, models) = fixture_copy();
+        let dir = model_dir(&models, &gguf).unwrap();
+        let parent = dir.parent().unwrap();
+        let leftover = parent.join(".tiny.partial-killed");
+        std::fs::create_dir(&leftover).unwrap();
+        std::fs::write(leftover.join("model.safetensors"), b"half").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(model_dir(&models, &gguf).unwrap(), dir);
+        assert_eq!(names_in(parent), ["tiny"]);
     }
 
     #[test]
